@@ -1,0 +1,566 @@
+"""The specification of every ReplaySSM op, as slow and readable PyTorch.
+
+This module is the contract the CUDA kernels are tested against and the path the package takes when
+there is no GPU or no compiled extension. Every function here has the same signature as the op of the
+same name in ``torch.ops.replayssm`` (see ``ops.py``): caller-allocated outputs, in-place cache updates.
+
+Arithmetic is done in fp32, or in fp64 when any state or input tensor is fp64 (so the tests can check
+the replay algebra to 1e-12 against independent fp64 loops). Works on any device.
+
+Cache tensors (one layer, slot-major; see docs/DESIGN.md):
+    checkpoint     (slots, H, P, N) Mamba-2 / (slots, HV, V, K) GDN, KDA: state after the last fold
+    read_copy      same shape, bf16/fp16/fp8-e4m3, or None; read_scale (slots, H, rows) for fp8
+    buffers        the inputs since the checkpoint, (slots, heads, L, dim)
+    num_committed  int32 (slots,): committed buffer entries per slot
+
+Rows and slots: row r of a batch uses slot ``slots[r]`` (row r when ``slots`` is None). A row whose
+slot equals ``pad_slot_id`` or lies outside [0, num_slots), or whose cursor leaves no room for its
+tokens, touches no cache memory and gets a zero output. Each slot may appear at most once per call.
+
+Flush-early rule: every op that advances a cursor (step, commit) folds a slot's buffer into its
+checkpoint as soon as ``num_committed + max_draft_tokens > L``, so the next verify always fits.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+FP8_E4M3_MAX = 448.0
+FP16_MAX = 65504.0
+L2NORM_EPS = 1e-6
+
+
+# --------------------------------------------------------------------------------------------------
+# Small helpers shared by all families
+# --------------------------------------------------------------------------------------------------
+
+def _compute_dtype(*tensors) -> torch.dtype:
+    """fp64 when any tensor is fp64, else fp32: accumulation is never below fp32."""
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def _gather(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    # index_select on float8 is not implemented on every backend; move its bytes instead.
+    if t.dtype == torch.float8_e4m3fn:
+        return t.view(torch.uint8)[idx].view(torch.float8_e4m3fn)
+    return t[idx]
+
+
+def _scatter(t: torch.Tensor, idx: torch.Tensor, values: torch.Tensor) -> None:
+    if t.dtype == torch.float8_e4m3fn:
+        t.view(torch.uint8)[idx] = values.to(torch.float8_e4m3fn).view(torch.uint8)
+    else:
+        t[idx] = values.to(t.dtype)
+
+
+def _resolve_rows(slots, batch: int, num_slots: int, pad_slot_id: int, device):
+    """Slot index of every row (0 for rows that touch nothing) and the mask of rows that do."""
+    if slots is None:
+        slot_idx = torch.arange(batch, device=device)
+    else:
+        slot_idx = slots.to(device=device, dtype=torch.long)
+    valid = (slot_idx != pad_slot_id) & (slot_idx >= 0) & (slot_idx < num_slots)
+    return torch.where(valid, slot_idx, torch.zeros_like(slot_idx)), valid
+
+
+def _read_state(checkpoint, read_copy, read_scale, idx, cd):
+    """The state the per-step reads use: the read copy when there is one, else the checkpoint."""
+    if read_copy is None:
+        return checkpoint[idx].to(cd)
+    state = _gather(read_copy, idx).to(cd)
+    if read_scale is not None:
+        state = state * read_scale[idx].to(cd)[..., None]
+    return state
+
+
+def _put_entries(buffer, slot_idx, pos, values) -> None:
+    """buffer[slot_idx[r], :, pos[r, i]] = values[r, i] for a (slots, heads, L, ...) buffer."""
+    if slot_idx.numel() == 0:
+        return
+    buffer.transpose(1, 2)[slot_idx[:, None], pos] = values.to(buffer.dtype)
+
+
+def _take_entry(window, pos):
+    """window[r, :, pos[r]] for a (batch, heads, L, ...) window: (batch, heads, ...)."""
+    rows = torch.arange(window.shape[0], device=window.device)
+    return window.transpose(1, 2)[rows, pos]
+
+
+def _expand_heads(t, num_heads: int, dim: int):
+    """Head h of `num_heads` uses group h // (num_heads / groups): repeat each group along `dim`."""
+    groups = t.shape[dim]
+    return t if groups == num_heads else t.repeat_interleave(num_heads // groups, dim=dim)
+
+
+def _window_masks(num_committed_rows, offset: int, length: int, device):
+    """(batch, L) masks of the buffer entries up to and including position w + offset, and before it."""
+    j = torch.arange(length, device=device)[None, :]
+    t = (num_committed_rows + offset)[:, None]
+    return j <= t, j < t
+
+
+# --------------------------------------------------------------------------------------------------
+# Read copies
+# --------------------------------------------------------------------------------------------------
+
+def make_read_copy(checkpoint, read_copy, read_scale=None, slots=None, pad_slot_id: int = -1) -> None:
+    """Refresh the low-precision read copy of the named slots (all when ``slots`` is None).
+
+    bf16 / fp16: round-to-nearest-even cast (fp16 saturates at +-65504).
+    fp8-e4m3: per (slot, head, row) scale = amax / 448 (1 for an all-zero row), q = x * (448 / amax)
+    clamped to +-448 and rounded to nearest even; dequantised value = q * scale.
+    """
+    num_slots = checkpoint.shape[0]
+    if slots is None:
+        idx = torch.arange(num_slots, device=checkpoint.device)
+    else:
+        idx, valid = _resolve_rows(slots, slots.shape[0], num_slots, pad_slot_id, checkpoint.device)
+        idx = idx[valid]
+    x = checkpoint[idx].float()
+    if read_copy.dtype == torch.float8_e4m3fn:
+        amax = x.abs().amax(dim=-1)
+        nonzero = amax > 0
+        one = torch.ones_like(amax)
+        inv = torch.where(nonzero, FP8_E4M3_MAX / amax, one)
+        scale = torch.where(nonzero, amax / FP8_E4M3_MAX, one)
+        _scatter(read_copy, idx, (x * inv[..., None]).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX))
+        read_scale[idx] = scale
+    elif read_copy.dtype == torch.float16:
+        _scatter(read_copy, idx, x.clamp(-FP16_MAX, FP16_MAX))
+    else:
+        _scatter(read_copy, idx, x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache management shared by all families
+# --------------------------------------------------------------------------------------------------
+
+def load(checkpoint, read_copy, read_scale, num_committed, states, slots=None, pad_slot_id: int = -1) -> None:
+    """Write prefill states into the checkpoints of the named slots, regenerate their read copies and
+    empty their buffers. ``states`` is (batch, *checkpoint.shape[1:])."""
+    idx, valid = _resolve_rows(slots, states.shape[0], checkpoint.shape[0], pad_slot_id, checkpoint.device)
+    idx = idx[valid]
+    checkpoint[idx] = states[valid].to(checkpoint.dtype)
+    num_committed[idx] = 0
+    if read_copy is not None:
+        make_read_copy(checkpoint, read_copy, read_scale, idx)
+
+
+def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None, pad_slot_id: int = -1) -> None:
+    """Zero the state, read copy and buffers of the named slots (all when None) and their cursors."""
+    num_slots = checkpoint.shape[0]
+    if slots is None:
+        idx = torch.arange(num_slots, device=checkpoint.device)
+    else:
+        idx, valid = _resolve_rows(slots, slots.shape[0], num_slots, pad_slot_id, checkpoint.device)
+        idx = idx[valid]
+    for t in [checkpoint, read_copy, *buffers]:
+        if t is not None:
+            _scatter(t, idx, torch.zeros((idx.numel(), *t.shape[1:]), dtype=torch.float32, device=t.device))
+    if read_scale is not None:
+        read_scale[idx] = 1.0
+    num_committed[idx] = 0
+
+
+def copy_slots(cache_tensors, src_slots, dst_slots) -> None:
+    """Copy everything a slot owns (checkpoint, read copy, scales, buffers, cursor) from src to dst.
+    Sources are read before any destination is written, so overlapping lists behave as a gather."""
+    src = src_slots.to(torch.long)
+    dst = dst_slots.to(torch.long)
+    for t in cache_tensors:
+        if t is None:
+            continue
+        values = _gather(t, src.to(t.device)).clone()
+        if t.dtype == torch.float8_e4m3fn:
+            t.view(torch.uint8)[dst.to(t.device)] = values.view(torch.uint8)
+        else:
+            t[dst.to(t.device)] = values
+
+
+# --------------------------------------------------------------------------------------------------
+# Mamba-2
+# --------------------------------------------------------------------------------------------------
+
+def _mamba2_dt(dt, dt_bias, dt_softplus: bool, cd):
+    dt = dt.to(cd)
+    if dt_bias is not None:
+        dt = dt + dt_bias.to(cd)
+    return F.softplus(dt) if dt_softplus else dt
+
+
+def _mamba2_finish_output(y, x, D, z, cd):
+    if D is not None:
+        y = y + D.to(cd)[:, None] * x
+    if z is not None:
+        y = y * F.silu(z.to(cd))
+    return y
+
+
+def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
+                  slots=None, pad_slot_id: int = -1):
+    """Conventional T=1 Mamba-2 decode: read the state, update it, write it, return the output.
+
+    state (slots, H, P, N); x, z, out (batch, H, P); dt (batch, H); A, D, dt_bias (H,); B, C (batch, G, N).
+        dt = softplus(dt + dt_bias) if dt_softplus ; a = exp(dt * A)
+        S  = a * S + dt * x (outer) B ;  y = S C + D x ;  y *= silu(z)
+    """
+    cd = _compute_dtype(state, x)
+    H = state.shape[1]
+    idx, valid = _resolve_rows(slots, x.shape[0], state.shape[0], pad_slot_id, state.device)
+    xs = x.to(cd)
+    dts = _mamba2_dt(dt, dt_bias, dt_softplus, cd)
+    decay = torch.exp(dts * A.to(cd))
+    Bh = _expand_heads(B.to(cd), H, 1)
+    Ch = _expand_heads(C.to(cd), H, 1)
+    s = state[idx].to(cd)
+    s = decay[..., None, None] * s + (dts[..., None] * xs)[..., None] * Bh[:, :, None, :]
+    y = _mamba2_finish_output((s * Ch[:, :, None, :]).sum(-1), xs, D, z, cd)
+    state[idx[valid]] = s[valid].to(state.dtype)
+    out.copy_(torch.where(valid[:, None, None], y, torch.zeros_like(y)))
+    return out
+
+
+def _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, idx, cd):
+    """State after folding the first num_committed buffer entries into the checkpoint (fp32 or fp64):
+        S = e^{Lambda_w} S_c + sum_j dt_j e^{Lambda_w - Lambda_j} x_j (outer) B_j,  Lambda_j = A sum_{i<=j} dt_i."""
+    H, L = checkpoint.shape[1], x_buf.shape[2]
+    w = num_committed[idx].long()
+    _, before = _window_masks(w, 0, L, checkpoint.device)            # entries j < w
+    dt = torch.where(before[:, None, :], dt_buf[idx].to(cd), 0.0)    # (b, H, L)
+    cum = torch.cumsum(dt, dim=-1) * A.to(cd)[:, None]
+    total = cum[..., -1:]                                             # Lambda_w (entries after w add 0)
+    weight = dt * torch.exp(total - cum)
+    xb = x_buf[idx].to(cd)                                            # (b, H, L, P)
+    Bb = _expand_heads(B_buf[idx].to(cd), H, 1)                       # (b, H, L, N)
+    s = torch.exp(total)[..., None] * checkpoint[idx].to(cd)
+    return s + torch.einsum("bhl,bhlp,bhln->bhpn", weight, xb, Bb)
+
+
+def _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold):
+    """Fold the buffers of rows `fold` into their checkpoints, refresh their read copies, empty them."""
+    idx = idx[fold]
+    if idx.numel() == 0:
+        return
+    cd = _compute_dtype(checkpoint)
+    checkpoint[idx] = _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, idx, cd).to(checkpoint.dtype)
+    num_committed[idx] = 0
+    if read_copy is not None:
+        make_read_copy(checkpoint, read_copy, read_scale, idx)
+
+
+def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+                  x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
+                  slots=None, pad_slot_id: int = -1):
+    """Outputs for T draft tokens per row; their entries go into the buffer after the committed
+    history (positions w .. w+T-1). Never writes the checkpoint, read copy or cursor.
+
+    x, z, out (batch, T, H, P); dt (batch, T, H); B, C (batch, T, G, N). For output position t:
+        y_t = e^{Lambda_t} (S_read C_t) + sum_{j<=t} dt_j e^{Lambda_t - Lambda_j} (B_j . C_t) x_j + D x_t
+    """
+    cd = _compute_dtype(checkpoint, x)
+    batch, T, H, _ = x.shape
+    L = x_buf.shape[2]
+    idx, valid = _resolve_rows(slots, batch, checkpoint.shape[0], pad_slot_id, checkpoint.device)
+    w = torch.where(valid, num_committed[idx].long(), 0)
+    valid = valid & (w >= 0) & (w + T <= L)
+    w = torch.where(valid, w, 0)
+    pos = w[:, None] + torch.arange(T, device=x.device)[None, :]      # (batch, T)
+
+    dts = _mamba2_dt(dt, dt_bias, dt_softplus, cd)                    # (batch, T, H)
+    _put_entries(x_buf, idx[valid], pos[valid], x[valid])
+    _put_entries(B_buf, idx[valid], pos[valid], B[valid])
+    _put_entries(dt_buf, idx[valid], pos[valid], dts[valid])
+
+    # The window every output reads: committed history plus this call's drafts (pad rows read slot 0).
+    xb = x_buf[idx].to(cd)
+    Bb = _expand_heads(B_buf[idx].to(cd), H, 1)
+    dtb = dt_buf[idx].to(cd)
+    s_read = _read_state(checkpoint, read_copy, read_scale, idx, cd)
+    A = A.to(cd)
+    for i in range(T):
+        upto, _ = _window_masks(w, i, L, x.device)
+        dt_i = torch.where(upto[:, None, :], dtb, 0.0)
+        cum = torch.cumsum(dt_i, dim=-1) * A[:, None]
+        total = cum[..., -1:]
+        weight = dt_i * torch.exp(total - cum)                        # (batch, H, L)
+        Ct = _expand_heads(C[:, i].to(cd), H, 1)                      # (batch, H, N)
+        y = torch.exp(total) * torch.einsum("bhpn,bhn->bhp", s_read, Ct)
+        y = y + torch.einsum("bhl,bhln,bhn,bhlp->bhp", weight, Bb, Ct, xb)
+        y = _mamba2_finish_output(y, x[:, i].to(cd), D, None if z is None else z[:, i], cd)
+        out[:, i] = torch.where(valid[:, None, None], y, torch.zeros_like(y))
+    return out
+
+
+def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
+                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1) -> None:
+    """Accept the first num_accepted[r] verified entries of each row (a cursor move), then fold the
+    slots where the next verify of max_draft_tokens would not fit (flush-early rule)."""
+    L = x_buf.shape[2]
+    idx, valid = _resolve_rows(slots, num_accepted.shape[0], checkpoint.shape[0], pad_slot_id, checkpoint.device)
+    w = num_committed[idx].long()
+    valid = valid & (w >= 0) & (w <= L)
+    accepted = torch.minimum(num_accepted.to(w.device).long().clamp(min=0), L - w)
+    new_w = w + accepted
+    num_committed[idx[valid]] = new_w[valid].to(num_committed.dtype)
+    fold = valid & (new_w + max_draft_tokens > L)
+    _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold)
+
+
+def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+                x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
+                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1):
+    """T=1 decode: output from the read state + buffer + token, append, fold when the buffer is full.
+    Exactly verify(T=1) followed by commit(1). x, z, out (batch, H, P); dt (batch, H); B, C (batch, G, N)."""
+    mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+                  x[:, None], dt[:, None], A, B[:, None], C[:, None], out[:, None], D,
+                  None if z is None else z[:, None], dt_bias, dt_softplus, slots, pad_slot_id)
+    ones = torch.ones(x.shape[0], dtype=torch.int32, device=x.device)
+    mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, ones, A,
+                  max_draft_tokens, slots, pad_slot_id)
+    return out
+
+
+def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A,
+                 slots=None, pad_slot_id: int = -1) -> None:
+    """Fold everything committed into the checkpoint of the named slots (all when None)."""
+    num_slots = checkpoint.shape[0]
+    batch = num_slots if slots is None else slots.shape[0]
+    idx, valid = _resolve_rows(slots, batch, num_slots, pad_slot_id, checkpoint.device)
+    w = num_committed[idx].long()
+    fold = valid & (w > 0) & (w <= x_buf.shape[2])
+    _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold)
+
+
+def mamba2_materialize(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out,
+                       slots=None, pad_slot_id: int = -1):
+    """Full-precision state at the committed position of each row's slot, into out (batch, H, P, N).
+    The cache is not changed. Pad rows get zeros."""
+    idx, valid = _resolve_rows(slots, out.shape[0], checkpoint.shape[0], pad_slot_id, checkpoint.device)
+    w = num_committed[idx].long()
+    valid = valid & (w >= 0) & (w <= x_buf.shape[2])
+    state = _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, idx,
+                               _compute_dtype(checkpoint, out))
+    out.copy_(torch.where(valid[:, None, None, None], state, torch.zeros_like(state)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Gated DeltaNet and KDA (one delta rule; KDA's decay is per key channel)
+# --------------------------------------------------------------------------------------------------
+
+def _delta_keys(k, use_qk_l2norm: bool, cd):
+    k = k.to(cd)
+    if use_qk_l2norm:
+        k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + L2NORM_EPS)
+    return k
+
+
+def _delta_gates(a, b, A_log, dt_bias, cd):
+    """g = -exp(A_log) * softplus(a + dt_bias) (GDN: per v-head; KDA: per v-head and key channel),
+    beta = sigmoid(b)."""
+    A = torch.exp(A_log.to(cd))
+    per_channel = dt_bias.dim() == 2   # KDA: dt_bias (HV, K) and a (..., HV, K); GDN: (HV,), (..., HV)
+    g = -(A[:, None] if per_channel else A) * F.softplus(a.to(cd) + dt_bias.to(cd))
+    return g, torch.sigmoid(b.to(cd))
+
+
+def delta_update(state, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
+                 slots=None, pad_slot_id: int = -1):
+    """Conventional T=1 decode of Gated DeltaNet (a: (batch, HV)) or KDA (a: (batch, HV, K)).
+
+    state (slots, HV, V, K); q, k (batch, H, K); v, out (batch, HV, V); b (batch, HV);
+    A_log (HV,); dt_bias (HV,) GDN or (HV, K) KDA. Per v-head (k-head hv // (HV/H)):
+        S = S * exp(g) ; u = beta * (v - S k) ; S = S + u (outer) k ; o = S q
+    """
+    cd = _compute_dtype(state, q)
+    HV, K = state.shape[1], state.shape[3]
+    scale = K ** -0.5 if scale is None else scale
+    idx, valid = _resolve_rows(slots, q.shape[0], state.shape[0], pad_slot_id, state.device)
+    qn = _expand_heads(_delta_keys(q, use_qk_l2norm, cd) * scale, HV, 1)
+    kn = _expand_heads(_delta_keys(k, use_qk_l2norm, cd), HV, 1)
+    g, beta = _delta_gates(a, b, A_log, dt_bias, cd)
+    alpha = torch.exp(g if dt_bias.dim() == 2 else g[..., None])          # (batch, HV, K or 1)
+    s = state[idx].to(cd) * alpha[:, :, None, :]
+    u = beta[..., None] * (v.to(cd) - torch.einsum("bhvk,bhk->bhv", s, kn))
+    s = s + u[..., None] * kn[:, :, None, :]
+    o = torch.einsum("bhvk,bhk->bhv", s, qn)
+    state[idx[valid]] = s[valid].to(state.dtype)
+    out.copy_(torch.where(valid[:, None, None], o, torch.zeros_like(o)))
+    return out
+
+
+def _delta_window(k_buf, g_buf, idx, HV: int, use_qk_l2norm: bool, cd):
+    """Normalised keys (b, HV, L, K) and per-channel log decays (b, HV, L, K or 1) of the window."""
+    kb = _expand_heads(_delta_keys(k_buf[idx], use_qk_l2norm, cd), HV, 1)
+    gb = g_buf[idx].to(cd)
+    return kb, (gb if gb.dim() == 4 else gb[..., None])
+
+
+def _delta_decays(gb, mask):
+    """Cumulative log decay Lambda up to the last entry in `mask` (b, HV, 1, K) and, per entry j in
+    the mask, e^{Lambda - Lambda_j} (b, HV, L, K); zero outside the mask."""
+    g = torch.where(mask[:, None, :, None], gb, 0.0)
+    cum = torch.cumsum(g, dim=2)
+    total = cum[:, :, -1:, :]
+    rel = torch.where(mask[:, None, :, None], torch.exp(total - cum), 0.0)
+    return total, rel
+
+
+def _delta_corrected_value(s_read, kb, gb, ub, vb, betab, t, mask_upto, mask_before):
+    """u_t = beta_t (v_t - S'_{t-1} k_t), with S'_{t-1} the state before token t already decayed by
+    token t's gate, written as the read state times a decayed vector plus the buffer's corrections:
+        S' k_t = S_read (e^{Lambda_t} k_t) + sum_{j<t} u_j ((k_j * e^{Lambda_t - Lambda_j}) . k_t)
+    t, mask_*: per row; returns u_t (b, HV, V) and the decays used (for the readout)."""
+    total, rel = _delta_decays(gb, mask_upto)
+    k_t = _take_entry(kb, t)                                               # (b, HV, K)
+    sk = torch.einsum("bhvk,bhk->bhv", s_read, torch.exp(total[:, :, 0]) * k_t)
+    dots = torch.where(mask_before[:, None, :], torch.einsum("bhlk,bhk->bhl", kb * rel, k_t), 0.0)
+    sk = sk + torch.einsum("bhl,bhlv->bhv", dots, torch.where(mask_before[:, None, :, None], ub, 0.0))
+    u_t = _take_entry(betab, t)[..., None] * (_take_entry(vb, t) - sk)
+    return u_t, total, rel
+
+
+def _delta_set_entry(window, t, value) -> None:
+    rows = torch.arange(window.shape[0], device=window.device)
+    window.transpose(1, 2)[rows, t] = value
+
+
+def _delta_fold_state(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, idx,
+                      use_qk_l2norm: bool, recompute_u: bool, cd):
+    """State after folding the committed entries into the checkpoint:
+        S = S_c diag(e^{Lambda_w}) + sum_{j<w} u_j (outer) (k_j * e^{Lambda_w - Lambda_j}).
+    With recompute_u (a read copy served the window) every u_j is first recomputed in order from the
+    full-precision checkpoint, so read-copy rounding never reaches the state (SPEC.md section 2)."""
+    HV, L = checkpoint.shape[1], k_buf.shape[2]
+    w = num_committed[idx].long()
+    s_c = checkpoint[idx].to(cd)
+    kb, gb = _delta_window(k_buf, g_buf, idx, HV, use_qk_l2norm, cd)
+    ub = u_buf[idx].to(cd)
+    if recompute_u:
+        vb, betab = v_buf[idx].to(cd), beta_buf[idx].to(cd)
+        for step in range(L):
+            t = torch.full_like(w, step)
+            mask_upto, mask_before = _window_masks(t, 0, L, checkpoint.device)
+            u_t, _, _ = _delta_corrected_value(s_c, kb, gb, ub, vb, betab, t, mask_upto, mask_before)
+            keep = (t < w)[:, None, None]
+            _delta_set_entry(ub, t, torch.where(keep, u_t, _take_entry(ub, t)))
+    _, committed = _window_masks(w, 0, L, checkpoint.device)
+    total, rel = _delta_decays(gb, committed)
+    s = s_c * torch.exp(total)
+    ub = torch.where(committed[:, None, :, None], ub, 0.0)
+    return s + torch.einsum("bhlv,bhlk->bhvk", ub, kb * rel)
+
+
+def _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                use_qk_l2norm: bool, idx, fold) -> None:
+    idx = idx[fold]
+    if idx.numel() == 0:
+        return
+    cd = _compute_dtype(checkpoint)
+    state = _delta_fold_state(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, idx,
+                              use_qk_l2norm, read_copy is not None, cd)
+    checkpoint[idx] = state.to(checkpoint.dtype)
+    num_committed[idx] = 0
+    if read_copy is not None:
+        make_read_copy(checkpoint, read_copy, read_scale, idx)
+
+
+def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                 q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
+                 slots=None, pad_slot_id: int = -1):
+    """Outputs for T draft tokens of GDN (a: (batch, T, HV)) or KDA (a: (batch, T, HV, K)); entries
+    (raw k, v, g, beta and the corrected value u in fp32) go into the buffer after the committed
+    history. Never writes the checkpoint, read copy or cursor.
+
+    q, k (batch, T, H, K); v, out (batch, T, HV, V); b (batch, T, HV). For output position t:
+        o_t = S_read (e^{Lambda_t} q_t) + sum_{j<=t} u_j ((k_j * e^{Lambda_t - Lambda_j}) . q_t)
+    """
+    cd = _compute_dtype(checkpoint, q)
+    batch, T, H, K = q.shape
+    HV, L = checkpoint.shape[1], k_buf.shape[2]
+    scale = K ** -0.5 if scale is None else scale
+    idx, valid = _resolve_rows(slots, batch, checkpoint.shape[0], pad_slot_id, checkpoint.device)
+    w = torch.where(valid, num_committed[idx].long(), 0)
+    valid = valid & (w >= 0) & (w + T <= L)
+    w = torch.where(valid, w, 0)
+    pos = w[:, None] + torch.arange(T, device=q.device)[None, :]
+
+    g, beta = _delta_gates(a, b, A_log, dt_bias, cd)                    # (batch, T, HV[, K])
+    _put_entries(k_buf, idx[valid], pos[valid], k[valid])
+    _put_entries(v_buf, idx[valid], pos[valid], v[valid])
+    _put_entries(g_buf, idx[valid], pos[valid], g[valid])
+    _put_entries(beta_buf, idx[valid], pos[valid], beta[valid])
+
+    kb, gb = _delta_window(k_buf, g_buf, idx, HV, use_qk_l2norm, cd)
+    vb, betab = v_buf[idx].to(cd), beta_buf[idx].to(cd)
+    ub = u_buf[idx].to(cd)
+    s_read = _read_state(checkpoint, read_copy, read_scale, idx, cd)
+    qn = _expand_heads(_delta_keys(q, use_qk_l2norm, cd) * scale, HV, 2)   # (batch, T, HV, K)
+    for i in range(T):
+        t = w + i
+        mask_upto, mask_before = _window_masks(w, i, L, q.device)
+        u_t, total, rel = _delta_corrected_value(s_read, kb, gb, ub, vb, betab, t, mask_upto, mask_before)
+        _delta_set_entry(ub, t, u_t)
+        q_t = qn[:, i]
+        o = torch.einsum("bhvk,bhk->bhv", s_read, torch.exp(total[:, :, 0]) * q_t)
+        dots = torch.where(mask_upto[:, None, :], torch.einsum("bhlk,bhk->bhl", kb * rel, q_t), 0.0)
+        o = o + torch.einsum("bhl,bhlv->bhv", dots, torch.where(mask_upto[:, None, :, None], ub, 0.0))
+        out[:, i] = torch.where(valid[:, None, None], o, torch.zeros_like(o))
+    rows = torch.arange(batch, device=q.device)[:, None]
+    _put_entries(u_buf, idx[valid], pos[valid], ub.transpose(1, 2)[rows, pos][valid])
+    return out
+
+
+def delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                 num_accepted, max_draft_tokens: int, use_qk_l2norm: bool = True,
+                 slots=None, pad_slot_id: int = -1) -> None:
+    """Accept num_accepted[r] verified entries per row, then fold where the next verify would not fit."""
+    L = k_buf.shape[2]
+    idx, valid = _resolve_rows(slots, num_accepted.shape[0], checkpoint.shape[0], pad_slot_id, checkpoint.device)
+    w = num_committed[idx].long()
+    valid = valid & (w >= 0) & (w <= L)
+    accepted = torch.minimum(num_accepted.to(w.device).long().clamp(min=0), L - w)
+    new_w = w + accepted
+    num_committed[idx[valid]] = new_w[valid].to(num_committed.dtype)
+    fold = valid & (new_w + max_draft_tokens > L)
+    _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                use_qk_l2norm, idx, fold)
+
+
+def delta_step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+               q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
+               max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1):
+    """T=1 decode of GDN/KDA: exactly verify(T=1) followed by commit(1)."""
+    delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                 q[:, None], k[:, None], v[:, None], a[:, None], b[:, None], A_log, dt_bias, out[:, None],
+                 scale, use_qk_l2norm, slots, pad_slot_id)
+    ones = torch.ones(q.shape[0], dtype=torch.int32, device=q.device)
+    delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                 ones, max_draft_tokens, use_qk_l2norm, slots, pad_slot_id)
+    return out
+
+
+def delta_flush(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                use_qk_l2norm: bool = True, slots=None, pad_slot_id: int = -1) -> None:
+    """Fold everything committed into the checkpoint of the named slots (all when None)."""
+    num_slots = checkpoint.shape[0]
+    batch = num_slots if slots is None else slots.shape[0]
+    idx, valid = _resolve_rows(slots, batch, num_slots, pad_slot_id, checkpoint.device)
+    w = num_committed[idx].long()
+    fold = valid & (w > 0) & (w <= k_buf.shape[2])
+    _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                use_qk_l2norm, idx, fold)
+
+
+def delta_materialize(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out,
+                      use_qk_l2norm: bool = True, slots=None, pad_slot_id: int = -1):
+    """Full-precision state at the committed position, into out (batch, HV, V, K); cache unchanged.
+    The corrected values are recomputed from the checkpoint (exact also when a read copy served them)."""
+    idx, valid = _resolve_rows(slots, out.shape[0], checkpoint.shape[0], pad_slot_id, checkpoint.device)
+    w = num_committed[idx].long()
+    valid = valid & (w >= 0) & (w <= k_buf.shape[2])
+    state = _delta_fold_state(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, idx,
+                              use_qk_l2norm, True, _compute_dtype(checkpoint, out))
+    out.copy_(torch.where(valid[:, None, None, None], state, torch.zeros_like(state)))
+    return out
