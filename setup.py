@@ -1,0 +1,99 @@
+"""Build of replayssm-cuda: the Python package plus, when a CUDA toolchain is there, replayssm_cuda._C.
+
+Install with `pip install --no-build-isolation .` (the build needs the torch you run with).
+
+The extension is built when torch imports, torch.version.cuda is set and nvcc is found (CUDA_HOME);
+otherwise the pure-Python package is installed and one line says why. Knobs:
+    REPLAYSSM_CUDA_ARCHS   archs to compile, ';' or ',' separated (default "90a;100a")
+    MAX_JOBS               parallel compile jobs (torch's ninja build)
+CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is installed.
+"""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent.resolve()
+PREFIX = "replayssm-cuda:"
+DEFAULT_ARCHS = "90a;100a"
+
+
+def project_version() -> str:
+    text = (ROOT / "pyproject.toml").read_text()
+    return re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
+
+
+def cuda_archs() -> list[str]:
+    raw = os.environ.get("REPLAYSSM_CUDA_ARCHS", DEFAULT_ARCHS)
+    archs = [a for a in re.split(r"[;,\s]+", raw) if a]
+    bad = [a for a in archs if not re.fullmatch(r"\d+[af]?", a)]
+    if not archs or bad:
+        sys.exit(f"{PREFIX} REPLAYSSM_CUDA_ARCHS must list archs like '90a;100a', got {raw!r}")
+    return archs
+
+
+def cutlass_include() -> str | None:
+    try:
+        import cutlass_library
+    except ImportError:
+        print(f"{PREFIX} CUTLASS/CuTe headers not found (pip install nvidia-cutlass); building without them",
+              file=sys.stderr)
+        return None
+    include = Path(cutlass_library.__file__).parent / "source" / "include"
+    if not (include / "cute").is_dir():
+        print(f"{PREFIX} CUTLASS/CuTe headers not found under {include}; building without them", file=sys.stderr)
+        return None
+    return str(include)
+
+
+def why_no_extension() -> str | None:
+    """None when the CUDA extension can be built, else the reason it cannot."""
+    try:
+        import torch
+        from torch.utils.cpp_extension import CUDA_HOME
+    except Exception as exc:  # torch missing or broken
+        return f"torch is not importable ({type(exc).__name__}: {exc})"
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a CPU-only build"
+    if CUDA_HOME is None:
+        return "nvcc was not found (set CUDA_HOME)"
+    return None
+
+
+def extension_kwargs() -> dict:
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    archs = cuda_archs()
+    include_dirs = [str(ROOT / "csrc")]
+    cutlass = cutlass_include()
+    if cutlass:
+        include_dirs.append(cutlass)
+    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
+    sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "api").glob("*.cpp"))
+    # Build facts for replayssm_cuda._C.build_info(). The archs travel as one token ("90a_100a"): a ';'
+    # would be cut by the shell that runs each compile command.
+    defines = [f"-DREPLAYSSM_VERSION={project_version()}", f"-DREPLAYSSM_CUDA_ARCHS={'_'.join(archs)}"]
+    nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
+    nvcc += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    print(f"{PREFIX} building replayssm_cuda._C for sm_{', sm_'.join(archs)}", file=sys.stderr)
+    ext = CUDAExtension(
+        name="replayssm_cuda._C",
+        sources=sources,
+        include_dirs=include_dirs,
+        extra_compile_args={"cxx": ["-O3", *defines], "nvcc": nvcc + defines},
+    )
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": BuildExtension}}
+
+
+reason = why_no_extension()
+if reason is None:
+    kwargs = extension_kwargs()
+else:
+    print(f"{PREFIX} installing the pure-Python package only (no replayssm_cuda._C, ops use the PyTorch "
+          f"reference): {reason}", file=sys.stderr)
+    kwargs = {}
+
+setup(packages=find_packages(include=["replayssm_cuda", "replayssm_cuda.*"]), **kwargs)
