@@ -1,0 +1,348 @@
+"""State objects: one per SSM layer, owning the preallocated ReplaySSM cache of a pool of slots.
+
+A cache checks its configuration once, allocates the checkpoint, the optional read copy, the input
+buffers and the device-side cursors, and calls the functional ops (ops.py) with them:
+
+    cache = Mamba2Cache(num_slots=256, num_heads=96, head_dim=80, state_dim=128, num_groups=8,
+                        weights=Mamba2Weights(A=A, D=D, dt_bias=dt_bias), buffer_len=16,
+                        read_copy_dtype=torch.bfloat16, device="cuda")
+    y = cache.step(x, dt, B, C, z, slots=state_batch_indices)        # plain decode
+    y = cache.verify(x, dt, B, C, z, slots=...)                        # T draft tokens, (batch, T, ...)
+    cache.commit(num_accepted, slots=...)                              # device tensor, no host sync
+
+Every method runs without host synchronisation, so a decode loop that calls them can be captured in
+a CUDA graph. Methods take `slots` (state_batch_indices, int32/int64; row r uses slot r when None);
+rows whose slot is `pad_slot_id` or out of range touch nothing and get zero output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import _extension, ops
+
+# Buffer entries of a delta-rule slot are about 4x larger than a Mamba-2 slot's, so their buffers stay
+# short (SPEC.md section 6).
+MAX_BUFFER_LEN = {"mamba2": 64, "gdn": 16, "kda": 16}
+MAX_DRAFT_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Mamba2Weights:
+    """Per-layer Mamba-2 parameters: A (H,) negative fp32; D, dt_bias (H,) fp32 or None."""
+    A: torch.Tensor
+    D: torch.Tensor | None = None
+    dt_bias: torch.Tensor | None = None
+    dt_softplus: bool = True
+
+
+@dataclass(frozen=True)
+class DeltaRuleWeights:
+    """Per-layer GDN / KDA parameters: A_log (HV,); dt_bias (HV,) for GDN, (HV, K) for KDA;
+    scale defaults to K^-0.5."""
+    A_log: torch.Tensor
+    dt_bias: torch.Tensor
+    scale: float | None = None
+    use_qk_l2norm: bool = True
+
+
+def _dtype_name(d) -> str:
+    return "None" if d is None else str(d).replace("torch.", "")
+
+
+class _ReplayCache:
+    """What every family shares: configuration checks, allocation, cursors, commit/flush plumbing."""
+
+    family: str
+    _replay_ops: tuple[str, ...]
+
+    def __init__(self, num_slots, state_shape, *, buffer_len, max_draft_tokens, checkpoint_dtype,
+                 read_copy_dtype, activation_dtype, pad_slot_id, device, backend, checkpoint):
+        name = type(self).__name__
+        if not isinstance(num_slots, int) or num_slots < 1:
+            raise ValueError(f"{name}: `num_slots` must be an int >= 1, got {num_slots!r}")
+        for dim_name, dim in state_shape.items():
+            if not isinstance(dim, int) or dim < 1:
+                raise ValueError(f"{name}: `{dim_name}` must be an int >= 1, got {dim!r}")
+        max_len = MAX_BUFFER_LEN[self.family]
+        if not isinstance(buffer_len, int) or not 1 <= buffer_len <= max_len:
+            raise ValueError(f"{name}: `buffer_len` must be an int in [1, {max_len}], got {buffer_len!r}")
+        if not isinstance(max_draft_tokens, int) or not 1 <= max_draft_tokens <= min(MAX_DRAFT_TOKENS, buffer_len):
+            raise ValueError(f"{name}: `max_draft_tokens` must be an int in [1, min({MAX_DRAFT_TOKENS}, "
+                             f"buffer_len={buffer_len})], got {max_draft_tokens!r}")
+        if checkpoint_dtype not in ops.CHECKPOINT_DTYPES:
+            raise ValueError(f"{name}: `checkpoint_dtype` must be one of float32, bfloat16, float16 "
+                             f"(float64 on the reference backend), got {_dtype_name(checkpoint_dtype)}")
+        if read_copy_dtype is not None and read_copy_dtype not in ops.READ_COPY_DTYPES:
+            raise ValueError(f"{name}: `read_copy_dtype` must be None, bfloat16, float16 or float8_e4m3fn, "
+                             f"got {_dtype_name(read_copy_dtype)}")
+        if read_copy_dtype is not None and buffer_len == 1:
+            raise ValueError(f"{name}: a read copy needs buffer_len >= 2 (with buffer_len=1 every step "
+                             f"rewrites the checkpoint), got read_copy_dtype={_dtype_name(read_copy_dtype)} "
+                             f"with buffer_len=1")
+        if activation_dtype not in ops.ACTIVATION_DTYPES:
+            raise ValueError(f"{name}: `activation_dtype` must be one of bfloat16, float16, float32 "
+                             f"(float64 on the reference backend), got {_dtype_name(activation_dtype)}")
+        if not isinstance(pad_slot_id, int):
+            raise ValueError(f"{name}: `pad_slot_id` must be an int, got {pad_slot_id!r}")
+        if backend not in ops.BACKENDS:
+            raise ValueError(f"{name}: `backend` must be one of {ops.BACKENDS}, got {backend!r}")
+
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.num_slots = num_slots
+        self.buffer_len = buffer_len
+        self.max_draft_tokens = max_draft_tokens
+        self.activation_dtype = activation_dtype
+        self.pad_slot_id = pad_slot_id
+        self.backend = backend
+        self._check_backend(name)
+        # fp64 caches (reference only) keep their fp32 buffer quantities in fp64 too.
+        self.aux_dtype = torch.float64 if checkpoint_dtype == torch.float64 else torch.float32
+
+        shape = (num_slots, *state_shape.values())
+        if checkpoint is None:
+            self.checkpoint = torch.zeros(shape, dtype=checkpoint_dtype, device=self.device)
+        else:
+            # A view into an engine's own pool (e.g. one layer of a (slots, layers, ...) tensor).
+            ops.expect(name, "checkpoint", checkpoint, shape=shape, dtypes=(checkpoint_dtype,),
+                       device=self.device, last_dim_contiguous=True)
+            self.checkpoint = checkpoint
+        self.read_copy = None if read_copy_dtype is None else torch.zeros(shape, dtype=read_copy_dtype, device=self.device)
+        self.read_scale = (torch.ones(shape[:3], dtype=torch.float32, device=self.device)
+                           if read_copy_dtype == torch.float8_e4m3fn else None)
+        self.num_committed = torch.zeros(num_slots, dtype=torch.int32, device=self.device)
+        if self.read_copy is not None:
+            ops.make_read_copy(self.checkpoint, self.read_copy, self.read_scale, backend=self.backend)
+
+    # ---- what the families provide ------------------------------------------------------------------
+
+    def _buffers(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    # ---- backend -----------------------------------------------------------------------------------
+
+    def _check_backend(self, name):
+        if self.backend != "cuda":
+            return
+        if self.device.type != "cuda":
+            raise ValueError(f"{name}: backend='cuda' needs device='cuda', got device={str(self.device)!r}")
+        missing = [op for op in self._replay_ops if not _extension.has_op(op)]
+        if missing:
+            raise RuntimeError(f"{name}: backend='cuda' asked for, but {ops.why_not_compiled(missing[0])}; "
+                               f"ops this cache needs that are not compiled: {', '.join(missing)}")
+
+    # ---- family-independent methods ----------------------------------------------------------------
+
+    @property
+    def cache_tensors(self) -> list[torch.Tensor]:
+        """Everything a slot owns, slot-major: checkpoint, read copy, scales, buffers, cursor."""
+        tensors = [self.checkpoint, self.read_copy, self.read_scale, *self._buffers().values(), self.num_committed]
+        return [t for t in tensors if t is not None]
+
+    def bytes_per_slot(self) -> dict[str, int]:
+        """Memory of one slot, per tensor and in total (for sizing a slot pool)."""
+        sizes = {"checkpoint": self.checkpoint[0].numel() * self.checkpoint.element_size()}
+        if self.read_copy is not None:
+            sizes["read_copy"] = self.read_copy[0].numel() * self.read_copy.element_size()
+        if self.read_scale is not None:
+            sizes["read_scale"] = self.read_scale[0].numel() * self.read_scale.element_size()
+        for buf_name, buf in self._buffers().items():
+            sizes[buf_name] = buf[0].numel() * buf.element_size()
+        sizes["num_committed"] = self.num_committed.element_size()
+        sizes["total"] = sum(sizes.values())
+        return sizes
+
+    def load(self, states, slots=None):
+        """Write prefill states (batch, *state shape) into the slots; regenerate read copies; empty buffers."""
+        ops.load(self.checkpoint, self.read_copy, self.read_scale, self.num_committed, states, slots,
+                 self.pad_slot_id, backend=self.backend)
+
+    def reset(self, slots=None):
+        """Zero the checkpoint, read copy, buffers and cursor of the slots (all when None)."""
+        ops.reset(self.checkpoint, self.read_copy, self.read_scale, list(self._buffers().values()),
+                  self.num_committed, slots, self.pad_slot_id, backend=self.backend)
+
+    def copy_slots(self, src_slots, dst_slots):
+        """Copy checkpoint, read copy, buffers and cursor of src_slots[i] to dst_slots[i] (fork)."""
+        ops.copy_slots(self.cache_tensors, src_slots, dst_slots, backend=self.backend)
+
+    def _check_draft_count(self, op: str, T: int):
+        if T > self.max_draft_tokens:
+            raise ValueError(f"{type(self).__name__}.{op}: T={T} draft tokens exceed max_draft_tokens="
+                             f"{self.max_draft_tokens} set at construction")
+
+
+class Mamba2Cache(_ReplayCache):
+    """ReplaySSM cache of one Mamba-2 layer: checkpoint (slots, H, P, N), buffers of x, B and dt."""
+
+    family = "mamba2"
+    _replay_ops = ("mamba2_step", "mamba2_verify", "mamba2_commit", "mamba2_flush", "mamba2_materialize",
+                   "mamba2_update", "make_read_copy", "load", "reset", "copy_slots")
+
+    def __init__(self, num_slots: int, num_heads: int, head_dim: int, state_dim: int, num_groups: int,
+                 weights: Mamba2Weights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
+                 checkpoint_dtype=torch.float32, read_copy_dtype=None, activation_dtype=torch.bfloat16,
+                 pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None):
+        super().__init__(num_slots, {"num_heads": num_heads, "head_dim": head_dim, "state_dim": state_dim},
+                         buffer_len=buffer_len, max_draft_tokens=max_draft_tokens,
+                         checkpoint_dtype=checkpoint_dtype, read_copy_dtype=read_copy_dtype,
+                         activation_dtype=activation_dtype, pad_slot_id=pad_slot_id, device=device,
+                         backend=backend, checkpoint=checkpoint)
+        if not isinstance(num_groups, int) or num_groups < 1 or num_heads % num_groups != 0:
+            raise ValueError(f"Mamba2Cache: `num_groups` must divide num_heads={num_heads}, got {num_groups!r}")
+        if not isinstance(weights, Mamba2Weights):
+            raise TypeError(f"Mamba2Cache: `weights` must be a Mamba2Weights, got {type(weights).__name__}")
+        wdt = (torch.float32, torch.float64)
+        ops.expect("Mamba2Cache", "weights.A", weights.A, shape=(num_heads,), dtypes=wdt, device=self.device)
+        ops.expect("Mamba2Cache", "weights.D", weights.D, shape=(num_heads,), dtypes=wdt, device=self.device, optional=True)
+        ops.expect("Mamba2Cache", "weights.dt_bias", weights.dt_bias, shape=(num_heads,), dtypes=wdt,
+                   device=self.device, optional=True)
+        self.weights = weights
+        self.num_heads, self.head_dim, self.state_dim, self.num_groups = num_heads, head_dim, state_dim, num_groups
+        S, L = num_slots, buffer_len
+        self.x_buf = torch.zeros(S, num_heads, L, head_dim, dtype=activation_dtype, device=self.device)
+        self.B_buf = torch.zeros(S, num_groups, L, state_dim, dtype=activation_dtype, device=self.device)
+        self.dt_buf = torch.zeros(S, num_heads, L, dtype=self.aux_dtype, device=self.device)
+
+    def _buffers(self):
+        return {"x_buf": self.x_buf, "B_buf": self.B_buf, "dt_buf": self.dt_buf}
+
+    def _cache_args(self):
+        return (self.checkpoint, self.read_copy, self.read_scale, self.x_buf, self.B_buf, self.dt_buf,
+                self.num_committed)
+
+    def step(self, x, dt, B, C, z=None, slots=None, out=None):
+        """One decode token per row: x, z (batch, H, P); dt (batch, H); B, C (batch, G, N). Returns y."""
+        w = self.weights
+        out = torch.empty_like(x) if out is None else out
+        if self.buffer_len == 1:   # nothing to buffer: the conventional update is the L=1 replay
+            return ops.mamba2_update(self.checkpoint, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
+                                     slots, self.pad_slot_id, backend=self.backend)
+        return ops.mamba2_step(*self._cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
+                               self.max_draft_tokens, slots, self.pad_slot_id, backend=self.backend)
+
+    def verify(self, x, dt, B, C, z=None, slots=None, out=None):
+        """Outputs of T draft tokens per row (x (batch, T, H, P) ...); commits nothing."""
+        self._check_draft_count("verify", x.shape[1] if x.dim() == 4 else 0)
+        w = self.weights
+        out = torch.empty_like(x) if out is None else out
+        return ops.mamba2_verify(*self._cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
+                                 slots, self.pad_slot_id, backend=self.backend)
+
+    def commit(self, num_accepted, slots=None):
+        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
+        ops.mamba2_commit(*self._cache_args(), num_accepted, self.weights.A, self.max_draft_tokens, slots,
+                          self.pad_slot_id, backend=self.backend)
+
+    def flush(self, slots=None):
+        """Fold all committed tokens of the slots (all when None) into their checkpoints."""
+        ops.mamba2_flush(*self._cache_args(), self.weights.A, slots, self.pad_slot_id, backend=self.backend)
+
+    def materialize(self, slots=None, out=None):
+        """Full-precision state (batch, H, P, N) at each row's committed position; cache unchanged."""
+        batch = self.num_slots if slots is None else slots.shape[0]
+        if out is None:
+            out = torch.empty(batch, *self.checkpoint.shape[1:], dtype=self.aux_dtype, device=self.device)
+        return ops.mamba2_materialize(self.checkpoint, self.x_buf, self.B_buf, self.dt_buf, self.num_committed,
+                                      self.weights.A, out, slots, self.pad_slot_id, backend=self.backend)
+
+
+class _DeltaRuleCache(_ReplayCache):
+    """ReplaySSM cache of one GDN or KDA layer: checkpoint (slots, HV, V, K), buffers of raw k and v,
+    the gates g and beta, and the corrected values u."""
+
+    def __init__(self, num_slots: int, num_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int,
+                 weights: DeltaRuleWeights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
+                 checkpoint_dtype=torch.float32, read_copy_dtype=None, activation_dtype=torch.bfloat16,
+                 pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None):
+        name = type(self).__name__
+        super().__init__(num_slots, {"num_v_heads": num_v_heads, "head_v_dim": head_v_dim, "head_k_dim": head_k_dim},
+                         buffer_len=buffer_len, max_draft_tokens=max_draft_tokens,
+                         checkpoint_dtype=checkpoint_dtype, read_copy_dtype=read_copy_dtype,
+                         activation_dtype=activation_dtype, pad_slot_id=pad_slot_id, device=device,
+                         backend=backend, checkpoint=checkpoint)
+        if not isinstance(num_heads, int) or num_heads < 1 or num_v_heads % num_heads != 0:
+            raise ValueError(f"{name}: `num_v_heads` ({num_v_heads}) must be a multiple of `num_heads`, "
+                             f"got num_heads={num_heads!r}")
+        if not isinstance(weights, DeltaRuleWeights):
+            raise TypeError(f"{name}: `weights` must be a DeltaRuleWeights, got {type(weights).__name__}")
+        wdt = (torch.float32, torch.float64)
+        per_channel = self.family == "kda"
+        ops.expect(name, "weights.A_log", weights.A_log, shape=(num_v_heads,), dtypes=wdt, device=self.device)
+        ops.expect(name, "weights.dt_bias", weights.dt_bias,
+                   shape=(num_v_heads, head_k_dim) if per_channel else (num_v_heads,), dtypes=wdt, device=self.device)
+        self.weights = weights
+        self.num_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim = num_heads, num_v_heads, head_k_dim, head_v_dim
+        S, L, aux = num_slots, buffer_len, self.aux_dtype
+        self.k_buf = torch.zeros(S, num_heads, L, head_k_dim, dtype=activation_dtype, device=self.device)
+        self.v_buf = torch.zeros(S, num_v_heads, L, head_v_dim, dtype=activation_dtype, device=self.device)
+        g_shape = (S, num_v_heads, L, head_k_dim) if per_channel else (S, num_v_heads, L)
+        self.g_buf = torch.zeros(g_shape, dtype=aux, device=self.device)
+        self.beta_buf = torch.zeros(S, num_v_heads, L, dtype=aux, device=self.device)
+        self.u_buf = torch.zeros(S, num_v_heads, L, head_v_dim, dtype=aux, device=self.device)
+        fam = self.family
+        self._update, self._verify, self._step, self._commit, self._flush, self._materialize = (
+            getattr(ops, f"{fam}_{op}") for op in ("update", "verify", "step", "commit", "flush", "materialize"))
+
+    def _buffers(self):
+        return {"k_buf": self.k_buf, "v_buf": self.v_buf, "g_buf": self.g_buf, "beta_buf": self.beta_buf,
+                "u_buf": self.u_buf}
+
+    def _cache_args(self):
+        return (self.checkpoint, self.read_copy, self.read_scale, self.k_buf, self.v_buf, self.g_buf,
+                self.beta_buf, self.u_buf, self.num_committed)
+
+    def step(self, q, k, v, a, b, slots=None, out=None):
+        """One decode token per row: q, k (batch, H, K); v (batch, HV, V); a (batch, HV) for GDN,
+        (batch, HV, K) for KDA; b (batch, HV). Returns o (batch, HV, V)."""
+        w = self.weights
+        out = torch.empty_like(v) if out is None else out
+        if self.buffer_len == 1:
+            return self._update(self.checkpoint, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
+                                slots, self.pad_slot_id, backend=self.backend)
+        return self._step(*self._cache_args(), q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
+                          self.max_draft_tokens, slots, self.pad_slot_id, backend=self.backend)
+
+    def verify(self, q, k, v, a, b, slots=None, out=None):
+        """Outputs of T draft tokens per row (q (batch, T, H, K) ...); commits nothing."""
+        self._check_draft_count("verify", q.shape[1] if q.dim() == 4 else 0)
+        w = self.weights
+        out = torch.empty_like(v) if out is None else out
+        return self._verify(*self._cache_args(), q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
+                            slots, self.pad_slot_id, backend=self.backend)
+
+    def commit(self, num_accepted, slots=None):
+        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
+        self._commit(*self._cache_args(), num_accepted, self.max_draft_tokens, self.weights.use_qk_l2norm,
+                     slots, self.pad_slot_id, backend=self.backend)
+
+    def flush(self, slots=None):
+        """Fold all committed tokens of the slots (all when None) into their checkpoints."""
+        self._flush(*self._cache_args(), self.weights.use_qk_l2norm, slots, self.pad_slot_id, backend=self.backend)
+
+    def materialize(self, slots=None, out=None):
+        """Full-precision state (batch, HV, V, K) at each row's committed position; cache unchanged."""
+        batch = self.num_slots if slots is None else slots.shape[0]
+        if out is None:
+            out = torch.empty(batch, *self.checkpoint.shape[1:], dtype=self.aux_dtype, device=self.device)
+        return self._materialize(self.checkpoint, self.k_buf, self.v_buf, self.g_buf, self.beta_buf, self.u_buf,
+                                 self.num_committed, out, self.weights.use_qk_l2norm, slots, self.pad_slot_id,
+                                 backend=self.backend)
+
+
+class GDNCache(_DeltaRuleCache):
+    """ReplaySSM cache of one Gated DeltaNet layer (scalar decay per v-head)."""
+    family = "gdn"
+    _replay_ops = ("gdn_step", "gdn_verify", "gdn_commit", "gdn_flush", "gdn_materialize", "gdn_update",
+                   "make_read_copy", "load", "reset", "copy_slots")
+
+
+class KDACache(_DeltaRuleCache):
+    """ReplaySSM cache of one Kimi Delta Attention layer (decay per v-head and key channel)."""
+    family = "kda"
+    _replay_ops = ("kda_step", "kda_verify", "kda_commit", "kda_flush", "kda_materialize", "kda_update",
+                   "make_read_copy", "load", "reset", "copy_slots")

@@ -1,0 +1,439 @@
+"""Functional ops: validate the arguments, then run the compiled kernel or the reference.
+
+Every op here has the signature of ``torch.ops.replayssm.<name>`` plus one Python-only keyword,
+``backend``:
+    "auto"       the compiled kernel when the tensors are on CUDA and this build has it; otherwise the
+                 PyTorch reference. On CUDA tensors without a compiled kernel it warns once per op
+                 (never a silent slow path).
+    "cuda"       the compiled kernel or an error saying why it is not available.
+    "reference"  always the PyTorch reference (reference.py), on any device.
+
+Outputs are caller-allocated and returned; cache tensors are updated in place. Validation errors are
+``ValueError``/``TypeError`` whose text names the op, the argument, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import _extension, reference
+
+BACKENDS = ("auto", "cuda", "reference")
+CHECKPOINT_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+READ_COPY_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+INDEX_DTYPES = (torch.int32, torch.int64)
+
+_warned_fallback: set[str] = set()
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------------
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join("*" if d is None else str(d) for d in shape) + ")"
+
+
+def expect(op: str, name: str, t, *, shape=None, dtypes=None, device=None, optional=False,
+           last_dim_contiguous=False):
+    """Check one tensor argument; `shape` may hold None for 'any size'. Returns the tensor."""
+    if t is None:
+        if optional:
+            return None
+        raise ValueError(f"{op}: `{name}` is required, got None")
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: `{name}` must be a torch.Tensor, got {type(t).__name__}")
+    if shape is not None:
+        ok = t.dim() == len(shape) and all(e is None or e == g for e, g in zip(shape, t.shape))
+        if not ok:
+            raise ValueError(f"{op}: `{name}` must have shape {_shape_text(shape)}, got {tuple(t.shape)}")
+    if dtypes is not None and t.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{op}: `{name}` must have dtype in {{{names}}}, got {str(t.dtype).replace('torch.', '')}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{op}: `{name}` must be on {device} (like the cache), got {t.device}")
+    if last_dim_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise ValueError(f"{op}: `{name}` must have a contiguous last dimension (stride 1), got strides {t.stride()}")
+    return t
+
+
+def _expect_slots(op: str, slots, batch: int, num_slots: int, device):
+    if slots is None:
+        if batch > num_slots:
+            raise ValueError(f"{op}: without `slots`, row r uses slot r, so batch ({batch}) must be "
+                             f"<= num_slots ({num_slots}); pass `slots` (state_batch_indices)")
+        return
+    expect(op, "slots", slots, shape=(batch,), dtypes=INDEX_DTYPES, device=device)
+
+
+def _expect_read_copy(op: str, checkpoint, read_copy, read_scale):
+    if read_copy is None:
+        if read_scale is not None:
+            raise ValueError(f"{op}: `read_scale` is given but `read_copy` is None")
+        return
+    expect(op, "read_copy", read_copy, shape=tuple(checkpoint.shape), dtypes=READ_COPY_DTYPES,
+           device=checkpoint.device, last_dim_contiguous=True)
+    if read_copy.dtype == torch.float8_e4m3fn:
+        expect(op, "read_scale", read_scale, shape=tuple(checkpoint.shape[:3]), dtypes=(torch.float32,),
+               device=checkpoint.device)
+    elif read_scale is not None:
+        raise ValueError(f"{op}: `read_scale` is only for an fp8 read copy, got a "
+                         f"{str(read_copy.dtype).replace('torch.', '')} read copy with a scale")
+
+
+def _expect_positive_int(op: str, name: str, value, upper=None):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (upper is not None and value > upper):
+        bound = f"in [1, {upper}]" if upper is not None else ">= 1"
+        raise ValueError(f"{op}: `{name}` must be an int {bound}, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Dispatch
+# --------------------------------------------------------------------------------------------------
+
+def why_not_compiled(name: str) -> str:
+    """Why op `name` would not run compiled: for error and warning texts."""
+    if not _extension.is_compiled():
+        return f"the compiled extension is not available ({_extension.load_error()})"
+    return f"this build has no compiled kernel for {name} (compiled: {', '.join(_extension.compiled_ops())})"
+
+
+def _run(name: str, backend: str, device: torch.device, reference_fn, *args):
+    if backend not in BACKENDS:
+        raise ValueError(f"{name}: `backend` must be one of {BACKENDS}, got {backend!r}")
+    if backend != "reference" and device.type == "cuda" and _extension.has_op(name):
+        return getattr(torch.ops.replayssm, name)(*args)
+    if backend == "cuda":
+        if device.type != "cuda":
+            raise ValueError(f"{name}: backend='cuda' needs CUDA tensors, got tensors on {device}")
+        raise RuntimeError(f"{name}: backend='cuda' asked for, but {why_not_compiled(name)}")
+    if backend == "auto" and device.type == "cuda" and name not in _warned_fallback:
+        _warned_fallback.add(name)
+        warnings.warn(f"replayssm_cuda: {name} runs the PyTorch reference on CUDA tensors because "
+                      f"{why_not_compiled(name)}. Pass backend='reference' to accept this, or "
+                      f"backend='cuda' to make it an error.", RuntimeWarning, stacklevel=3)
+    return reference_fn(*args)
+
+
+# --------------------------------------------------------------------------------------------------
+# Read copies and generic cache ops
+# --------------------------------------------------------------------------------------------------
+
+def make_read_copy(checkpoint, read_copy, read_scale=None, slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Refresh the read copy (bf16/fp16/fp8-e4m3 + fp32 scales) of the named slots from the checkpoint."""
+    op = "make_read_copy"
+    expect(op, "checkpoint", checkpoint, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES,
+           last_dim_contiguous=True)
+    expect(op, "read_copy", read_copy)
+    _expect_read_copy(op, checkpoint, read_copy, read_scale)
+    if slots is not None:
+        expect(op, "slots", slots, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.make_read_copy,
+                checkpoint, read_copy, read_scale, slots, pad_slot_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Mamba-2
+# --------------------------------------------------------------------------------------------------
+
+def _expect_mamba2_inputs(op, checkpoint, x, dt, A, B, C, out, D, z, dt_bias, lead):
+    """Inputs of one Mamba-2 token (lead = (batch,)) or of T tokens (lead = (batch, T))."""
+    _, H, P, N = checkpoint.shape
+    dev = checkpoint.device
+    expect(op, "x", x, shape=(*lead, H, P), dtypes=ACTIVATION_DTYPES, device=dev, last_dim_contiguous=True)
+    act = (x.dtype,)
+    expect(op, "B", B, shape=(*lead, None, N), dtypes=act, device=dev, last_dim_contiguous=True)
+    G = B.shape[-2]
+    if G < 1 or H % G != 0:
+        raise ValueError(f"{op}: the number of groups (B.shape[-2] = {G}) must divide the number of heads ({H})")
+    expect(op, "C", C, shape=(*lead, G, N), dtypes=act, device=dev, last_dim_contiguous=True)
+    expect(op, "dt", dt, shape=(*lead, H), dtypes=(x.dtype, torch.float32), device=dev)
+    expect(op, "A", A, shape=(H,), dtypes=(torch.float32, torch.float64), device=dev)
+    expect(op, "out", out, shape=(*lead, H, P), dtypes=act, device=dev, last_dim_contiguous=True)
+    expect(op, "D", D, shape=(H,), dtypes=(torch.float32, torch.float64), device=dev, optional=True)
+    expect(op, "z", z, shape=(*lead, H, P), dtypes=act, device=dev, optional=True, last_dim_contiguous=True)
+    expect(op, "dt_bias", dt_bias, shape=(H,), dtypes=(torch.float32, torch.float64), device=dev, optional=True)
+    return G
+
+
+def _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed):
+    expect(op, "checkpoint", checkpoint, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES,
+           last_dim_contiguous=True)
+    S, H, P, N = checkpoint.shape
+    dev = checkpoint.device
+    _expect_read_copy(op, checkpoint, read_copy, read_scale)
+    expect(op, "x_buf", x_buf, shape=(S, H, None, P), dtypes=ACTIVATION_DTYPES, device=dev, last_dim_contiguous=True)
+    L = x_buf.shape[2]
+    expect(op, "B_buf", B_buf, shape=(S, None, L, N), dtypes=(x_buf.dtype,), device=dev, last_dim_contiguous=True)
+    expect(op, "dt_buf", dt_buf, shape=(S, H, L), dtypes=(torch.float32, torch.float64), device=dev)
+    expect(op, "num_committed", num_committed, shape=(S,), dtypes=(torch.int32,), device=dev)
+    return L
+
+
+def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
+                  slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Conventional T=1 Mamba-2 decode (read, update and write the state). See reference.mamba2_update."""
+    op = "mamba2_update"
+    expect(op, "state", state, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES, last_dim_contiguous=True)
+    _expect_mamba2_inputs(op, state, x, dt, A, B, C, out, D, z, dt_bias, (x.shape[0],) if x is not None else (0,))
+    _expect_slots(op, slots, x.shape[0], state.shape[0], state.device)
+    return _run(op, backend, state.device, reference.mamba2_update,
+                state, x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
+
+
+def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+                  x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
+                  slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Outputs of T draft tokens; entries appended after the committed history. See reference."""
+    op = "mamba2_verify"
+    L = _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
+    expect(op, "x", x, shape=(None, None, None, None))
+    batch, T = x.shape[:2]
+    if T > L:
+        raise ValueError(f"{op}: T (x.shape[1] = {T}) must be <= the buffer length L = {L}")
+    G = _expect_mamba2_inputs(op, checkpoint, x, dt, A, B, C, out, D, z, dt_bias, (batch, T))
+    if G != B_buf.shape[1]:
+        raise ValueError(f"{op}: `B` has {G} groups but `B_buf` holds {B_buf.shape[1]}")
+    _expect_slots(op, slots, batch, checkpoint.shape[0], checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.mamba2_verify,
+                checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+                x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
+
+
+def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+                x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
+                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """T=1 replay decode with the fold fused in. See reference.mamba2_step."""
+    op = "mamba2_step"
+    L = _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
+    _expect_positive_int(op, "max_draft_tokens", max_draft_tokens, L)
+    expect(op, "x", x, shape=(None, None, None))
+    G = _expect_mamba2_inputs(op, checkpoint, x, dt, A, B, C, out, D, z, dt_bias, (x.shape[0],))
+    if G != B_buf.shape[1]:
+        raise ValueError(f"{op}: `B` has {G} groups but `B_buf` holds {B_buf.shape[1]}")
+    _expect_slots(op, slots, x.shape[0], checkpoint.shape[0], checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.mamba2_step,
+                checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+                x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), max_draft_tokens, slots, pad_slot_id)
+
+
+def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
+                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Accept verified entries (a device-side cursor move) and fold where the next verify would not fit."""
+    op = "mamba2_commit"
+    L = _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
+    _expect_positive_int(op, "max_draft_tokens", max_draft_tokens, L)
+    expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
+    expect(op, "A", A, shape=(checkpoint.shape[1],), dtypes=(torch.float32, torch.float64), device=checkpoint.device)
+    _expect_slots(op, slots, num_accepted.shape[0], checkpoint.shape[0], checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.mamba2_commit,
+                checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
+                A, max_draft_tokens, slots, pad_slot_id)
+
+
+def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A,
+                 slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Fold everything committed into the checkpoints of the named slots (all when None)."""
+    op = "mamba2_flush"
+    _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
+    expect(op, "A", A, shape=(checkpoint.shape[1],), dtypes=(torch.float32, torch.float64), device=checkpoint.device)
+    if slots is not None:
+        expect(op, "slots", slots, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.mamba2_flush,
+                checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, slots, pad_slot_id)
+
+
+def mamba2_materialize(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out,
+                       slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Full-precision state at the committed position into `out` (batch, H, P, N); cache unchanged."""
+    op = "mamba2_materialize"
+    _expect_mamba2_cache(op, checkpoint, None, None, x_buf, B_buf, dt_buf, num_committed)
+    expect(op, "A", A, shape=(checkpoint.shape[1],), dtypes=(torch.float32, torch.float64), device=checkpoint.device)
+    expect(op, "out", out, shape=(None, *checkpoint.shape[1:]), dtypes=(torch.float32, torch.float64),
+           device=checkpoint.device)
+    _expect_slots(op, slots, out.shape[0], checkpoint.shape[0], checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.mamba2_materialize,
+                checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out, slots, pad_slot_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Gated DeltaNet (family "gdn") and KDA (family "kda")
+# --------------------------------------------------------------------------------------------------
+
+def _expect_delta_cache(op, family, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf,
+                        u_buf, num_committed):
+    expect(op, "checkpoint", checkpoint, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES,
+           last_dim_contiguous=True)
+    S, HV, V, K = checkpoint.shape
+    dev = checkpoint.device
+    _expect_read_copy(op, checkpoint, read_copy, read_scale)
+    expect(op, "k_buf", k_buf, shape=(S, None, None, K), dtypes=ACTIVATION_DTYPES, device=dev, last_dim_contiguous=True)
+    H, L = k_buf.shape[1], k_buf.shape[2]
+    if H < 1 or HV % H != 0:
+        raise ValueError(f"{op}: the number of v-heads ({HV}) must be a multiple of the number of "
+                         f"q/k heads (k_buf.shape[1] = {H})")
+    aux = (torch.float32, torch.float64)
+    expect(op, "v_buf", v_buf, shape=(S, HV, L, V), dtypes=(k_buf.dtype,), device=dev, last_dim_contiguous=True)
+    g_shape = (S, HV, L, K) if family == "kda" else (S, HV, L)
+    expect(op, "g_buf", g_buf, shape=g_shape, dtypes=aux, device=dev)
+    expect(op, "beta_buf", beta_buf, shape=(S, HV, L), dtypes=aux, device=dev)
+    expect(op, "u_buf", u_buf, shape=(S, HV, L, V), dtypes=aux, device=dev, last_dim_contiguous=True)
+    expect(op, "num_committed", num_committed, shape=(S,), dtypes=(torch.int32,), device=dev)
+    return H, L
+
+
+def _expect_delta_inputs(op, family, checkpoint, H, q, k, v, a, b, A_log, dt_bias, out, lead):
+    _, HV, V, K = checkpoint.shape
+    dev = checkpoint.device
+    expect(op, "q", q, shape=(*lead, H, K), dtypes=ACTIVATION_DTYPES, device=dev, last_dim_contiguous=True)
+    act = (q.dtype,)
+    expect(op, "k", k, shape=(*lead, H, K), dtypes=act, device=dev, last_dim_contiguous=True)
+    expect(op, "v", v, shape=(*lead, HV, V), dtypes=act, device=dev, last_dim_contiguous=True)
+    gate_shape = (*lead, HV, K) if family == "kda" else (*lead, HV)
+    expect(op, "a", a, shape=gate_shape, dtypes=(q.dtype, torch.float32), device=dev)
+    expect(op, "b", b, shape=(*lead, HV), dtypes=(q.dtype, torch.float32), device=dev)
+    expect(op, "A_log", A_log, shape=(HV,), dtypes=(torch.float32, torch.float64), device=dev)
+    expect(op, "dt_bias", dt_bias, shape=(HV, K) if family == "kda" else (HV,),
+           dtypes=(torch.float32, torch.float64), device=dev)
+    expect(op, "out", out, shape=(*lead, HV, V), dtypes=act, device=dev, last_dim_contiguous=True)
+
+
+def _delta_ops(family: str):
+    """The six replay ops and the conventional update of one delta-rule family (gdn or kda)."""
+
+    def update(state, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True,
+               slots=None, pad_slot_id: int = -1, *, backend="auto"):
+        op = f"{family}_update"
+        expect(op, "state", state, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES, last_dim_contiguous=True)
+        expect(op, "q", q, shape=(None, None, None))
+        if state.shape[1] % q.shape[1] != 0:
+            raise ValueError(f"{op}: the number of v-heads ({state.shape[1]}) must be a multiple of the "
+                             f"number of q/k heads (q.shape[1] = {q.shape[1]})")
+        _expect_delta_inputs(op, family, state, q.shape[1], q, k, v, a, b, A_log, dt_bias, out, (q.shape[0],))
+        _expect_slots(op, slots, q.shape[0], state.shape[0], state.device)
+        return _run(op, backend, state.device, reference.delta_update,
+                    state, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id)
+
+    def verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+               q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True,
+               slots=None, pad_slot_id: int = -1, *, backend="auto"):
+        op = f"{family}_verify"
+        H, L = _expect_delta_cache(op, family, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
+                                   beta_buf, u_buf, num_committed)
+        expect(op, "q", q, shape=(None, None, H, None))
+        batch, T = q.shape[:2]
+        if T > L:
+            raise ValueError(f"{op}: T (q.shape[1] = {T}) must be <= the buffer length L = {L}")
+        _expect_delta_inputs(op, family, checkpoint, H, q, k, v, a, b, A_log, dt_bias, out, (batch, T))
+        _expect_slots(op, slots, batch, checkpoint.shape[0], checkpoint.device)
+        return _run(op, backend, checkpoint.device, reference.delta_verify,
+                    checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                    q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id)
+
+    def step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+             q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True, max_draft_tokens: int = 1,
+             slots=None, pad_slot_id: int = -1, *, backend="auto"):
+        op = f"{family}_step"
+        H, L = _expect_delta_cache(op, family, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
+                                   beta_buf, u_buf, num_committed)
+        _expect_positive_int(op, "max_draft_tokens", max_draft_tokens, L)
+        expect(op, "q", q, shape=(None, H, None))
+        _expect_delta_inputs(op, family, checkpoint, H, q, k, v, a, b, A_log, dt_bias, out, (q.shape[0],))
+        _expect_slots(op, slots, q.shape[0], checkpoint.shape[0], checkpoint.device)
+        return _run(op, backend, checkpoint.device, reference.delta_step,
+                    checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                    q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), max_draft_tokens,
+                    slots, pad_slot_id)
+
+    def commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+               num_accepted, max_draft_tokens: int, use_qk_l2norm=True, slots=None, pad_slot_id: int = -1,
+               *, backend="auto"):
+        op = f"{family}_commit"
+        _, L = _expect_delta_cache(op, family, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
+                                   beta_buf, u_buf, num_committed)
+        _expect_positive_int(op, "max_draft_tokens", max_draft_tokens, L)
+        expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
+        _expect_slots(op, slots, num_accepted.shape[0], checkpoint.shape[0], checkpoint.device)
+        return _run(op, backend, checkpoint.device, reference.delta_commit,
+                    checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                    num_accepted, max_draft_tokens, bool(use_qk_l2norm), slots, pad_slot_id)
+
+    def flush(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+              use_qk_l2norm=True, slots=None, pad_slot_id: int = -1, *, backend="auto"):
+        op = f"{family}_flush"
+        _expect_delta_cache(op, family, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
+                            beta_buf, u_buf, num_committed)
+        if slots is not None:
+            expect(op, "slots", slots, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
+        return _run(op, backend, checkpoint.device, reference.delta_flush,
+                    checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+                    bool(use_qk_l2norm), slots, pad_slot_id)
+
+    def materialize(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out,
+                    use_qk_l2norm=True, slots=None, pad_slot_id: int = -1, *, backend="auto"):
+        op = f"{family}_materialize"
+        _expect_delta_cache(op, family, checkpoint, None, None, k_buf, v_buf, g_buf, beta_buf, u_buf,
+                            num_committed)
+        expect(op, "out", out, shape=(None, *checkpoint.shape[1:]), dtypes=(torch.float32, torch.float64),
+               device=checkpoint.device)
+        _expect_slots(op, slots, out.shape[0], checkpoint.shape[0], checkpoint.device)
+        return _run(op, backend, checkpoint.device, reference.delta_materialize,
+                    checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out,
+                    bool(use_qk_l2norm), slots, pad_slot_id)
+
+    return update, verify, step, commit, flush, materialize
+
+
+gdn_update, gdn_verify, gdn_step, gdn_commit, gdn_flush, gdn_materialize = _delta_ops("gdn")
+kda_update, kda_verify, kda_step, kda_commit, kda_flush, kda_materialize = _delta_ops("kda")
+
+
+# --------------------------------------------------------------------------------------------------
+# Family-independent cache ops
+# --------------------------------------------------------------------------------------------------
+
+def load(checkpoint, read_copy, read_scale, num_committed, states, slots=None, pad_slot_id: int = -1, *,
+         backend="auto"):
+    """Write prefill states (batch, *checkpoint.shape[1:]) into the named slots, regenerate their read
+    copies and empty their buffers."""
+    op = "load"
+    expect(op, "checkpoint", checkpoint, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES)
+    _expect_read_copy(op, checkpoint, read_copy, read_scale)
+    expect(op, "num_committed", num_committed, shape=(checkpoint.shape[0],), dtypes=(torch.int32,),
+           device=checkpoint.device)
+    expect(op, "states", states, shape=(None, *checkpoint.shape[1:]), dtypes=CHECKPOINT_DTYPES,
+           device=checkpoint.device)
+    _expect_slots(op, slots, states.shape[0], checkpoint.shape[0], checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.load,
+                checkpoint, read_copy, read_scale, num_committed, states, slots, pad_slot_id)
+
+
+def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None, pad_slot_id: int = -1, *,
+          backend="auto"):
+    """Zero the checkpoint, read copy, buffers and cursors of the named slots (all when None)."""
+    op = "reset"
+    expect(op, "checkpoint", checkpoint, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES)
+    if slots is not None:
+        expect(op, "slots", slots, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
+    return _run(op, backend, checkpoint.device, reference.reset,
+                checkpoint, read_copy, read_scale, list(buffers), num_committed, slots, pad_slot_id)
+
+
+def copy_slots(cache_tensors, src_slots, dst_slots, *, backend="auto"):
+    """Copy everything a slot owns from src_slots[i] to dst_slots[i] (for forking a sequence)."""
+    op = "copy_slots"
+    tensors = [t for t in cache_tensors if t is not None]
+    if not tensors:
+        raise ValueError(f"{op}: `cache_tensors` holds no tensor")
+    num_slots, dev = tensors[0].shape[0], tensors[0].device
+    for i, t in enumerate(tensors):
+        expect(op, f"cache_tensors[{i}]", t, device=dev)
+        if t.shape[0] != num_slots:
+            raise ValueError(f"{op}: every cache tensor must have {num_slots} slots in dim 0, "
+                             f"cache_tensors[{i}] has {t.shape[0]}")
+    expect(op, "src_slots", src_slots, shape=(None,), dtypes=INDEX_DTYPES, device=dev)
+    expect(op, "dst_slots", dst_slots, shape=(src_slots.shape[0],), dtypes=INDEX_DTYPES, device=dev)
+    return _run(op, backend, dev, reference.copy_slots, tensors, src_slots, dst_slots)
