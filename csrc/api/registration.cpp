@@ -25,6 +25,14 @@ TORCH_LIBRARY_IMPL(replayssm, CUDA, m) {
 #undef REPLAYSSM_IMPL
 }
 
+// CPU tensors reach the same entry points, whose first check fails with "<op>: <argument> must be a
+// CUDA tensor, got a tensor on cpu" instead of the dispatcher's "could not run ... 'CPU' backend".
+TORCH_LIBRARY_IMPL(replayssm, CPU, m) {
+#define REPLAYSSM_IMPL(name, schema) m.impl(#name, &replayssm::name);
+  REPLAYSSM_CUDA_OPS(REPLAYSSM_IMPL)
+#undef REPLAYSSM_IMPL
+}
+
 namespace {
 
 std::vector<std::string> compiled_ops() {
