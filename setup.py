@@ -9,6 +9,7 @@ otherwise the pure-Python package is installed and one line says why. Knobs:
 CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is installed.
 """
 
+import importlib.util
 import os
 import re
 import sys
@@ -36,16 +37,17 @@ def cuda_archs() -> list[str]:
 
 
 def cutlass_include() -> str | None:
-    try:
-        import cutlass_library
-    except ImportError:
+    # Located, not imported: the headers are all we need from nvidia-cutlass.
+    spec = importlib.util.find_spec("cutlass_library")
+    if spec is None or not spec.submodule_search_locations:
         print(f"{PREFIX} CUTLASS/CuTe headers not found (pip install nvidia-cutlass); building without them",
               file=sys.stderr)
         return None
-    include = Path(cutlass_library.__file__).parent / "source" / "include"
+    include = Path(spec.submodule_search_locations[0]) / "source" / "include"
     if not (include / "cute").is_dir():
         print(f"{PREFIX} CUTLASS/CuTe headers not found under {include}; building without them", file=sys.stderr)
         return None
+    print(f"{PREFIX} CUTLASS/CuTe headers: {include}", file=sys.stderr)
     return str(include)
 
 
