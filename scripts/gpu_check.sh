@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The one script for a GPU machine: build replayssm_cuda._C in place, print its build info, run every
+# test (CPU and tests/gpu), then the benchmarks when there are any. Logs go to $OUT (default ./results).
+#   bash scripts/gpu_check.sh                  # REPLAYSSM_BENCH=0 skips the benchmarks
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export MAX_JOBS=16 PYTHONUNBUFFERED=1
+OUT="${OUT:-./results}"
+mkdir -p "$OUT"
+
+# CUTLASS/CuTe headers: the nvidia-cutlass wheel carried in .whl/ (the GPU machine has no internet).
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+echo "== build"
+start=$(date +%s)
+python3 setup.py build_ext --inplace 2>&1 | tee "$OUT/build.log"
+echo "build: $(( $(date +%s) - start )) s"
+
+echo "== build info"
+python3 -c 'import replayssm_cuda._extension as e; print(e.build_info())'
+
+echo "== tests"
+# A test failure does not stop the benchmarks (one device call should bring back everything); the
+# script still exits with the tests' status.
+set +e
+python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/tests.log"
+tests_status=${PIPESTATUS[0]}
+set -e
+
+if [[ -f bench/run_all.sh && "${REPLAYSSM_BENCH:-1}" != 0 ]]; then
+  echo "== benchmarks"
+  bash bench/run_all.sh
+fi
+exit "$tests_status"
