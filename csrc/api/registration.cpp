@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <cuda_runtime_api.h>
+#include <pybind11/stl.h>
 #include <torch/extension.h>
 
 #include "api/ops.h"
