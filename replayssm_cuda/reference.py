@@ -307,14 +307,39 @@ def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
     _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold)
 
 
+def _rows_folding_after_append(num_committed, x_buf, slots, batch, pad_slot_id, max_draft_tokens):
+    """Rows of a T=1 step whose slot folds in that step, and the cursors as they are after the append."""
+    L = x_buf.shape[2]
+    idx, valid = _resolve_rows(slots, batch, num_committed.shape[0], pad_slot_id, num_committed.device)
+    w = num_committed[idx].long()
+    valid = valid & (w >= 0) & (w + 1 <= L)
+    counts = num_committed.clone()
+    counts[idx[valid]] += 1
+    return idx, valid & (w + 1 + max_draft_tokens > L), counts
+
+
 def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
                 max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1):
     """T=1 decode: output from the read state + buffer + token, append, fold when the buffer is full.
-    Exactly verify(T=1) followed by commit(1). x, z, out (batch, H, P); dt (batch, H); B, C (batch, G, N)."""
+    x, z, out (batch, H, P); dt (batch, H); B, C (batch, G, N).
+
+    verify(T=1) followed by commit(1), with one difference: on a step that folds, the output comes
+    from the freshly folded full-precision state, y = S_new C + D x (the fused kernel reads the
+    checkpoint for the fold anyway, so this output is the more exact one and costs nothing)."""
     mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                   x[:, None], dt[:, None], A, B[:, None], C[:, None], out[:, None], D,
                   None if z is None else z[:, None], dt_bias, dt_softplus, slots, pad_slot_id)
+    idx, folding, counts = _rows_folding_after_append(num_committed, x_buf, slots, x.shape[0], pad_slot_id,
+                                                      max_draft_tokens)
+    if bool(folding.any()):
+        cd = _compute_dtype(checkpoint, x)
+        rows = folding.nonzero().flatten()
+        state = _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, counts, A, idx[rows], cd)
+        Ch = _expand_heads(C[rows].to(cd), checkpoint.shape[1], 1)
+        y = _mamba2_finish_output(torch.einsum("bhpn,bhn->bhp", state, Ch), x[rows].to(cd), D,
+                                  None if z is None else z[rows], cd)
+        out[rows] = y.to(out.dtype)
     ones = torch.ones(x.shape[0], dtype=torch.int32, device=x.device)
     mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, ones, A,
                   max_draft_tokens, slots, pad_slot_id)
@@ -531,10 +556,21 @@ def delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
 def delta_step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1):
-    """T=1 decode of GDN/KDA: exactly verify(T=1) followed by commit(1)."""
+    """T=1 decode of GDN/KDA: verify(T=1) followed by commit(1), except that on a step that folds the
+    output is o = S_new q from the freshly folded full-precision state (as in mamba2_step)."""
     delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                  q[:, None], k[:, None], v[:, None], a[:, None], b[:, None], A_log, dt_bias, out[:, None],
                  scale, use_qk_l2norm, slots, pad_slot_id)
+    idx, folding, counts = _rows_folding_after_append(num_committed, k_buf, slots, q.shape[0], pad_slot_id,
+                                                      max_draft_tokens)
+    if bool(folding.any()):
+        cd = _compute_dtype(checkpoint, q)
+        HV, K = checkpoint.shape[1], checkpoint.shape[3]
+        rows = folding.nonzero().flatten()
+        state = _delta_fold_state(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, counts, idx[rows],
+                                  use_qk_l2norm, read_copy is not None, cd)
+        qn = _expand_heads(_delta_keys(q[rows], use_qk_l2norm, cd) * (K ** -0.5 if scale is None else scale), HV, 1)
+        out[rows] = torch.einsum("bhvk,bhk->bhv", state, qn).to(out.dtype)
     ones = torch.ones(q.shape[0], dtype=torch.int32, device=q.device)
     delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                  ones, max_draft_tokens, use_qk_l2norm, slots, pad_slot_id)
