@@ -4,7 +4,12 @@ Two oracles: the rule written inline with IEEE divisions (the kernel's promise),
 replayssm_cuda.reference.make_read_copy (the package's spec and CPU path), run on CPU copies.
 """
 
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -214,82 +219,6 @@ def test_64bit_offsets():
     del ck_store, rc_store
 
 
-# ---- the package reference (the spec and the CPU path) ---------------------------------------------
-
-@pytest.mark.parametrize("reference_device", ["cpu", "cuda"])
-@pytest.mark.parametrize("copy_dtype", COPY_DTYPES, ids=_name)
-@pytest.mark.parametrize("ck_dtype", CHECKPOINT_DTYPES, ids=_name)
-def test_matches_package_reference(ck_dtype, copy_dtype, reference_device):
-    shape = (5, 4, 16, 128)
-    ck = make_checkpoint(shape, ck_dtype, seed=17, slot_gap=1)
-    rc, scale = make_outputs(shape, copy_dtype)
-    slots = torch.tensor([4, -1, 0, 2], device="cuda")
-    ref_rc = rc.to(reference_device, copy=True)
-    ref_scale = scale.to(reference_device, copy=True) if scale is not None else None
-    reference.make_read_copy(ck.to(reference_device), ref_rc, ref_scale, slots.to(reference_device), -1)
-    op(ck, rc, scale, slots, -1)
-    assert_bitwise(rc.cpu(), ref_rc.cpu(), f"read_copy vs reference on {reference_device}")
-    if scale is not None:
-        assert_bitwise(scale.cpu(), ref_scale.cpu(), f"read_scale vs reference on {reference_device}")
-
-
-# ---- CUDA graphs, torch.library, torch.compile ---------------------------------------------------
-
-@pytest.mark.parametrize("copy_dtype", COPY_DTYPES, ids=_name)
-def test_cuda_graph_replay_equals_eager(copy_dtype):
-    shape = (8, 4, 8, 128)
-    ck = make_checkpoint(shape, torch.float32, seed=23, slot_gap=1)
-    slots = torch.tensor([5, -1, 0, 7, 3], dtype=torch.int32, device="cuda")
-    rc, scale = make_outputs(shape, copy_dtype)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        op(ck, rc, scale, slots, -1)                  # warm-up outside the capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        op(ck, rc, scale, slots, -1)
-    for seed in (29, 31):
-        ck.copy_(make_checkpoint(shape, torch.float32, seed=seed))
-        slots.copy_(torch.tensor([seed % 8, 2, -1, 6, 1], dtype=torch.int32))
-        rc.view(torch.uint8).fill_(POISON_BYTE)
-        if scale is not None:
-            scale.fill_(POISON_SCALE)
-        eager_rc, eager_scale = make_outputs(shape, copy_dtype)
-        op(ck, eager_rc, eager_scale, slots, -1)
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_bitwise(rc, eager_rc, "read_copy, graph replay vs eager")
-        if scale is not None:
-            assert_bitwise(scale, eager_scale, "read_scale, graph replay vs eager")
-
-
-def test_opcheck():
-    shape = (3, 2, 4, 64)
-    ck = make_checkpoint(shape, torch.float32, seed=37)
-    for copy_dtype in COPY_DTYPES:
-        rc, scale = make_outputs(shape, copy_dtype)
-        slots = torch.tensor([2, -1, 0], device="cuda")
-        torch.library.opcheck(torch.ops.replayssm.make_read_copy.default, (ck, rc, scale, slots, -1))
-
-
-def test_torch_compile_fullgraph():
-    shape = (3, 2, 4, 64)
-    ck = make_checkpoint(shape, torch.float32, seed=41)
-    slots = torch.tensor([2, -1, 0], device="cuda")
-
-    @torch.compile(fullgraph=True)
-    def refresh(ck, rc, scale, slots):
-        op(ck, rc, scale, slots, -1)
-
-    rc, scale = make_outputs(shape, FP8)
-    want_rc, want_scale = make_outputs(shape, FP8)
-    op(ck, want_rc, want_scale, slots, -1)
-    refresh(ck, rc, scale, slots)
-    assert_bitwise(rc, want_rc, "read_copy under torch.compile")
-    assert_bitwise(scale, want_scale, "read_scale under torch.compile")
-
-
 # ---- bad inputs: a RuntimeError that names the argument ------------------------------------------
 
 def _good(copy_dtype=FP8):
@@ -355,3 +284,128 @@ def test_read_copy_aliasing_checkpoint_is_rejected():
     ck = torch.randn(2, 2, 2, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match=re.escape("make_read_copy: read_copy must not share memory with checkpoint")):
         op(ck, ck, None, None, -1)
+
+
+# ---- the package reference (the spec and the CPU path) ---------------------------------------------
+
+@pytest.mark.parametrize("reference_device", ["cpu", "cuda"])
+@pytest.mark.parametrize("copy_dtype", COPY_DTYPES, ids=_name)
+@pytest.mark.parametrize("ck_dtype", CHECKPOINT_DTYPES, ids=_name)
+def test_matches_package_reference(ck_dtype, copy_dtype, reference_device):
+    shape = (5, 4, 16, 128)
+    ck = make_checkpoint(shape, ck_dtype, seed=17, slot_gap=1)
+    rc, scale = make_outputs(shape, copy_dtype)
+    slots = torch.tensor([4, -1, 0, 2], device="cuda")
+    ref_rc = rc.to(reference_device, copy=True)
+    ref_scale = scale.to(reference_device, copy=True) if scale is not None else None
+    reference.make_read_copy(ck.to(reference_device), ref_rc, ref_scale, slots.to(reference_device), -1)
+    op(ck, rc, scale, slots, -1)
+    assert_bitwise(rc.cpu(), ref_rc.cpu(), f"read_copy vs reference on {reference_device}")
+    if scale is not None:
+        assert_bitwise(scale.cpu(), ref_scale.cpu(), f"read_scale vs reference on {reference_device}")
+
+
+# ---- CUDA graphs ---------------------------------------------------
+
+@pytest.mark.parametrize("copy_dtype", COPY_DTYPES, ids=_name)
+def test_cuda_graph_replay_equals_eager(copy_dtype):
+    shape = (8, 4, 8, 128)
+    ck = make_checkpoint(shape, torch.float32, seed=23, slot_gap=1)
+    slots = torch.tensor([5, -1, 0, 7, 3], dtype=torch.int32, device="cuda")
+    rc, scale = make_outputs(shape, copy_dtype)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        op(ck, rc, scale, slots, -1)                  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op(ck, rc, scale, slots, -1)
+    for seed in (29, 31):
+        ck.copy_(make_checkpoint(shape, torch.float32, seed=seed))
+        slots.copy_(torch.tensor([seed % 8, 2, -1, 6, 1], dtype=torch.int32))
+        rc.view(torch.uint8).fill_(POISON_BYTE)
+        if scale is not None:
+            scale.fill_(POISON_SCALE)
+        eager_rc, eager_scale = make_outputs(shape, copy_dtype)
+        op(ck, eager_rc, eager_scale, slots, -1)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_bitwise(rc, eager_rc, "read_copy, graph replay vs eager")
+        if scale is not None:
+            assert_bitwise(scale, eager_scale, "read_scale, graph replay vs eager")
+
+
+# ---- torch.library opcheck and torch.compile, each in a fresh interpreter --------------------------
+# Both leave caches and reference cycles behind; a crash in their teardown must not take the rest of the
+# suite down, and each check ends by asserting the op still raises cleanly afterwards.
+
+ISOLATED_PRELUDE = """
+import gc
+import torch
+import replayssm_cuda._extension  # importing _C registers torch.ops.replayssm
+op = torch.ops.replayssm.make_read_copy
+FP8 = torch.float8_e4m3fn
+
+def still_raises_cleanly():
+    gc.collect()
+    ck = torch.randn(4, 3, 5, 64, device="cuda")
+    rc = torch.empty(4, 3, 5, 64, dtype=FP8, device="cuda")
+    try:
+        op(ck[0], rc, torch.empty(4, 3, 5, device="cuda"), None, -1)
+    except RuntimeError as e:
+        assert "checkpoint must be 4-D" in str(e), str(e)
+    else:
+        raise AssertionError("a 3-D checkpoint was accepted")
+"""
+
+
+def run_isolated(body: str) -> str:
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", ISOLATED_PRELUDE + textwrap.dedent(body)], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (f"exit status {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n"
+                                  f"--- stderr\n{proc.stderr[-6000:]}")
+    return proc.stdout
+
+
+def test_opcheck():
+    run_isolated("""
+        shape = (3, 2, 4, 64)
+        ck = torch.randn(shape, device="cuda")
+        slots = torch.tensor([2, -1, 0], device="cuda")
+        for copy_dtype in (torch.bfloat16, torch.float16):
+            rc = torch.empty(shape, dtype=copy_dtype, device="cuda")
+            torch.library.opcheck(op.default, (ck, rc, None, slots, -1))
+        # opcheck's test_schema compares tensors with arithmetic float8 does not implement.
+        rc = torch.empty(shape, dtype=FP8, device="cuda")
+        scale = torch.empty(3, 2, 4, device="cuda")
+        torch.library.opcheck(op.default, (ck, rc, scale, slots, -1),
+                              test_utils=("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"))
+        still_raises_cleanly()
+    """)
+
+
+def test_torch_compile_fullgraph():
+    run_isolated("""
+        shape = (3, 2, 4, 64)
+        ck = torch.randn(shape, device="cuda")
+        slots = torch.tensor([2, -1, 0], device="cuda")
+
+        @torch.compile(fullgraph=True)
+        def refresh(ck, rc, scale, slots):
+            op(ck, rc, scale, slots, -1)
+
+        def outputs():
+            rc = torch.zeros(shape, dtype=FP8, device="cuda")
+            return rc, torch.full((3, 2, 4), -1.0, device="cuda")
+
+        rc, scale = outputs()
+        want_rc, want_scale = outputs()
+        op(ck, want_rc, want_scale, slots, -1)
+        refresh(ck, rc, scale, slots)
+        assert torch.equal(rc.view(torch.uint8), want_rc.view(torch.uint8)), "read_copy under torch.compile"
+        assert torch.equal(scale.view(torch.int32), want_scale.view(torch.int32)), "read_scale under torch.compile"
+        still_raises_cleanly()
+    """)
