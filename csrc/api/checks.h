@@ -1,23 +1,41 @@
 // Argument checks shared by the API layer. Every message has the form
 //   "<op>: <argument> must <expectation>, got <what was given>"
 // so a caller can tell which tensor is wrong and how.
+//
+// Messages are built with std::string and std::to_string only, never with iostreams (c10::str with
+// numbers): on the H200 build machine an extension compiled with its /opt/gcc toolchain segfaulted
+// the first time a check formatted an integer through an ostream, while string-only messages worked.
+// Each check is its own inline function, so every throw comes from the same kind of frame.
 #pragma once
 
-#include <sstream>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
 
 namespace replayssm::checks {
 
+inline std::string piece(const std::string& s) { return s; }
+inline std::string piece(const char* s) { return s; }
+inline std::string piece(int64_t v) { return std::to_string(v); }
+inline std::string piece(int v) { return std::to_string(v); }
+
+// Concatenates strings and integers into one message.
+template <typename... Parts>
+std::string cat(const Parts&... parts) {
+  std::string out;
+  ((out += piece(parts)), ...);
+  return out;
+}
+
 inline std::string shape_str(c10::IntArrayRef sizes) {
-  std::ostringstream out;
-  out << "(";
-  for (size_t i = 0; i < sizes.size(); ++i) out << (i ? ", " : "") << sizes[i];
-  out << (sizes.size() == 1 ? ",)" : ")");
-  return out.str();
+  std::string out = "(";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + (sizes.size() == 1 ? ",)" : ")");
 }
 
 // torch's Python spelling (torch.float32, ...), which is what the caller wrote.
@@ -39,40 +57,96 @@ inline std::string dtype_str(at::ScalarType t) {
   }
 }
 
+// "float32, bfloat16 or float16"
+inline std::string dtype_list(std::initializer_list<at::ScalarType> dtypes) {
+  std::string out;
+  size_t i = 0;
+  for (at::ScalarType t : dtypes) {
+    out += (i == 0 ? "" : (i + 1 == dtypes.size() ? " or " : ", ")) + dtype_str(t);
+    ++i;
+  }
+  return out;
+}
+
 inline void cuda(const char* op, const char* name, const at::Tensor& t) {
-  TORCH_CHECK(t.is_cuda(), op, ": ", name, " must be a CUDA tensor, got a tensor on ", t.device().str());
+  TORCH_CHECK(t.is_cuda(), cat(op, ": ", name, " must be a CUDA tensor, got a tensor on ", t.device().str()));
 }
 
 inline void same_device(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
                         const at::Tensor& ref) {
-  TORCH_CHECK(t.device() == ref.device(), op, ": ", name, " must be on the same device as ", ref_name, " (",
-              ref.device().str(), "), got ", t.device().str());
+  TORCH_CHECK(t.device() == ref.device(), cat(op, ": ", name, " must be on the same device as ", ref_name, " (",
+                                              ref.device().str(), "), got ", t.device().str()));
+}
+
+// layout names the dimensions, e.g. "(num_slots, heads, rows, cols)".
+inline void dims(const char* op, const char* name, const at::Tensor& t, int64_t ndim, const char* layout) {
+  TORCH_CHECK(t.dim() == ndim, cat(op, ": ", name, " must be ", ndim, "-D ", layout, ", got ", t.dim(),
+                                   "-D with shape ", shape_str(t.sizes())));
+}
+
+inline void dtype_in(const char* op, const char* name, const at::Tensor& t,
+                     std::initializer_list<at::ScalarType> allowed) {
+  bool ok = false;
+  for (at::ScalarType a : allowed) ok = ok || t.scalar_type() == a;
+  TORCH_CHECK(ok, cat(op, ": ", name, " must have dtype ", dtype_list(allowed), ", got ", dtype_str(t.scalar_type())));
+}
+
+// what names the dimension, e.g. "last dim (cols)".
+inline void size_in(const char* op, const char* name, const at::Tensor& t, int64_t dim, const char* what,
+                    int64_t lo, int64_t hi) {
+  const int64_t size = t.size(dim);
+  TORCH_CHECK(size >= lo && size <= hi, cat(op, ": ", name, " ", what, " must be in [", lo, ", ", hi, "], got ",
+                                            size, " in shape ", shape_str(t.sizes())));
 }
 
 inline void last_dim_contiguous(const char* op, const char* name, const at::Tensor& t) {
-  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, op, ": ", name,
-              " must have a contiguous last dimension (stride 1), got strides ", shape_str(t.strides()),
-              " for shape ", shape_str(t.sizes()));
+  TORCH_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1,
+              cat(op, ": ", name, " must have a contiguous last dimension (stride 1), got strides ",
+                  shape_str(t.strides()), " for shape ", shape_str(t.sizes())));
 }
 
 inline void same_shape(const char* op, const char* name, const at::Tensor& t, const char* ref_name,
                        c10::IntArrayRef expected) {
-  TORCH_CHECK(t.sizes() == expected, op, ": ", name, " must have the same shape as ", ref_name, " ",
-              shape_str(expected), ", got ", shape_str(t.sizes()));
+  TORCH_CHECK(t.sizes() == expected, cat(op, ": ", name, " must have the same shape as ", ref_name, " ",
+                                         shape_str(expected), ", got ", shape_str(t.sizes())));
+}
+
+// layout names the dimensions, e.g. "(num_slots, heads, rows)".
+inline void shape_is(const char* op, const char* name, const at::Tensor& t, const char* layout,
+                     c10::IntArrayRef expected) {
+  TORCH_CHECK(t.sizes() == expected, cat(op, ": ", name, " must have shape ", layout, " = ", shape_str(expected),
+                                         ", got ", shape_str(t.sizes())));
+}
+
+// An optional argument that must be given; `expected` says what it must be.
+inline void given(const char* op, const char* name, bool has_value, const std::string& when,
+                  const std::string& expected) {
+  TORCH_CHECK(has_value, cat(op, ": ", name, " is required when ", when, " (", expected, "), got None"));
+}
+
+// An optional argument that must be None; `why` says why.
+inline void none(const char* op, const char* name, const std::optional<at::Tensor>& t, const std::string& when,
+                 const std::string& why) {
+  TORCH_CHECK(!t.has_value(), cat(op, ": ", name, " must be None when ", when, " (", why,
+                                  "), got a tensor of shape ", t.has_value() ? shape_str(t->sizes()) : ""));
 }
 
 // Outputs must not write one element twice (expanded / stride-0 views) nor alias an input.
 inline void writable(const char* op, const char* name, const at::Tensor& t) {
-  TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes, op, ": ", name,
-              " must not have overlapping elements (e.g. an expanded view), got strides ", shape_str(t.strides()),
-              " for shape ", shape_str(t.sizes()));
+  TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes,
+              cat(op, ": ", name, " must not have overlapping elements (e.g. an expanded view), got strides ",
+                  shape_str(t.strides()), " for shape ", shape_str(t.sizes())));
 }
 
 inline void no_overlap(const char* op, const char* name, const at::Tensor& t, const char* other_name,
                        const at::Tensor& other) {
   const auto status = at::get_overlap_status(t, other);
-  TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial, op, ": ", name,
-              " must not share memory with ", other_name, ", got overlapping tensors");
+  TORCH_CHECK(status != at::MemOverlapStatus::Full && status != at::MemOverlapStatus::Partial,
+              cat(op, ": ", name, " must not share memory with ", other_name, ", got overlapping tensors"));
+}
+
+inline void launched(const char* op, cudaError_t err) {
+  TORCH_CHECK(err == cudaSuccess, cat(op, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
 }
 
 }  // namespace replayssm::checks
