@@ -122,8 +122,11 @@ def make_read_copy(checkpoint, read_copy, read_scale=None, slots=None, pad_slot_
         amax = x.abs().amax(dim=-1)
         nonzero = amax > 0
         one = torch.ones_like(amax)
-        inv = torch.where(nonzero, FP8_E4M3_MAX / amax, one)
-        scale = torch.where(nonzero, amax / FP8_E4M3_MAX, one)
+        # IEEE divisions on every device: `448.0 / t` would be reciprocal(t) * 448 and, on CUDA,
+        # `t / 448.0` a multiplication by 1/448; the kernels divide.
+        fp8_max = torch.full_like(amax, FP8_E4M3_MAX)
+        inv = torch.where(nonzero, fp8_max / amax, one)
+        scale = torch.where(nonzero, amax / fp8_max, one)
         _scatter(read_copy, idx, (x * inv[..., None]).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX))
         read_scale[idx] = scale
     elif read_copy.dtype == torch.float16:
