@@ -1,0 +1,92 @@
+// Mamba-2 decode kernels: the conventional update (our baseline and the L=1 path) and the ReplaySSM
+// step (replay-read + append, with the fold fused into the step that fills the buffer).
+// Host-safe header: the API layer fills Mamba2Params and calls the launchers.
+//
+//   tensor          shape                   dtype                      meaning
+//   checkpoint      (slots, H, P, N)        fp32 / bf16 / fp16         state after the last fold (update: the state)
+//   read_copy       (slots, H, P, N)        bf16 / fp16 / fp8-e4m3     low-precision copy the reads use, or null
+//   read_scale      (slots, H, P)           fp32                       fp8 read copy only
+//   x_buf           (slots, H, L, P)        activation                 buffered inputs since the checkpoint
+//   B_buf           (slots, G, L, N)        activation
+//   dt_buf          (slots, H, L)           fp32                       buffered dt after bias and softplus
+//   num_committed   (slots,)                int32                      committed buffer entries per slot
+//   x, z, out       (batch, H, P)           activation                 z optional
+//   dt              (batch, H)              activation or fp32
+//   B, C            (batch, G, N)           activation
+//   A, D, dt_bias   (H,)                    fp32                       D, dt_bias optional
+//
+// Exactness: fp32 arithmetic throughout, no fast math; the fold is plain FFMA in fp32, so an fp32
+// checkpoint stays at fp32 rounding level however many folds it sees.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "dtype.h"
+
+namespace replayssm {
+
+// The (head_dim, state_dim) pairs compiled; the API layer rejects others with this list in the message.
+#define REPLAYSSM_MAMBA2_SHAPES "(P, N) in {64, 80, 128} x {64, 128}"
+constexpr int kMamba2MaxBufferLen = 64;
+
+struct Mamba2Params {
+  // ---- cache (strides in elements; slot strides may be anything: strided pools) ----
+  void* checkpoint;
+  DType checkpoint_dtype;
+  int64_t ck_slot_stride, ck_head_stride, ck_row_stride;
+  void* read_copy;  // nullptr: reads use the checkpoint
+  DType read_copy_dtype;
+  int64_t rc_slot_stride, rc_head_stride, rc_row_stride;
+  float* read_scale;  // fp8 read copy only
+  int64_t rs_slot_stride, rs_head_stride;
+  void* x_buf;  // step only
+  int64_t xb_slot_stride, xb_head_stride, xb_entry_stride;
+  void* B_buf;
+  int64_t Bb_slot_stride, Bb_group_stride, Bb_entry_stride;
+  float* dt_buf;
+  int64_t dtb_slot_stride, dtb_head_stride;
+  int32_t* num_committed;  // step only; also carries the per-launch head tickets in bits 16..30
+  int32_t buffer_len;
+  int32_t max_draft_tokens;
+
+  // ---- per-row inputs and output ----
+  const void* x;
+  int64_t x_row_stride, x_head_stride;
+  const void* dt;
+  DType dt_dtype;
+  int64_t dt_row_stride, dt_head_stride;
+  const void* B;
+  int64_t B_row_stride, B_group_stride;
+  const void* C;
+  int64_t C_row_stride, C_group_stride;
+  const void* z;  // nullptr: no gate
+  int64_t z_row_stride, z_head_stride;
+  void* out;
+  int64_t out_row_stride, out_head_stride;
+  DType act_dtype;  // x, B, C, z, out, x_buf, B_buf
+
+  // ---- per-head weights ----
+  const float* A;
+  const float* D;        // nullptr: no skip term
+  const float* dt_bias;  // nullptr: no bias
+  bool dt_softplus;
+
+  // ---- rows -> slots ----
+  const void* slots;  // nullptr: row r uses slot r
+  DType slots_dtype;
+  int64_t slots_stride;
+  int64_t pad_slot_id;
+
+  int64_t num_slots;
+  int32_t batch, heads, groups, head_dim, state_dim;
+};
+
+// Conventional T=1 update of `checkpoint` (the state), one launch.
+cudaError_t launch_mamba2_update(const Mamba2Params& params, cudaStream_t stream);
+
+// ReplaySSM T=1 step, one launch: output, append, and the fold where the buffer fills.
+cudaError_t launch_mamba2_step(const Mamba2Params& params, cudaStream_t stream);
+
+}  // namespace replayssm

@@ -1,0 +1,193 @@
+// Device building blocks shared by the Mamba-2 kernels: how a CTA of 256 threads covers one head's
+// (P, N) state tile, 4-element state vectors of every storage type, and the small math helpers.
+//
+// Thread mapping: a state row (N elements) is covered by N/4 consecutive lanes holding 4 elements
+// each (32 lanes for N=128, 16 for N=64); the CTA covers 256/(N/4) rows per pass and each thread
+// keeps kRowsPerThread rows in registers. All of a thread's state loads are issued before any is
+// used, so a CTA has P*N*sizeof(state) bytes in flight.
+#pragma once
+
+#include <cstdint>
+
+#include "common.cuh"
+#include "mamba2.cuh"
+
+namespace replayssm {
+namespace mamba2 {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 4;
+
+template <int kP, int kN>
+struct TileShape {
+  static constexpr int P = kP;
+  static constexpr int N = kN;
+  static constexpr int kLanesPerRow = kN / kVec;
+  static constexpr int kRowsPerPass = kThreads / kLanesPerRow;
+  static constexpr int kRowsPerThread = kP / kRowsPerPass;
+  static_assert(kN == 64 || kN == 128, "state_dim must be 64 or 128");
+  static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a state row must sit inside one warp");
+  static_assert(kP % kRowsPerPass == 0, "head_dim must be a multiple of the rows one pass covers");
+
+  __device__ static int lane_in_row() { return threadIdx.x % kLanesPerRow; }
+  __device__ static int first_row() { return threadIdx.x / kLanesPerRow; }
+  __device__ static int row(int r) { return first_row() + r * kRowsPerPass; }
+  __device__ static int col0() { return lane_in_row() * kVec; }
+};
+
+// Sum over the kLanes lanes that share a state row (an aligned group inside the warp).
+template <int kLanes>
+__device__ __forceinline__ float row_sum(float v) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+template <int kLanes>
+__device__ __forceinline__ float row_max_keep_nan(float v) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v = max_keep_nan(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// ---- 4-element state vectors: raw storage (so loads can all be in flight) and conversions ---------
+
+template <DType T> struct Vec4;
+
+template <> struct Vec4<DType::kFloat32> {
+  using Raw = float4;
+  __device__ static Raw load(const void* base, int64_t offset) {
+    return __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(base) + offset));
+  }
+  __device__ static void to_float(const Raw& r, float (&v)[4]) { v[0] = r.x; v[1] = r.y; v[2] = r.z; v[3] = r.w; }
+  __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + offset) = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  // The value a store followed by a load gives back.
+  __device__ static float round_trip(float v) { return v; }
+};
+
+template <> struct Vec4<DType::kBFloat16> {
+  using Raw = uint2;
+  __device__ static Raw load(const void* base, int64_t offset) {
+    return __ldg(reinterpret_cast<const uint2*>(static_cast<const __nv_bfloat16*>(base) + offset));
+  }
+  __device__ static void to_float(const Raw& r, float (&v)[4]) {
+    const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&r);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(h[i]);
+  }
+  __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
+    uint2 raw;
+    __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
+    h2[0] = __floats2bfloat162_rn(v[0], v[1]);
+    h2[1] = __floats2bfloat162_rn(v[2], v[3]);
+    *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(base) + offset) = raw;
+  }
+  __device__ static float round_trip(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+};
+
+template <> struct Vec4<DType::kFloat16> {
+  using Raw = uint2;
+  __device__ static Raw load(const void* base, int64_t offset) {
+    return __ldg(reinterpret_cast<const uint2*>(static_cast<const __half*>(base) + offset));
+  }
+  __device__ static void to_float(const Raw& r, float (&v)[4]) {
+    const __half* h = reinterpret_cast<const __half*>(&r);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = __half2float(h[i]);
+  }
+  __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
+    uint2 raw;
+    __half* h = reinterpret_cast<__half*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = from_float_fp16(v[i]);
+    *reinterpret_cast<uint2*>(static_cast<__half*>(base) + offset) = raw;
+  }
+  __device__ static float round_trip(float v) { return __half2float(from_float_fp16(v)); }
+};
+
+template <> struct Vec4<DType::kFloat8E4M3> {
+  using Raw = uint32_t;
+  __device__ static Raw load(const void* base, int64_t offset) {
+    return __ldg(reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(base) + offset));
+  }
+  __device__ static void to_float(const Raw& r, float (&v)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>((r >> (8 * i)) & 0xffu), __NV_E4M3);
+      v[i] = __half2float(__half(h));
+    }
+  }
+  // `v` must already be scaled and clamped to +-448.
+  __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
+    uint32_t raw = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) raw |= static_cast<uint32_t>(from_float_fp8_e4m3(v[i])) << (8 * i);
+    *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + offset) = raw;
+  }
+};
+
+// ---- activations: one element or 4 consecutive ones, any of bf16 / fp16 ----------------------------
+
+template <DType T>
+__device__ __forceinline__ float load_act(const void* base, int64_t offset) {
+  using S = typename Storage<T>::type;
+  return to_float(__ldg(static_cast<const S*>(base) + offset));
+}
+
+template <DType T>
+__device__ __forceinline__ void store_act(void* base, int64_t offset, float v) {
+  using S = typename Storage<T>::type;
+  if constexpr (T == DType::kBFloat16) {
+    static_cast<S*>(base)[offset] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<S*>(base)[offset] = __float2half_rn(v);
+  }
+}
+
+template <DType T>
+__device__ __forceinline__ void load_act4(const void* base, int64_t offset, float (&v)[4]) {
+  Vec4<T>::to_float(Vec4<T>::load(base, offset), v);
+}
+
+// torch.nn.functional.softplus (beta 1, threshold 20).
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float load_dt(const Mamba2Params& p, int row, int head) {
+  const int64_t off = row * p.dt_row_stride + head * p.dt_head_stride;
+  float dt;
+  switch (p.dt_dtype) {
+    case DType::kFloat32: dt = __ldg(static_cast<const float*>(p.dt) + off); break;
+    case DType::kBFloat16: dt = load_act<DType::kBFloat16>(p.dt, off); break;
+    default: dt = load_act<DType::kFloat16>(p.dt, off); break;
+  }
+  if (p.dt_bias != nullptr) dt += __ldg(p.dt_bias + head);
+  return p.dt_softplus ? softplus(dt) : dt;
+}
+
+// Slot of batch row `row`, or -1 when the row touches nothing (pad id or out of range).
+__device__ __forceinline__ int64_t resolve_slot(const Mamba2Params& p, int row) {
+  const int64_t slot = p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
+  return (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) ? -1 : slot;
+}
+
+// y = y + D x, then y *= silu(z): the epilogue both kernels share (one lane per state row).
+template <DType kAct>
+__device__ __forceinline__ void write_output(const Mamba2Params& p, int row, int head, int pr, float y, float x) {
+  if (p.D != nullptr) y += __ldg(p.D + head) * x;
+  if (p.z != nullptr) y *= silu(load_act<kAct>(p.z, row * p.z_row_stride + head * p.z_head_stride + pr));
+  store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
+}
+
+// Zero output for a row that touches nothing.
+template <DType kAct>
+__device__ __forceinline__ void write_zero_output(const Mamba2Params& p, int row, int head) {
+  for (int pr = threadIdx.x; pr < p.head_dim; pr += blockDim.x) {
+    store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, 0.0f);
+  }
+}
+
+}  // namespace mamba2
+}  // namespace replayssm
