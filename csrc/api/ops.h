@@ -11,12 +11,33 @@
 #define REPLAYSSM_CUDA_OPS(X)                                                                      \
   X(make_read_copy,                                                                                \
     "make_read_copy(Tensor checkpoint, Tensor(a!) read_copy, Tensor(b!)? read_scale, Tensor? slots, " \
-    "int pad_slot_id) -> ()")
+    "int pad_slot_id) -> ()")                                                                     \
+  X(mamba2_update,                                                                                 \
+    "mamba2_update(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(b!) out, " \
+    "Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, int pad_slot_id) -> ()") \
+  X(mamba2_step,                                                                                   \
+    "mamba2_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) x_buf, " \
+    "Tensor(e!) B_buf, Tensor(f!) dt_buf, Tensor(g!) num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
+    "Tensor C, Tensor(h!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, int max_draft_tokens, " \
+    "Tensor? slots, int pad_slot_id) -> ()")
 
 namespace replayssm {
 
 void make_read_copy(const at::Tensor& checkpoint, const at::Tensor& read_copy,
                     const std::optional<at::Tensor>& read_scale, const std::optional<at::Tensor>& slots,
                     int64_t pad_slot_id);
+
+void mamba2_update(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                   const at::Tensor& B, const at::Tensor& C, const at::Tensor& out, const std::optional<at::Tensor>& D,
+                   const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                 const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
+                 const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& x, const at::Tensor& dt,
+                 const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const at::Tensor& out,
+                 const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
+                 const std::optional<at::Tensor>& dt_bias, bool dt_softplus, int64_t max_draft_tokens,
+                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
 
 }  // namespace replayssm
