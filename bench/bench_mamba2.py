@@ -1,0 +1,221 @@
+"""Mamba-2 decode benchmark on one GPU: our conventional update vs the ReplaySSM step.
+
+Method (SPEC.md section 8): every timed region is a CUDA-graph replay; state pools rotate over enough
+slot groups that each step touches slots the previous steps did not (well over 4 x 60 MB of state,
+so L2 is cold); replay figures cover whole L-step cycles, fold steps included; medians of repeated
+replays. The device-to-device copy bandwidth is measured in the same run and every figure is also
+given as a fraction of it.
+
+Byte model (per batch row; H heads, G groups, P x N state, L buffer length, w = cursor before the step):
+    inputs / outputs   x, z, out: 3 H P a;  B, C: 2 G N a;  dt: H a            (a = activation bytes)
+    conventional       read + write the state: 2 H P N s                      (s = checkpoint bytes)
+    replay step        read the read copy (or checkpoint): H P N r;  read w buffer entries and append one:
+                       (w + 1) (H P a + G N a + 4 H)
+    fold step          read + write the checkpoint, write the read copy (+ fp8 scales):
+                       H P N (2 s + r) + 4 H P [fp8];  read w entries: w (H P a + G N a + 4 H)
+A cycle is L steps: w = 0 .. L-1 with the fold at w = L - max_draft_tokens (here L - 1).
+
+    python bench/bench_mamba2.py                       # full table
+    python bench/bench_mamba2.py --batches 256 --dims nano4b
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+
+import torch
+
+from replayssm_cuda import ops
+
+DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8)}
+L2_BYTES = 60 * 2**20
+COLD_FACTOR = 4          # rotate over at least this many L2s worth of state
+
+
+def measure_copy_bandwidth() -> float:
+    """Bytes read + written per second of a 1 GiB device-to-device copy (median of 20)."""
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(25):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * src.numel() / statistics.median(times[5:])
+
+
+@dataclass
+class Setup:
+    H: int
+    P: int
+    N: int
+    G: int
+    batch: int
+    L: int
+    act: torch.dtype = torch.bfloat16
+
+    @property
+    def state_elems(self):
+        return self.H * self.P * self.N
+
+    def io_bytes(self):
+        a = torch.finfo(self.act).bits // 8
+        return self.batch * (3 * self.H * self.P * a + 2 * self.G * self.N * a + self.H * a)
+
+    def entry_bytes(self):
+        a = torch.finfo(self.act).bits // 8
+        return self.batch * (self.H * self.P * a + self.G * self.N * a + 4 * self.H)
+
+    def groups(self, bytes_per_slot):
+        """Slot groups to rotate over so the state touched is well over L2 (at least 2 groups)."""
+        return max(2, math.ceil(COLD_FACTOR * L2_BYTES / (self.batch * bytes_per_slot)))
+
+
+def make_inputs(s: Setup, steps: int):
+    """Distinct random inputs for every step of a graph (never zeros)."""
+    out = []
+    for _ in range(steps):
+        x = torch.randn(s.batch, s.H, s.P, device="cuda").to(s.act)
+        dt = (0.5 * torch.randn(s.batch, s.H, device="cuda")).to(s.act)
+        B = torch.randn(s.batch, s.G, s.N, device="cuda").to(s.act)
+        C = torch.randn(s.batch, s.G, s.N, device="cuda").to(s.act)
+        z = torch.randn(s.batch, s.H, s.P, device="cuda").to(s.act)
+        out.append((x, dt, B, C, z))
+    return out
+
+
+def weights(s: Setup):
+    A = -(0.5 + torch.rand(s.H, device="cuda"))
+    return A, torch.randn(s.H, device="cuda"), 0.1 * torch.randn(s.H, device="cuda")
+
+
+def time_graph(record_steps, replays=15, before_replay=None) -> float:
+    """Capture record_steps() into a CUDA graph; return the median replay time in seconds."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        record_steps()                      # warm-up (module load, first launches) outside the graph
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        record_steps()
+    times = []
+    for _ in range(replays + 3):
+        if before_replay is not None:
+            before_replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del graph
+    return statistics.median(times[3:])
+
+
+def bench_conventional(s: Setup):
+    """Seconds per step of mamba2_update (fp32 state) and the bytes it moves per step."""
+    k = s.groups(s.state_elems * 4)
+    state = torch.randn(k * s.batch, s.H, s.P, s.N, device="cuda") * 0.1
+    A, D, dt_bias = weights(s)
+    inputs = make_inputs(s, k)
+    slots = [torch.arange(g * s.batch, (g + 1) * s.batch, device="cuda", dtype=torch.int32) for g in range(k)]
+    out = torch.empty(s.batch, s.H, s.P, device="cuda", dtype=s.act)
+
+    def steps():
+        for g in range(k):
+            x, dt, B, C, z = inputs[g]
+            torch.ops.replayssm.mamba2_update(state, x, dt, A, B, C, out, D, z, dt_bias, True, slots[g], -1)
+
+    t = time_graph(steps) / k
+    return t, s.batch * 2 * s.state_elems * 4 + s.io_bytes()
+
+
+def bench_replay(s: Setup, read_copy_dtype, phase=None):
+    """Seconds per step of mamba2_step (fp32 checkpoint) over whole L-step cycles (phase None), or of
+    steps at one cursor position (phase = w, cursors reset before every replay). Returns (s, bytes)."""
+    r_bytes = {None: 4, torch.bfloat16: 2, torch.float16: 2, torch.float8_e4m3fn: 1}[read_copy_dtype]
+    k = s.groups(s.state_elems * 4)
+    S = k * s.batch
+    ck = torch.randn(S, s.H, s.P, s.N, device="cuda") * 0.1
+    rc = rs = None
+    if read_copy_dtype is not None:
+        rc = torch.empty(S, s.H, s.P, s.N, device="cuda", dtype=read_copy_dtype)
+        rs = torch.empty(S, s.H, s.P, device="cuda") if read_copy_dtype == torch.float8_e4m3fn else None
+        ops.make_read_copy(ck, rc, rs, backend="cuda")
+    x_buf = torch.randn(S, s.H, s.L, s.P, device="cuda").to(s.act)
+    B_buf = torch.randn(S, s.G, s.L, s.N, device="cuda").to(s.act)
+    dt_buf = torch.rand(S, s.H, s.L, device="cuda") * 0.1
+    cursors = torch.zeros(S, dtype=torch.int32, device="cuda")
+    A, D, dt_bias = weights(s)
+    per_graph = k * (s.L if phase is None else 1)
+    inputs = make_inputs(s, per_graph)
+    slots = [torch.arange(g * s.batch, (g + 1) * s.batch, device="cuda", dtype=torch.int32) for g in range(k)]
+    out = torch.empty(s.batch, s.H, s.P, device="cuda", dtype=s.act)
+
+    def steps():
+        for i in range(per_graph):
+            x, dt, B, C, z = inputs[i]
+            torch.ops.replayssm.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, out, D, z,
+                                            dt_bias, True, 1, slots[i % k], -1)
+
+    reset = None if phase is None else (lambda: cursors.fill_(phase))
+    t = time_graph(steps, before_replay=reset) / per_graph
+
+    def step_bytes(w):
+        fold = w + 1 >= s.L
+        state = s.batch * s.state_elems * ((8 + r_bytes) if fold and rc is not None else 8 if fold else r_bytes)
+        scales = 4 * s.batch * s.H * s.P if fold and read_copy_dtype == torch.float8_e4m3fn else 0
+        entries = w if fold else w + 1
+        return state + scales + entries * s.entry_bytes() + s.io_bytes()
+
+    ws = range(s.L) if phase is None else [phase]
+    return t, sum(step_bytes(w) for w in ws) / len(ws)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dims", nargs="*", default=list(DIMS))
+    parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 32, 64, 128, 256, 512])
+    parser.add_argument("--buffer-len", type=int, default=16)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_mamba2: needs a CUDA GPU", file=sys.stderr)
+        return 1
+    torch.manual_seed(0)
+    name = torch.cuda.get_device_name()
+    bw = measure_copy_bandwidth()
+    print(f"# {name}; device-to-device copy: {bw / 1e12:.2f} TB/s (read + write); L = {args.buffer_len}; "
+          f"bf16 activations, z gate, D, dt_bias, softplus; fp32 checkpoint; CUDA-graph replay, cold L2, medians")
+    print("| dims | batch | kernel | us/step | GB/s | % copy BW | speedup vs conventional |")
+    print("|---|---|---|---|---|---|---|")
+    for dname in args.dims:
+        H, P, N, G = DIMS[dname]
+        for batch in args.batches:
+            s = Setup(H, P, N, G, batch, args.buffer_len)
+            t_conv, b_conv = bench_conventional(s)
+            rows = [("conventional update", t_conv, b_conv)]
+            for label, rc in [("replay cycle, no copy", None), ("replay cycle, bf16 copy", torch.bfloat16),
+                              ("replay cycle, fp8 copy", torch.float8_e4m3fn)]:
+                t, b = bench_replay(s, rc)
+                rows.append((label, t, b))
+            t, b = bench_replay(s, None, phase=s.L // 2)
+            rows.append((f"replay step at w={s.L // 2} (no fold), no copy", t, b))
+            t, b = bench_replay(s, None, phase=s.L - 1)
+            rows.append(("fold step (all rows), no copy", t, b))
+            for label, t, b in rows:
+                print(f"| {dname} | {batch} | {label} | {t * 1e6:.1f} | {b / t / 1e9:.0f} | "
+                      f"{100 * b / t / bw:.1f} | {t_conv / t:.2f}x |", flush=True)
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Every benchmark, one after the other; tables go to stdout and to $OUT/bench_*.md when OUT is set.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-./results}"
+mkdir -p "$OUT"
+python3 bench/bench_mamba2.py "$@" 2>&1 | tee "$OUT/bench_mamba2.md"

@@ -1,0 +1,239 @@
+"""Compiled Mamba-2 ops (mamba2_update, mamba2_step) against the fp64 reference, on the reference
+dims (nano4b: H=96 P=80 N=128 G=8; super120b: H=128 P=64 N=128 G=8) and odd ones (3 heads per group,
+N=64, batch 1), over several fold cycles; pads, unnamed slots, strided pools, CUDA graphs, bad input."""
+
+import pytest
+import torch
+
+from replayssm_cuda import Mamba2Cache, Mamba2Weights, ops
+
+FP8 = torch.float8_e4m3fn
+# (H, P, N, G)
+NANO4B = (96, 80, 128, 8)
+SUPER120B = (128, 64, 128, 8)
+ODD = (24, 80, 64, 8)          # 3 heads per group
+SMALL = (8, 128, 64, 2)
+
+
+def rel_err(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def bits(t):
+    return t.view(torch.uint8) if t.dtype == FP8 else t.contiguous().view(torch.uint8)
+
+
+class Layer:
+    """Random weights and inputs of one Mamba-2 layer, on a device, with bf16/fp16 activations."""
+
+    def __init__(self, dims, act=torch.bfloat16, seed=0):
+        self.H, self.P, self.N, self.G = dims
+        self.act = act
+        self.gen = torch.Generator().manual_seed(seed)
+        H = self.H
+        self.A = -(0.5 + torch.rand(H, generator=self.gen))
+        self.D = torch.randn(H, generator=self.gen)
+        self.dt_bias = 0.1 * torch.randn(H, generator=self.gen)
+
+    def weights(self, device, dtype=torch.float32):
+        return Mamba2Weights(A=self.A.to(device, dtype), D=self.D.to(device, dtype),
+                             dt_bias=self.dt_bias.to(device, dtype), dt_softplus=True)
+
+    def inputs(self, batch):
+        g = self.gen
+        x = torch.randn(batch, self.H, self.P, generator=g)
+        dt = 0.5 * torch.randn(batch, self.H, generator=g)
+        B = torch.randn(batch, self.G, self.N, generator=g)
+        C = torch.randn(batch, self.G, self.N, generator=g)
+        z = torch.randn(batch, self.H, self.P, generator=g)
+        return [t.to(self.act) for t in (x, dt, B, C, z)]
+
+    def states(self, num_slots):
+        return 0.3 * torch.randn(num_slots, self.H, self.P, self.N, generator=self.gen, dtype=torch.float64)
+
+
+def gpu_cache(layer, num_slots, **kw):
+    return Mamba2Cache(num_slots, layer.H, layer.P, layer.N, layer.G, layer.weights("cuda"), device="cuda",
+                       activation_dtype=layer.act, backend="auto", **kw)
+
+
+def ref_cache(layer, num_slots, read_copy_dtype=None, **kw):
+    return Mamba2Cache(num_slots, layer.H, layer.P, layer.N, layer.G, layer.weights("cpu", torch.float64),
+                       device="cpu", checkpoint_dtype=torch.float64, activation_dtype=layer.act,
+                       read_copy_dtype=read_copy_dtype, backend="reference", **kw)
+
+
+def cuda_step(cache, x, dt, B, C, z, slots, out=None):
+    w = cache.weights
+    out = torch.empty_like(x) if out is None else out
+    return ops.mamba2_step(cache.checkpoint, cache.read_copy, cache.read_scale, cache.x_buf, cache.B_buf,
+                           cache.dt_buf, cache.num_committed, x, dt, w.A, B, C, out, w.D, z, w.dt_bias,
+                           w.dt_softplus, cache.max_draft_tokens, slots, cache.pad_slot_id, backend="cuda")
+
+
+# ---- conventional update --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dims", [NANO4B, SUPER120B, ODD, SMALL], ids=["nano4b", "super120b", "odd", "small"])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("act", [torch.bfloat16, torch.float16])
+def test_update_matches_reference(dims, state_dtype, act):
+    layer = Layer(dims, act, seed=1)
+    num_slots, batch = 7, 5
+    init = layer.states(num_slots)
+    state = init.to("cuda", state_dtype)
+    ref_state = state.double().cpu()
+    slots = torch.tensor([4, -1, 0, 6, 2], dtype=torch.int32)
+    w_gpu, w_ref = layer.weights("cuda"), layer.weights("cpu", torch.float64)
+    for _ in range(3):
+        x, dt, B, C, z = layer.inputs(batch)
+        out = torch.full((batch, layer.H, layer.P), float("nan"), dtype=act, device="cuda")
+        ops.mamba2_update(state, x.cuda(), dt.cuda(), w_gpu.A, B.cuda(), C.cuda(), out, w_gpu.D, z.cuda(),
+                          w_gpu.dt_bias, True, slots.cuda(), -1, backend="cuda")
+        ref_out = torch.empty(batch, layer.H, layer.P, dtype=torch.float64)
+        ops.mamba2_update(ref_state, x, dt, w_ref.A, B, C, ref_out, w_ref.D, z, w_ref.dt_bias, True, slots, -1,
+                          backend="reference")
+        assert torch.count_nonzero(out[1]) == 0, "pad row gets zero output"
+        assert rel_err(out, ref_out) < 8e-3
+        ref_state = ref_state.to(state_dtype).double()     # the reference state as the GPU stores it
+    tol = 2e-6 if state_dtype == torch.float32 else 1e-2
+    assert rel_err(state, ref_state) < tol
+    for s in (1, 3, 5):                                    # slots no row names
+        assert torch.equal(state[s].cpu(), init[s].to(state_dtype))
+
+
+# ---- replay step ----------------------------------------------------------------------------------
+
+STEP_CONFIGS = [
+    # dims, checkpoint dtype, read copy, L, max_draft_tokens
+    (NANO4B, torch.float32, None, 16, 1),
+    (NANO4B, torch.float32, torch.bfloat16, 16, 1),
+    (SUPER120B, torch.float32, FP8, 8, 2),
+    (SUPER120B, torch.float32, torch.float16, 5, 1),
+    (ODD, torch.float32, None, 2, 1),
+    (ODD, torch.bfloat16, FP8, 4, 1),
+    (SMALL, torch.float16, None, 64, 1),
+]
+
+
+@pytest.mark.parametrize("dims,ck,rc,L,T", STEP_CONFIGS)
+def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T):
+    layer = Layer(dims, seed=L)
+    num_slots, batch = 6, 4
+    gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=T, checkpoint_dtype=ck, read_copy_dtype=rc)
+    ref = ref_cache(layer, num_slots, read_copy_dtype=rc, buffer_len=L, max_draft_tokens=T)
+    init = layer.states(num_slots)
+    gpu.load(init.to("cuda", ck))
+    ref.load(init.to(ck).double())
+    slots = torch.tensor([3, -1, 0, 5], dtype=torch.int64)
+    untouched = [1, 2, 4]
+    before = [bits(t[untouched]).clone() for t in gpu.cache_tensors]
+    steps = 2 * L + 3 if L < 64 else 70
+    out_tol = 8e-3 if rc is None else {torch.bfloat16: 2e-2, torch.float16: 1e-2, FP8: 8e-2}[rc]
+    ck_tol = {torch.float32: 2e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}[ck]
+    for step in range(steps):
+        x, dt, B, C, z = layer.inputs(batch)
+        out = torch.full((batch, layer.H, layer.P), float("nan"), dtype=layer.act, device="cuda")
+        cuda_step(gpu, x.cuda(), dt.cuda(), B.cuda(), C.cuda(), z.cuda(), slots.cuda(), out)
+        ref_out = ref.step(x, dt, B, C, z, slots=slots)
+        assert torch.count_nonzero(out[1]) == 0
+        valid = [0, 2, 3]
+        assert rel_err(out[valid], ref_out[valid]) < out_tol, f"step {step}"
+        assert torch.equal(gpu.num_committed.cpu(), ref.num_committed), f"cursor after step {step}"
+    assert rel_err(gpu.checkpoint, ref.checkpoint) < ck_tol
+    for t_before, t in zip(before, gpu.cache_tensors):
+        assert torch.equal(t_before, bits(t[untouched])), "a slot no row names changed"
+    ref_state = ref.materialize(slots=slots[[0, 2, 3]])
+    gpu_state = gpu.materialize(slots=slots[[0, 2, 3]].cuda())    # reference materialize on the GPU buffers
+    assert rel_err(gpu_state, ref_state) < ck_tol
+
+
+def test_step_cuda_graph_replay_is_bitwise_eager():
+    layer = Layer(NANO4B, seed=3)
+    caches = [gpu_cache(layer, 4, buffer_len=4, read_copy_dtype=FP8) for _ in range(2)]
+    init = layer.states(4).cuda().float()
+    for c in caches:
+        c.load(init)
+    slots = torch.tensor([2, 0, -1], dtype=torch.int32, device="cuda")
+    static_in = [t.cuda() for t in layer.inputs(3)]
+    static_out = torch.empty_like(static_in[0])
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):      # warm-up on a side stream, as graph capture requires
+        cuda_step(caches[0], *static_in, slots, static_out)
+        cuda_step(caches[1], *static_in, slots)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cuda_step(caches[0], *static_in, slots, static_out)
+    for _ in range(9):                   # crosses two folds at L=4
+        new = [t.cuda() for t in layer.inputs(3)]
+        for s, n in zip(static_in, new):
+            s.copy_(n)
+        graph.replay()
+        eager = cuda_step(caches[1], *new, slots)
+        assert torch.equal(bits(static_out), bits(eager))
+    for a, b in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(bits(a), bits(b))
+
+
+def test_strided_pool_and_int32_slots():
+    layer = Layer(SUPER120B, seed=4)
+    pool = torch.zeros(5, 3, layer.H, layer.P, layer.N, device="cuda")
+    view = pool[:, 1]
+    gpu = gpu_cache(layer, 5, buffer_len=3, checkpoint=view)
+    plain = gpu_cache(layer, 5, buffer_len=3)
+    init = layer.states(5).cuda().float()
+    gpu.load(init)
+    plain.load(init)
+    slots = torch.tensor([4, 1], dtype=torch.int32, device="cuda")
+    for _ in range(5):
+        inputs = [t.cuda() for t in layer.inputs(2)]
+        assert torch.equal(cuda_step(gpu, *inputs, slots), cuda_step(plain, *inputs, slots))
+    assert torch.equal(pool[:, 1], plain.checkpoint)
+    assert torch.count_nonzero(pool[:, 0]) == 0 and torch.count_nonzero(pool[:, 2]) == 0
+
+
+def test_bad_inputs_name_the_argument():
+    layer = Layer((8, 96, 128, 2), seed=5)         # P = 96 is not compiled
+    cache = gpu_cache(layer, 2, buffer_len=4)
+    x, dt, B, C, z = [t.cuda() for t in layer.inputs(2)]
+    with pytest.raises(RuntimeError, match=r"mamba2_step: checkpoint \(head_dim P, state_dim N\) must be one of .*got \(96, 128\)"):
+        cuda_step(cache, x, dt, B, C, z, None)
+    layer = Layer(SMALL, seed=5)
+    cache = gpu_cache(layer, 2, buffer_len=4)
+    x, dt, B, C, z = [t.cuda() for t in layer.inputs(2)]
+    w = cache.weights
+    with pytest.raises(RuntimeError, match=r"mamba2_step: x_buf must have dtype in \{float16\}, got bfloat16"):
+        torch.ops.replayssm.mamba2_step(cache.checkpoint, None, None, cache.x_buf, cache.B_buf, cache.dt_buf,
+                                        cache.num_committed, x.half(), dt, w.A, B.half(), C.half(), x.half(),
+                                        None, None, None, True, 1, None, -1)
+    with pytest.raises(RuntimeError, match=r"mamba2_update: A must have dtype in \{float32\}, got float64"):
+        torch.ops.replayssm.mamba2_update(cache.checkpoint, x, dt, w.A.double(), B, C, torch.empty_like(x),
+                                          None, None, None, True, None, -1)
+
+
+def test_torch_compile_fullgraph_step():
+    layer = Layer(SMALL, seed=6)
+    caches = [gpu_cache(layer, 3, buffer_len=3, read_copy_dtype=torch.bfloat16) for _ in range(2)]
+    init = layer.states(3).cuda().float()
+    for c in caches:
+        c.load(init)
+    slots = torch.tensor([2, 0], dtype=torch.int64, device="cuda")
+
+    def step(c, x, dt, B, C, z, out):
+        w = c.weights
+        torch.ops.replayssm.mamba2_step(c.checkpoint, c.read_copy, c.read_scale, c.x_buf, c.B_buf, c.dt_buf,
+                                        c.num_committed, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, True, 1,
+                                        slots, -1)
+        return out
+
+    compiled = torch.compile(step, fullgraph=True)
+    for _ in range(4):                     # crosses a fold at L=3
+        inputs = [t.cuda() for t in layer.inputs(2)]
+        a = compiled(caches[0], *inputs, torch.empty_like(inputs[0]))
+        b = step(caches[1], *inputs, torch.empty_like(inputs[0]))
+        assert torch.equal(a, b)
+    for t0, t1 in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(bits(t0), bits(t1))
