@@ -44,7 +44,7 @@ class _Stack:
         def rnd(*shape, scale=1.0):
             return (scale * torch.randn(*shape, generator=gen)).to(device)
         self.d = d_model
-        self.H, self.P, self.N, self.G = 8, 32, 32, 2
+        self.H, self.P, self.N, self.G = 8, 64, 64, 2     # a (P, N) the CUDA kernels compile
         self.mamba = Mamba2Weights(A=-(0.5 + torch.rand(self.H, generator=gen)).to(device), D=rnd(self.H),
                                    dt_bias=rnd(self.H, scale=0.1))
         self.Hk, self.HV, self.K, self.V = 2, 4, 32, 32

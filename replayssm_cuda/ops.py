@@ -26,7 +26,7 @@ READ_COPY_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
-_warned_fallback: set[str] = set()
+_warned_fallback: set[tuple[str, str]] = set()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -101,21 +101,48 @@ def why_not_compiled(name: str) -> str:
     return f"this build has no compiled kernel for {name} (compiled: {', '.join(_extension.compiled_ops())})"
 
 
-def _run(name: str, backend: str, device: torch.device, reference_fn, *args):
+def _run(name: str, backend: str, device: torch.device, reference_fn, *args, kernel_limit: str | None = None):
+    """Run the compiled op or the reference. `kernel_limit` says why the compiled kernel cannot take
+    these particular arguments (a shape or dtype it was not built for), or is None."""
     if backend not in BACKENDS:
         raise ValueError(f"{name}: `backend` must be one of {BACKENDS}, got {backend!r}")
-    if backend != "reference" and device.type == "cuda" and _extension.has_op(name):
+    compiled = _extension.has_op(name) and kernel_limit is None
+    if backend != "reference" and device.type == "cuda" and compiled:
         return getattr(torch.ops.replayssm, name)(*args)
+    reason = why_not_compiled(name) if not _extension.has_op(name) else kernel_limit
     if backend == "cuda":
         if device.type != "cuda":
             raise ValueError(f"{name}: backend='cuda' needs CUDA tensors, got tensors on {device}")
-        raise RuntimeError(f"{name}: backend='cuda' asked for, but {why_not_compiled(name)}")
-    if backend == "auto" and device.type == "cuda" and name not in _warned_fallback:
-        _warned_fallback.add(name)
+        raise RuntimeError(f"{name}: backend='cuda' asked for, but {reason}")
+    if backend == "auto" and device.type == "cuda" and (name, reason) not in _warned_fallback:
+        _warned_fallback.add((name, reason))
         warnings.warn(f"replayssm_cuda: {name} runs the PyTorch reference on CUDA tensors because "
-                      f"{why_not_compiled(name)}. Pass backend='reference' to accept this, or "
+                      f"{reason}. Pass backend='reference' to accept this, or "
                       f"backend='cuda' to make it an error.", RuntimeWarning, stacklevel=3)
     return reference_fn(*args)
+
+
+# What the compiled Mamba-2 kernels were built for (csrc/kernels/mamba2.cuh).
+MAMBA2_KERNEL_SHAPES = {(64, 64), (64, 128), (80, 64), (80, 128), (128, 64), (128, 128)}
+KERNEL_ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def mamba2_kernel_limit(checkpoint, read_copy, x) -> str | None:
+    """Why the compiled Mamba-2 kernels cannot take this cache and these activations, or None."""
+    P, N = checkpoint.shape[2], checkpoint.shape[3]
+    if (P, N) not in MAMBA2_KERNEL_SHAPES:
+        return f"(head_dim, state_dim) = ({P}, {N}) has no compiled kernel (compiled: {sorted(MAMBA2_KERNEL_SHAPES)})"
+    if checkpoint.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"a {_dtype_text(checkpoint.dtype)} checkpoint has no compiled kernel"
+    if read_copy is not None and checkpoint.dtype != torch.float32 and read_copy.dtype != torch.float8_e4m3fn:
+        return f"a {_dtype_text(read_copy.dtype)} read copy of a {_dtype_text(checkpoint.dtype)} checkpoint has no compiled kernel"
+    if x.dtype not in KERNEL_ACTIVATION_DTYPES:
+        return f"{_dtype_text(x.dtype)} activations have no compiled kernel (bfloat16, float16)"
+    return None
+
+
+def _dtype_text(d) -> str:
+    return str(d).replace("torch.", "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -181,7 +208,8 @@ def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_s
     _expect_mamba2_inputs(op, state, x, dt, A, B, C, out, D, z, dt_bias, (x.shape[0],) if x is not None else (0,))
     _expect_slots(op, slots, x.shape[0], state.shape[0], state.device)
     return _run(op, backend, state.device, reference.mamba2_update,
-                state, x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
+                state, x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id,
+                kernel_limit=mamba2_kernel_limit(state, None, x))
 
 
 def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
@@ -217,7 +245,8 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
     _expect_slots(op, slots, x.shape[0], checkpoint.shape[0], checkpoint.device)
     return _run(op, backend, checkpoint.device, reference.mamba2_step,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
-                x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), max_draft_tokens, slots, pad_slot_id)
+                x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), max_draft_tokens, slots, pad_slot_id,
+                kernel_limit=mamba2_kernel_limit(checkpoint, read_copy, x))
 
 
 def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,

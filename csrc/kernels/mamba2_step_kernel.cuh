@@ -30,8 +30,11 @@ constexpr int32_t kCursorMask = kTicket - 1;
 template <int kP, int kN, DType kAct>
 struct StepSmem {
   using Act = typename Storage<kAct>::type;
+  // The float region is padded to whole 16-byte vectors so the activation rows after it, which are
+  // filled with 16-byte copies, start aligned.
+  __host__ __device__ static int float_count(int L) { return (3 * L + kN + 1 + 3) / 4 * 4; }
   static size_t bytes(int L) {
-    return sizeof(float) * (3 * L + kN + 1) + sizeof(Act) * static_cast<size_t>(L) * (kP + kN);
+    return sizeof(float) * float_count(L) + sizeof(Act) * static_cast<size_t>(L) * (kP + kN);
   }
   float* dt;     // [L] dt_j
   float* wgt;    // [L] dt_j exp(Lambda_w - Lambda_j)
@@ -46,7 +49,7 @@ struct StepSmem {
     bc = wgt + L;
     C = bc + L;
     decay = C + kN;
-    x = reinterpret_cast<Act*>(decay + 1);
+    x = reinterpret_cast<Act*>(base + float_count(L));
     B = x + static_cast<size_t>(L) * kP;
   }
 };

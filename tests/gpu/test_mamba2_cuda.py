@@ -60,7 +60,7 @@ def gpu_cache(layer, num_slots, **kw):
 
 def ref_cache(layer, num_slots, read_copy_dtype=None, **kw):
     return Mamba2Cache(num_slots, layer.H, layer.P, layer.N, layer.G, layer.weights("cpu", torch.float64),
-                       device="cpu", checkpoint_dtype=torch.float64, activation_dtype=layer.act,
+                       device="cpu", checkpoint_dtype=torch.float64, activation_dtype=torch.float64,
                        read_copy_dtype=read_copy_dtype, backend="reference", **kw)
 
 
@@ -91,8 +91,8 @@ def test_update_matches_reference(dims, state_dtype, act):
         ops.mamba2_update(state, x.cuda(), dt.cuda(), w_gpu.A, B.cuda(), C.cuda(), out, w_gpu.D, z.cuda(),
                           w_gpu.dt_bias, True, slots.cuda(), -1, backend="cuda")
         ref_out = torch.empty(batch, layer.H, layer.P, dtype=torch.float64)
-        ops.mamba2_update(ref_state, x, dt, w_ref.A, B, C, ref_out, w_ref.D, z, w_ref.dt_bias, True, slots, -1,
-                          backend="reference")
+        ops.mamba2_update(ref_state, x.double(), dt.double(), w_ref.A, B.double(), C.double(), ref_out, w_ref.D,
+                          z.double(), w_ref.dt_bias, True, slots, -1, backend="reference")
         assert torch.count_nonzero(out[1]) == 0, "pad row gets zero output"
         assert rel_err(out, ref_out) < 8e-3
         ref_state = ref_state.to(state_dtype).double()     # the reference state as the GPU stores it
@@ -135,7 +135,7 @@ def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T):
         x, dt, B, C, z = layer.inputs(batch)
         out = torch.full((batch, layer.H, layer.P), float("nan"), dtype=layer.act, device="cuda")
         cuda_step(gpu, x.cuda(), dt.cuda(), B.cuda(), C.cuda(), z.cuda(), slots.cuda(), out)
-        ref_out = ref.step(x, dt, B, C, z, slots=slots)
+        ref_out = ref.step(x.double(), dt.double(), B.double(), C.double(), z.double(), slots=slots)
         assert torch.count_nonzero(out[1]) == 0
         valid = [0, 2, 3]
         assert rel_err(out[valid], ref_out[valid]) < out_tol, f"step {step}"
