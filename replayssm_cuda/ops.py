@@ -207,9 +207,10 @@ def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_s
     expect(op, "state", state, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES, last_dim_contiguous=True)
     _expect_mamba2_inputs(op, state, x, dt, A, B, C, out, D, z, dt_bias, (x.shape[0],) if x is not None else (0,))
     _expect_slots(op, slots, x.shape[0], state.shape[0], state.device)
-    return _run(op, backend, state.device, reference.mamba2_update,
+    _run(op, backend, state.device, reference.mamba2_update,
                 state, x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id,
                 kernel_limit=mamba2_kernel_limit(state, None, x))
+    return out  # the compiled ops return nothing
 
 
 def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
@@ -226,9 +227,10 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
     if G != B_buf.shape[1]:
         raise ValueError(f"{op}: `B` has {G} groups but `B_buf` holds {B_buf.shape[1]}")
     _expect_slots(op, slots, batch, checkpoint.shape[0], checkpoint.device)
-    return _run(op, backend, checkpoint.device, reference.mamba2_verify,
+    _run(op, backend, checkpoint.device, reference.mamba2_verify,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
+    return out  # the compiled ops return nothing
 
 
 def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
@@ -243,10 +245,11 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
     if G != B_buf.shape[1]:
         raise ValueError(f"{op}: `B` has {G} groups but `B_buf` holds {B_buf.shape[1]}")
     _expect_slots(op, slots, x.shape[0], checkpoint.shape[0], checkpoint.device)
-    return _run(op, backend, checkpoint.device, reference.mamba2_step,
+    _run(op, backend, checkpoint.device, reference.mamba2_step,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), max_draft_tokens, slots, pad_slot_id,
                 kernel_limit=mamba2_kernel_limit(checkpoint, read_copy, x))
+    return out  # the compiled ops return nothing
 
 
 def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
@@ -284,8 +287,9 @@ def mamba2_materialize(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out,
     expect(op, "out", out, shape=(None, *checkpoint.shape[1:]), dtypes=(torch.float32, torch.float64),
            device=checkpoint.device)
     _expect_slots(op, slots, out.shape[0], checkpoint.shape[0], checkpoint.device)
-    return _run(op, backend, checkpoint.device, reference.mamba2_materialize,
+    _run(op, backend, checkpoint.device, reference.mamba2_materialize,
                 checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out, slots, pad_slot_id)
+    return out  # the compiled ops return nothing
 
 
 # --------------------------------------------------------------------------------------------------
@@ -343,8 +347,9 @@ def _delta_ops(family: str):
                              f"number of q/k heads (q.shape[1] = {q.shape[1]})")
         _expect_delta_inputs(op, family, state, q.shape[1], q, k, v, a, b, A_log, dt_bias, out, (q.shape[0],))
         _expect_slots(op, slots, q.shape[0], state.shape[0], state.device)
-        return _run(op, backend, state.device, reference.delta_update,
+        _run(op, backend, state.device, reference.delta_update,
                     state, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id)
+        return out  # the compiled ops return nothing
 
     def verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True,
@@ -358,9 +363,10 @@ def _delta_ops(family: str):
             raise ValueError(f"{op}: T (q.shape[1] = {T}) must be <= the buffer length L = {L}")
         _expect_delta_inputs(op, family, checkpoint, H, q, k, v, a, b, A_log, dt_bias, out, (batch, T))
         _expect_slots(op, slots, batch, checkpoint.shape[0], checkpoint.device)
-        return _run(op, backend, checkpoint.device, reference.delta_verify,
+        _run(op, backend, checkpoint.device, reference.delta_verify,
                     checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                     q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id)
+        return out  # the compiled ops return nothing
 
     def step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
              q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True, max_draft_tokens: int = 1,
@@ -372,10 +378,11 @@ def _delta_ops(family: str):
         expect(op, "q", q, shape=(None, H, None))
         _expect_delta_inputs(op, family, checkpoint, H, q, k, v, a, b, A_log, dt_bias, out, (q.shape[0],))
         _expect_slots(op, slots, q.shape[0], checkpoint.shape[0], checkpoint.device)
-        return _run(op, backend, checkpoint.device, reference.delta_step,
+        _run(op, backend, checkpoint.device, reference.delta_step,
                     checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                     q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), max_draft_tokens,
                     slots, pad_slot_id)
+        return out  # the compiled ops return nothing
 
     def commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                num_accepted, max_draft_tokens: int, use_qk_l2norm=True, slots=None, pad_slot_id: int = -1,
@@ -409,9 +416,10 @@ def _delta_ops(family: str):
         expect(op, "out", out, shape=(None, *checkpoint.shape[1:]), dtypes=(torch.float32, torch.float64),
                device=checkpoint.device)
         _expect_slots(op, slots, out.shape[0], checkpoint.shape[0], checkpoint.device)
-        return _run(op, backend, checkpoint.device, reference.delta_materialize,
+        _run(op, backend, checkpoint.device, reference.delta_materialize,
                     checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out,
                     bool(use_qk_l2norm), slots, pad_slot_id)
+        return out  # the compiled ops return nothing
 
     return update, verify, step, commit, flush, materialize
 

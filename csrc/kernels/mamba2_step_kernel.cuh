@@ -54,38 +54,50 @@ struct StepSmem {
   }
 };
 
-// Copy `count` 16-byte chunks from global to shared memory with the whole CTA.
-__device__ __forceinline__ void copy16(void* dst, const void* src, int count) {
-  for (int i = threadIdx.x; i < count; i += blockDim.x) {
-    reinterpret_cast<uint4*>(dst)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+// One 16-byte global -> shared copy that completes asynchronously (cp.async, sm_80+): a thread can
+// have all of its window copies in flight at once instead of one load latency per entry.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* global_src) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Copy entries 0..w of one kind of buffer row (x or B) to shared memory: entries < w from the
+// buffer, entry w from the current token.
+template <int kChunksPerEntry, int kElems, class Act>
+__device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t entry_stride, const Act* current, int w) {
+  constexpr int kPerChunk = 16 / sizeof(Act);
+  const int total = (w + 1) * kChunksPerEntry;
+  for (int i = threadIdx.x; i < total; i += kThreads) {
+    const int j = i / kChunksPerEntry;
+    const int c = (i - j * kChunksPerEntry) * kPerChunk;
+    cp_async16(dst + j * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
   }
 }
 
-// Stage the window: buffered entries 0..w-1 and the current token as entry w; then the cumulative
-// decays and fold weights (warp 0 scans dt over at most 64 entries).
+// Stage the window (buffered entries 0..w-1 and the current token as entry w), then in one phase:
+// warp 0 scans dt into the fold weights and the total decay, the other warps compute B_j . C for the
+// replay path (need_bc). Two barriers in all.
 template <int kP, int kN, DType kAct>
 __device__ void stage_window(const Mamba2Params& p, const StepSmem<kP, kN, kAct>& sm, int row, int head,
-                             int group, int64_t slot, int w, float dt_now) {
+                             int group, int64_t slot, int w, float dt_now, bool need_bc) {
   using Act = typename Storage<kAct>::type;
-  constexpr int kXChunks = kP * sizeof(Act) / 16;
-  constexpr int kBChunks = kN * sizeof(Act) / 16;
   static_assert(kP * sizeof(Act) % 16 == 0 && kN * sizeof(Act) % 16 == 0, "rows must be whole 16-byte chunks");
   const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride;
   const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-  for (int j = 0; j < w; ++j) {
-    copy16(sm.x + j * kP, x_buf + j * p.xb_entry_stride, kXChunks);
-    copy16(sm.B + j * kN, B_buf + j * p.Bb_entry_stride, kBChunks);
-  }
-  copy16(sm.x + w * kP, static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride, kXChunks);
-  copy16(sm.B + w * kN, static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride, kBChunks);
+  stage_rows<kP * sizeof(Act) / 16, kP>(sm.x, x_buf, p.xb_entry_stride,
+                                        static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride, w);
+  stage_rows<kN * sizeof(Act) / 16, kN>(sm.B, B_buf, p.Bb_entry_stride,
+                                        static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride, w);
   const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
-  for (int j = threadIdx.x; j <= w; j += blockDim.x) sm.dt[j] = j < w ? __ldg(dt_buf + j) : dt_now;
+  for (int j = threadIdx.x; j <= w; j += kThreads) sm.dt[j] = j < w ? __ldg(dt_buf + j) : dt_now;
   const Act* C = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
-  for (int n = threadIdx.x; n < kN; n += blockDim.x) sm.C[n] = to_float(__ldg(C + n));
+  for (int n = threadIdx.x; n < kN; n += kThreads) sm.C[n] = to_float(__ldg(C + n));
+  cp_async_wait_all();
   __syncthreads();
 
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp == 0) {
     const float A = __ldg(p.A + head);
     float prefix[2];
     float carry = 0.0f;
@@ -108,6 +120,14 @@ __device__ void stage_window(const Mamba2Params& p, const StepSmem<kP, kN, kAct>
       if (j <= w) sm.wgt[j] = sm.dt[j] * expf(total - A * prefix[half]);
     }
     if (lane == 0) sm.decay[0] = expf(total);
+  } else if (need_bc) {
+    for (int j = warp - 1; j <= w; j += kThreads / 32 - 1) {
+      float d = 0.0f;
+#pragma unroll
+      for (int n = lane; n < kN; n += 32) d += to_float(sm.B[j * kN + n]) * sm.C[n];
+      d = row_sum<32>(d);
+      if (lane == 0) sm.bc[j] = d;
+    }
   }
   __syncthreads();
 }
@@ -133,6 +153,8 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
   const int group = head / (p.heads / p.groups);
   const int col0 = Shape::col0();
   const StepSmem<kP, kN, kAct> sm(smem_base, L);
+  RowEpilogue<R> epilogue;
+  epilogue.template load<kAct, Shape>(p, row, head);
 
   if (fold) {
     using V = Vec4<kCkpt>;
@@ -140,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
     typename V::Raw raw[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) raw[r] = V::load(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + col0);
-    stage_window<kP, kN, kAct>(p, sm, row, head, group, slot, w, load_dt(p, row, head));
+    stage_window<kP, kN, kAct>(p, sm, row, head, group, slot, w, load_dt(p, row, head), false);
 
     const float decay = sm.decay[0];
     float s[R][4];
@@ -152,8 +174,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
     }
     for (int j = 0; j <= w; ++j) {
       float b[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) b[i] = to_float(sm.B[j * kN + col0 + i]);
+      Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
       const float wgt = sm.wgt[j];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -192,7 +213,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
         Vec4<kRead>::store(p.read_copy, rc, v);
       }
       y = row_sum<kLanes>(y);
-      if (Shape::lane_in_row() == 0) write_output<kAct>(p, row, head, pr, y, to_float(sm.x[w * kP + pr]));
+      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, pr, y, to_float(sm.x[w * kP + pr]));
     }
   } else {
     constexpr DType kSrc = kCopy ? kRead : kCkpt;
@@ -212,17 +233,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
                          : 1.0f;
     }
     const float dt_now = load_dt(p, row, head);
-    stage_window<kP, kN, kAct>(p, sm, row, head, group, slot, w, dt_now);
-
-    // B_j . C for every entry of the window, one warp per entry.
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int j = warp; j <= w; j += kThreads / 32) {
-      float d = 0.0f;
-      for (int n = lane; n < kN; n += 32) d += to_float(sm.B[j * kN + n]) * sm.C[n];
-      d = row_sum<32>(d);
-      if (lane == 0) sm.bc[j] = d;
-    }
-    __syncthreads();
+    stage_window<kP, kN, kAct>(p, sm, row, head, group, slot, w, dt_now, true);
 
     const float decay = sm.decay[0];
     float c[4];
@@ -240,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
       // The buffer's part, spread over the lanes of the row: lane l takes entries l, l + kLanes, ...
       for (int j = Shape::lane_in_row(); j <= w; j += kLanes) y += sm.wgt[j] * sm.bc[j] * to_float(sm.x[j * kP + pr]);
       y = row_sum<kLanes>(y);
-      if (Shape::lane_in_row() == 0) write_output<kAct>(p, row, head, pr, y, to_float(sm.x[w * kP + pr]));
+      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, pr, y, to_float(sm.x[w * kP + pr]));
     }
 
     // Append the current token as entry w (B once per group, by the group's first head).

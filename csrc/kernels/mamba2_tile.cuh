@@ -173,13 +173,27 @@ __device__ __forceinline__ int64_t resolve_slot(const Mamba2Params& p, int row) 
   return (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) ? -1 : slot;
 }
 
-// y = y + D x, then y *= silu(z): the epilogue both kernels share (one lane per state row).
-template <DType kAct>
-__device__ __forceinline__ void write_output(const Mamba2Params& p, int row, int head, int pr, float y, float x) {
-  if (p.D != nullptr) y += __ldg(p.D + head) * x;
-  if (p.z != nullptr) y *= silu(load_act<kAct>(p.z, row * p.z_row_stride + head * p.z_head_stride + pr));
-  store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
-}
+// The epilogue operands of a thread's rows, loaded up front with the state so that no global load
+// sits between a row's reduction and its output store.
+template <int R>
+struct RowEpilogue {
+  float gate[R];  // silu(z), or 1 without a gate
+  float skip;     // D, or 0
+  template <DType kAct, class Shape>
+  __device__ void load(const Mamba2Params& p, int row, int head) {
+    const int64_t z_base = row * p.z_row_stride + head * p.z_head_stride;
+#pragma unroll
+    for (int r = 0; r < R; ++r) gate[r] = p.z != nullptr ? load_act<kAct>(p.z, z_base + Shape::row(r)) : 0.0f;
+    skip = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
+  }
+  // y + D x, times silu(z): stored as row pr of the output.
+  template <DType kAct>
+  __device__ void store(const Mamba2Params& p, int row, int head, int r, int pr, float y, float x) const {
+    y += skip * x;
+    if (p.z != nullptr) y *= silu(gate[r]);
+    store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
+  }
+};
 
 // Zero output for a row that touches nothing.
 template <DType kAct>

@@ -26,19 +26,24 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const Mamba2Params p) 
 #pragma unroll
   for (int r = 0; r < R; ++r) raw[r] = V::load(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + Shape::col0());
 
+  float x[R];
+  const int64_t x_base = row * p.x_row_stride + head * p.x_head_stride;
+#pragma unroll
+  for (int r = 0; r < R; ++r) x[r] = load_act<kAct>(p.x, x_base + Shape::row(r));
+  RowEpilogue<R> epilogue;
+  epilogue.template load<kAct, Shape>(p, row, head);
+
   const int group = head / (p.heads / p.groups);
   const float dt = load_dt(p, row, head);
   const float decay = expf(dt * __ldg(p.A + head));
   float b[4], c[4];
   load_act4<kAct>(p.B, row * p.B_row_stride + group * p.B_group_stride + Shape::col0(), b);
   load_act4<kAct>(p.C, row * p.C_row_stride + group * p.C_group_stride + Shape::col0(), c);
-  const int64_t x_base = row * p.x_row_stride + head * p.x_head_stride;
 
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const int pr = Shape::row(r);
-    const float x = load_act<kAct>(p.x, x_base + pr);
-    const float dtx = dt * x;
+    const float dtx = dt * x[r];
     float s[4];
     V::to_float(raw[r], s);
     float y = 0.0f;
@@ -49,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) update_kernel(const Mamba2Params p) 
     }
     V::store(p.checkpoint, tile + pr * p.ck_row_stride + Shape::col0(), s);
     y = row_sum<Shape::kLanesPerRow>(y);
-    if (Shape::lane_in_row() == 0) write_output<kAct>(p, row, head, pr, y, x);
+    if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, pr, y, x[r]);
   }
 }
 

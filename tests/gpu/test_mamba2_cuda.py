@@ -199,8 +199,13 @@ def test_bad_inputs_name_the_argument():
     layer = Layer((8, 96, 128, 2), seed=5)         # P = 96 is not compiled
     cache = gpu_cache(layer, 2, buffer_len=4)
     x, dt, B, C, z = [t.cuda() for t in layer.inputs(2)]
-    with pytest.raises(RuntimeError, match=r"mamba2_step: checkpoint \(head_dim P, state_dim N\) must be one of .*got \(96, 128\)"):
+    with pytest.raises(RuntimeError, match=r"mamba2_step: backend='cuda' asked for, but \(head_dim, state_dim\) = \(96, 128\) has no compiled kernel"):
         cuda_step(cache, x, dt, B, C, z, None)
+    w = cache.weights
+    with pytest.raises(RuntimeError, match=r"mamba2_step: checkpoint \(head_dim P, state_dim N\) must be one of .*got \(96, 128\)"):
+        torch.ops.replayssm.mamba2_step(cache.checkpoint, None, None, cache.x_buf, cache.B_buf, cache.dt_buf,
+                                        cache.num_committed, x, dt, w.A, B, C, torch.empty_like(x),
+                                        None, None, None, True, 1, None, -1)
     layer = Layer(SMALL, seed=5)
     cache = gpu_cache(layer, 2, buffer_len=4)
     x, dt, B, C, z = [t.cuda() for t in layer.inputs(2)]
