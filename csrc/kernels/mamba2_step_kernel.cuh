@@ -9,6 +9,12 @@
 //     S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j;  y = S C + D x;  write S and its read copy
 //     reads the fp32 checkpoint once and writes it once, like the conventional update, plus the copy.
 //
+// Latency, not arithmetic, decides the replay step: the state it streams is half the conventional
+// update's or less, so the fixed cost of each CTA shows. Hence: the state loads of the replay source
+// are issued before the cursor is known (for a fold step with a read copy they are wasted, 1 step in
+// L); every warp derives the window's scalars (the dt scan, wgt_j, B_j . C) itself, one lane per
+// entry, so the replay path has no barrier; only the fold stages the window in shared memory.
+//
 // The cursor of a slot is shared by its H head-CTAs, so none may change it before all have read it:
 // each CTA adds a ticket (1 << 16) to num_committed[slot] when it is done, and the CTA that draws the
 // last ticket writes the new cursor, which also clears the tickets. Nothing crosses launches.
@@ -25,31 +31,20 @@ namespace mamba2 {
 
 constexpr int32_t kTicket = 1 << 16;
 constexpr int32_t kCursorMask = kTicket - 1;
+constexpr unsigned kFullMask = 0xffffffffu;
 
-// Shared memory of one CTA: the window (entries 0..w) staged once, read by every thread.
+// Window entries a warp lane holds scalars for: j = lane and j = lane + 32 (L <= 64).
+constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
+
+// Shared memory of a fold step: the window's x and B rows (entries 0..w), staged once.
 template <int kP, int kN, DType kAct>
-struct StepSmem {
+struct FoldSmem {
   using Act = typename Storage<kAct>::type;
-  // The float region is padded to whole 16-byte vectors so the activation rows after it, which are
-  // filled with 16-byte copies, start aligned.
-  __host__ __device__ static int float_count(int L) { return (3 * L + kN + 1 + 3) / 4 * 4; }
-  static size_t bytes(int L) {
-    return sizeof(float) * float_count(L) + sizeof(Act) * static_cast<size_t>(L) * (kP + kN);
-  }
-  float* dt;     // [L] dt_j
-  float* wgt;    // [L] dt_j exp(Lambda_w - Lambda_j)
-  float* bc;     // [L] B_j . C
-  float* C;      // [N]
-  float* decay;  // [1] exp(Lambda_w)
-  Act* x;        // [L][P]
-  Act* B;        // [L][N]
-  __device__ StepSmem(float* base, int L) {
-    dt = base;
-    wgt = dt + L;
-    bc = wgt + L;
-    C = bc + L;
-    decay = C + kN;
-    x = reinterpret_cast<Act*>(base + float_count(L));
+  static size_t bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * (kP + kN); }
+  Act* x;  // [L][P]
+  Act* B;  // [L][N]
+  __device__ FoldSmem(void* base, int L) {
+    x = static_cast<Act*>(base);
     B = x + static_cast<size_t>(L) * kP;
   }
 };
@@ -62,123 +57,224 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* global_sr
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// Copy entries 0..w of one kind of buffer row (x or B) to shared memory: entries < w from the
-// buffer, entry w from the current token.
-template <int kChunksPerEntry, int kElems, class Act>
+// Copy entries 0..w of one kind of row (x or B) to shared memory: entries < w from the buffer,
+// entry w from the current token.
+template <int kElems, class Act>
 __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t entry_stride, const Act* current, int w) {
   constexpr int kPerChunk = 16 / sizeof(Act);
-  const int total = (w + 1) * kChunksPerEntry;
+  constexpr int kChunks = kElems / kPerChunk;
+  static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
+  const int total = (w + 1) * kChunks;
   for (int i = threadIdx.x; i < total; i += kThreads) {
-    const int j = i / kChunksPerEntry;
-    const int c = (i - j * kChunksPerEntry) * kPerChunk;
+    const int j = i / kChunks;
+    const int c = (i - j * kChunks) * kPerChunk;
     cp_async16(dst + j * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
   }
 }
 
-// Stage the window (buffered entries 0..w-1 and the current token as entry w), then in one phase:
-// warp 0 scans dt into the fold weights and the total decay, the other warps compute B_j . C for the
-// replay path (need_bc). Two barriers in all.
-template <int kP, int kN, DType kAct>
-__device__ void stage_window(const Mamba2Params& p, const StepSmem<kP, kN, kAct>& sm, int row, int head,
-                             int group, int64_t slot, int w, float dt_now, bool need_bc) {
-  using Act = typename Storage<kAct>::type;
-  static_assert(kP * sizeof(Act) % 16 == 0 && kN * sizeof(Act) % 16 == 0, "rows must be whole 16-byte chunks");
-  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride;
-  const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-  stage_rows<kP * sizeof(Act) / 16, kP>(sm.x, x_buf, p.xb_entry_stride,
-                                        static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride, w);
-  stage_rows<kN * sizeof(Act) / 16, kN>(sm.B, B_buf, p.Bb_entry_stride,
-                                        static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride, w);
-  const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
-  for (int j = threadIdx.x; j <= w; j += kThreads) sm.dt[j] = j < w ? __ldg(dt_buf + j) : dt_now;
-  const Act* C = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
-  for (int n = threadIdx.x; n < kN; n += kThreads) sm.C[n] = to_float(__ldg(C + n));
-  cp_async_wait_all();
-  __syncthreads();
+// The window's per-entry scalars, held by the lanes of every warp: lane l holds entries l and l + 32.
+struct WindowScalars {
+  float wgt[kEntriesPerLane];  // dt_j exp(Lambda_w - Lambda_j), 0 past w
+  float decay;                 // exp(Lambda_w)
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp == 0) {
-    const float A = __ldg(p.A + head);
-    float prefix[2];
-    float carry = 0.0f;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int j = lane + 32 * half;
-      float v = j <= w ? sm.dt[j] : 0.0f;
-#pragma unroll
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const float other = __shfl_up_sync(0xffffffffu, v, offset);
-        if (lane >= offset) v += other;
-      }
-      prefix[half] = v + carry;
-      carry += __shfl_sync(0xffffffffu, v, 31);
-    }
-    const float total = A * __shfl_sync(0xffffffffu, prefix[w / 32], w % 32);  // Lambda_w
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int j = lane + 32 * half;
-      if (j <= w) sm.wgt[j] = sm.dt[j] * expf(total - A * prefix[half]);
-    }
-    if (lane == 0) sm.decay[0] = expf(total);
-  } else if (need_bc) {
-    for (int j = warp - 1; j <= w; j += kThreads / 32 - 1) {
-      float d = 0.0f;
-#pragma unroll
-      for (int n = lane; n < kN; n += 32) d += to_float(sm.B[j * kN + n]) * sm.C[n];
-      d = row_sum<32>(d);
-      if (lane == 0) sm.bc[j] = d;
-    }
+  // Entry j's weight, from the lane that holds it (j is warp-uniform or per lane; all lanes call).
+  __device__ float weight(int j) const {
+    const float lo = __shfl_sync(kFullMask, wgt[0], j & 31);
+    const float hi = __shfl_sync(kFullMask, wgt[1], j & 31);
+    return j < 32 ? lo : hi;
   }
-  __syncthreads();
+};
+
+__device__ __forceinline__ WindowScalars window_scalars(const Mamba2Params& p, int64_t slot, int head, int w,
+                                                        float dt_now) {
+  const int lane = threadIdx.x & 31;
+  const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+  const float A = __ldg(p.A + head);
+  float dt[kEntriesPerLane], prefix[kEntriesPerLane];
+  float carry = 0.0f;
+#pragma unroll
+  for (int h = 0; h < kEntriesPerLane; ++h) {
+    const int j = lane + 32 * h;
+    dt[h] = j < w ? __ldg(dt_buf + j) : (j == w ? dt_now : 0.0f);
+    float v = dt[h];
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const float other = __shfl_up_sync(kFullMask, v, offset);
+      if (lane >= offset) v += other;
+    }
+    prefix[h] = v + carry;
+    carry += __shfl_sync(kFullMask, v, 31);
+  }
+  const float at_w = __shfl_sync(kFullMask, w < 32 ? prefix[0] : prefix[1], w & 31);
+  const float total = A * at_w;  // Lambda_w
+  WindowScalars ws;
+#pragma unroll
+  for (int h = 0; h < kEntriesPerLane; ++h) {
+    const int j = lane + 32 * h;
+    ws.wgt[h] = j <= w ? dt[h] * expf(total - A * prefix[h]) : 0.0f;
+  }
+  ws.decay = expf(total);
+  return ws;
 }
 
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-__global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
+__global__ void __launch_bounds__(kThreads, (TileShape<kP, kN>::kRowsPerThread <= 10 ? 3 : 2))
+step_kernel(const Mamba2Params p) {
   using Shape = TileShape<kP, kN>;
   using Act = typename Storage<kAct>::type;
   constexpr int R = Shape::kRowsPerThread;
   constexpr int kLanes = Shape::kLanesPerRow;
-  extern __shared__ float smem_base[];
+  constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what a replay step reads
+  using VS = Vec4<kSrc>;
+  extern __shared__ __align__(16) unsigned char smem_base[];
 
   const int head = blockIdx.x;
   const int row = blockIdx.y;
   const int64_t slot = resolve_slot(p, row);
+  if (slot < 0) {
+    write_zero_output<kAct>(p, row, head);
+    return;
+  }
+  const int col0 = Shape::col0();
+  const int lane = threadIdx.x & 31;
+  const int group = head / (p.heads / p.groups);
+
+  // ---- everything that does not depend on the cursor, issued before it is known ----
+  const void* src = kCopy ? p.read_copy : p.checkpoint;
+  const int64_t src_tile = kCopy ? slot * p.rc_slot_stride + head * p.rc_head_stride
+                                 : slot * p.ck_slot_stride + head * p.ck_head_stride;
+  const int64_t src_row_stride = kCopy ? p.rc_row_stride : p.ck_row_stride;
+  typename VS::Raw raw[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) raw[r] = VS::load(src, src_tile + Shape::row(r) * src_row_stride + col0);
+  const int w = p.num_committed[slot] & kCursorMask;
+  float row_scale[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    row_scale[r] = kSrc == DType::kFloat8E4M3
+                       ? __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + Shape::row(r))
+                       : 1.0f;
+  }
+  const Act* x_now = static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride;
+  const Act* B_now = static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride;
+  const Act* C_now = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
+  float x_cur[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) x_cur[r] = to_float(__ldg(x_now + Shape::row(r)));
+  float c[4];
+  load_act4<kAct>(C_now, col0, c);
+  RowEpilogue<R> epilogue;
+  epilogue.template load<kAct, Shape>(p, row, head);
+  const float dt_now = load_dt(p, row, head);
+
   const int L = p.buffer_len;
-  const int w = slot < 0 ? -1 : (p.num_committed[slot] & kCursorMask);
-  if (slot < 0 || w >= L) {  // pad row, out-of-range slot, or a cursor with no room: touch nothing
+  if (w >= L) {  // a cursor with no room: touch nothing
     write_zero_output<kAct>(p, row, head);
     return;
   }
   const bool fold = w + 1 + p.max_draft_tokens > L;
-  const int group = head / (p.heads / p.groups);
-  const int col0 = Shape::col0();
-  const StepSmem<kP, kN, kAct> sm(smem_base, L);
-  RowEpilogue<R> epilogue;
-  epilogue.template load<kAct, Shape>(p, row, head);
+  const WindowScalars ws = window_scalars(p, slot, head, w, dt_now);
+  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride;
+  const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
 
-  if (fold) {
-    using V = Vec4<kCkpt>;
-    const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
-    typename V::Raw raw[R];
+  if (!fold) {
+    // B_j . C for this lane's entries, each lane a whole dot product (no shuffles), times wgt_j.
+    float coef[kEntriesPerLane];
 #pragma unroll
-    for (int r = 0; r < R; ++r) raw[r] = V::load(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + col0);
-    stage_window<kP, kN, kAct>(p, sm, row, head, group, slot, w, load_dt(p, row, head), false);
+    for (int h = 0; h < kEntriesPerLane; ++h) {
+      const int j = lane + 32 * h;
+      float dot = 0.0f;
+      if (j <= w) {
+        const Act* Bj = j < w ? B_buf + j * p.Bb_entry_stride : B_now;
+#pragma unroll
+        for (int n = 0; n < kN; n += 4) {
+          float b[4], cc[4];
+          load_act4<kAct>(Bj, n, b);
+          load_act4<kAct>(C_now, n, cc);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) dot += b[i] * cc[i];
+        }
+      }
+      coef[h] = ws.wgt[h] * dot;
+    }
 
-    const float decay = sm.decay[0];
-    float s[R][4];
+    // The buffer's part of row p, spread over the row's lanes: lane l takes entries l, l + kLanes, ...
+    constexpr int kSteps = kMamba2MaxBufferLen / kLanes;
+    float y[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      V::to_float(raw[r], s[r]);
+      float v[4];
+      VS::to_float(raw[r], v);
+      float dot = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) s[r][i] *= decay;
+      for (int i = 0; i < 4; ++i) dot += v[i] * c[i];
+      y[r] = ws.decay * row_scale[r] * dot;
     }
-    for (int j = 0; j <= w; ++j) {
-      float b[4];
-      Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
-      const float wgt = sm.wgt[j];
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      if (k * kLanes > w) break;  // warp-uniform
+      const int j = Shape::lane_in_row() + k * kLanes;
+      const float lo = __shfl_sync(kFullMask, coef[0], j & 31);
+      const float hi = __shfl_sync(kFullMask, coef[1], j & 31);
+      const float cj = j < 32 ? lo : hi;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const float coef = wgt * to_float(sm.x[j * kP + Shape::row(r)]);
+        const float xj = j < w ? to_float(__ldg(x_buf + j * p.xb_entry_stride + Shape::row(r))) : x_cur[r];
+        if (j <= w) y[r] += cj * xj;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float yr = row_sum<kLanes>(y[r]);
+      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, Shape::row(r), yr, x_cur[r]);
+    }
+
+    // Append the current token as entry w (B once per group, by the group's first head).
+    if (Shape::lane_in_row() == 0) {
+      Act* x_dst = static_cast<Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride;
+#pragma unroll
+      for (int r = 0; r < R; ++r) x_dst[Shape::row(r)] = x_now[Shape::row(r)];
+    }
+    if (head % (p.heads / p.groups) == 0 && Shape::first_row() == 0) {
+      Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride + w * p.Bb_entry_stride;
+      *reinterpret_cast<typename Vec4<kAct>::Raw*>(B_dst + col0) =
+          *reinterpret_cast<const typename Vec4<kAct>::Raw*>(B_now + col0);
+    }
+    if (threadIdx.x == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
+  } else {
+    // Fold: stage the window's x and B rows in shared memory (one latency for all of them) while the
+    // checkpoint streams in; then S = e^{Lambda_w} S_c + sum_j (wgt_j x_j) (outer) B_j in fp32 FFMA.
+    using V = Vec4<kCkpt>;
+    const FoldSmem<kP, kN, kAct> sm(smem_base, L);
+    const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
+    float s[R][4];
+    if constexpr (kCopy) {
+      typename V::Raw ck[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + col0);
+#pragma unroll
+      for (int r = 0; r < R; ++r) V::to_float(ck[r], s[r]);
+    } else {
+#pragma unroll
+      for (int r = 0; r < R; ++r) V::to_float(raw[r], s[r]);
+    }
+    stage_rows<kP>(sm.x, x_buf, p.xb_entry_stride, x_now, w);
+    stage_rows<kN>(sm.B, B_buf, p.Bb_entry_stride, B_now, w);
+    cp_async_wait_all();
+    __syncthreads();
+
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[r][i] *= ws.decay;
+    }
+    for (int j = 0; j <= w; ++j) {
+      const float wj = ws.weight(j);
+      float b[4];
+      Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float coef = wj * to_float(sm.x[j * kP + Shape::row(r)]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[r][i] += coef * b[i];
       }
@@ -188,7 +284,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
       const int pr = Shape::row(r);
       float y = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) y += s[r][i] * sm.C[col0 + i];
+      for (int i = 0; i < 4; ++i) y += s[r][i] * c[i];
       V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[r]);
       if constexpr (kCopy) {
         // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
@@ -213,61 +309,8 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
         Vec4<kRead>::store(p.read_copy, rc, v);
       }
       y = row_sum<kLanes>(y);
-      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, pr, y, to_float(sm.x[w * kP + pr]));
+      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, pr, y, x_cur[r]);
     }
-  } else {
-    constexpr DType kSrc = kCopy ? kRead : kCkpt;
-    using V = Vec4<kSrc>;
-    const void* src = kCopy ? p.read_copy : p.checkpoint;
-    const int64_t tile = kCopy ? slot * p.rc_slot_stride + head * p.rc_head_stride
-                               : slot * p.ck_slot_stride + head * p.ck_head_stride;
-    const int64_t row_stride = kCopy ? p.rc_row_stride : p.ck_row_stride;
-    typename V::Raw raw[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) raw[r] = V::load(src, tile + Shape::row(r) * row_stride + col0);
-    float row_scale[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      row_scale[r] = kSrc == DType::kFloat8E4M3
-                         ? __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + Shape::row(r))
-                         : 1.0f;
-    }
-    const float dt_now = load_dt(p, row, head);
-    stage_window<kP, kN, kAct>(p, sm, row, head, group, slot, w, dt_now, true);
-
-    const float decay = sm.decay[0];
-    float c[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) c[i] = sm.C[col0 + i];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int pr = Shape::row(r);
-      float v[4];
-      V::to_float(raw[r], v);
-      float dot = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) dot += v[i] * c[i];
-      float y = decay * row_scale[r] * dot;
-      // The buffer's part, spread over the lanes of the row: lane l takes entries l, l + kLanes, ...
-      for (int j = Shape::lane_in_row(); j <= w; j += kLanes) y += sm.wgt[j] * sm.bc[j] * to_float(sm.x[j * kP + pr]);
-      y = row_sum<kLanes>(y);
-      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, pr, y, to_float(sm.x[w * kP + pr]));
-    }
-
-    // Append the current token as entry w (B once per group, by the group's first head).
-    constexpr int kXChunks = kP * sizeof(Act) / 16;
-    constexpr int kBChunks = kN * sizeof(Act) / 16;
-    Act* x_dst = static_cast<Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride;
-    for (int i = threadIdx.x; i < kXChunks; i += kThreads) {
-      reinterpret_cast<uint4*>(x_dst)[i] = reinterpret_cast<const uint4*>(sm.x + w * kP)[i];
-    }
-    if (head % (p.heads / p.groups) == 0) {
-      Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride + w * p.Bb_entry_stride;
-      for (int i = threadIdx.x; i < kBChunks; i += kThreads) {
-        reinterpret_cast<uint4*>(B_dst)[i] = reinterpret_cast<const uint4*>(sm.B + w * kN)[i];
-      }
-    }
-    if (threadIdx.x == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
   }
 
   // Every thread read the cursor before this barrier; the last of the slot's H CTAs moves it.
@@ -281,7 +324,7 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const Mamba2Params p) {
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
   auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
-  const size_t smem = StepSmem<kP, kN, kAct>::bytes(p.buffer_len);
+  const size_t smem = FoldSmem<kP, kN, kAct>::bytes(p.buffer_len);
   if (smem > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
