@@ -1,0 +1,42 @@
+"""Every compiled op on a small config, for compute-sanitizer (scripts/sanitize.sh): a few steps that
+cross folds, with and without read copies, pad rows and an out-of-range slot."""
+
+import torch
+
+from replayssm_cuda import ops
+
+torch.manual_seed(0)
+H, P, N, G, L, S = 4, 64, 64, 2, 4, 5
+dev = "cuda"
+A = -(0.5 + torch.rand(H, device=dev))
+D = torch.randn(H, device=dev)
+dt_bias = 0.1 * torch.randn(H, device=dev)
+slots = torch.tensor([3, -1, 0, 99], device=dev, dtype=torch.int32)
+
+
+def inputs(batch):
+    return (torch.randn(batch, H, P, device=dev).bfloat16(), torch.randn(batch, H, device=dev).bfloat16(),
+            torch.randn(batch, G, N, device=dev).bfloat16(), torch.randn(batch, G, N, device=dev).bfloat16(),
+            torch.randn(batch, H, P, device=dev).bfloat16())
+
+
+for copy_dtype in (None, torch.bfloat16, torch.float8_e4m3fn):
+    ck = 0.1 * torch.randn(S, H, P, N, device=dev)
+    rc = None if copy_dtype is None else torch.empty(S, H, P, N, device=dev, dtype=copy_dtype)
+    rs = torch.empty(S, H, P, device=dev) if copy_dtype == torch.float8_e4m3fn else None
+    if rc is not None:
+        ops.make_read_copy(ck, rc, rs, slots, -1, backend="cuda")
+        ops.make_read_copy(ck, rc, rs, backend="cuda")
+    x_buf = torch.zeros(S, H, L, P, device=dev, dtype=torch.bfloat16)
+    B_buf = torch.zeros(S, G, L, N, device=dev, dtype=torch.bfloat16)
+    dt_buf = torch.zeros(S, H, L, device=dev)
+    cursors = torch.zeros(S, dtype=torch.int32, device=dev)
+    for _ in range(2 * L + 1):
+        x, dt, B, C, z = inputs(4)
+        out = torch.empty_like(x)
+        ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, out, D, z, dt_bias, True, 1,
+                        slots, -1, backend="cuda")
+    x, dt, B, C, z = inputs(4)
+    ops.mamba2_update(ck, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
+torch.cuda.synchronize()
+print("sanitize_ops: all ops ran")
