@@ -178,44 +178,29 @@ step_kernel(const Mamba2Params p) {
   const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
 
   if (!fold) {
-    // B_j . C for every entry, coalesced: the warp's lanes split each B_j row (the same 4-column
-    // chunks they hold of C) and reduce; lane j keeps wgt_j (B_j . C). (One lane per whole row was
-    // tried: every load then touched a different cache line per lane and the L1 wavefronts, 8 warps
-    // deep, cost more than the state stream.)
-    float coef[kEntriesPerLane] = {};
-#pragma unroll 4
-    for (int j = 0; j <= w; ++j) {
-      float part = 0.0f;
-      if (lane < kLanes) {
-        float b[4];
-        load_act4<kAct>(j < w ? B_buf + j * p.Bb_entry_stride : B_now, col0, b);
+    // B_j . C for this lane's entries, each lane a whole dot product (no shuffles), times wgt_j.
+    float coef[kEntriesPerLane];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) part += b[i] * c[i];
+    for (int h = 0; h < kEntriesPerLane; ++h) {
+      const int j = lane + 32 * h;
+      float dot = 0.0f;
+      if (j <= w) {
+        const Act* Bj = j < w ? B_buf + j * p.Bb_entry_stride : B_now;
+#pragma unroll
+        for (int n = 0; n < kN; n += 4) {
+          float b[4], cc[4];
+          load_act4<kAct>(Bj, n, b);
+          load_act4<kAct>(C_now, n, cc);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) dot += b[i] * cc[i];
+        }
       }
-      const float dot = row_sum<32>(part);
-      if (lane == (j & 31)) {
-        if (j < 32) coef[0] = ws.wgt[0] * dot;
-        else coef[1] = ws.wgt[1] * dot;
-      }
+      coef[h] = ws.wgt[h] * dot;
     }
 
-    // The buffer's part of each row, sum_j coef_j x_j[p]: lane l of a warp takes one of the warp's
-    // rows (group l / R, row l % R) and walks the entries, so a load of x_j serves R rows at once.
-    constexpr int kGroupsPerWarp = 32 / kLanes;
-    static_assert(kGroupsPerWarp * R <= 32, "a warp's rows must fit one per lane");
-    const int warp = threadIdx.x / 32;
-    const bool has_row = lane < kGroupsPerWarp * R;
-    const int my_row = (warp * kGroupsPerWarp + lane / R) + (lane % R) * Shape::kRowsPerPass;
-    float buffer_part = 0.0f;
-#pragma unroll 4
-    for (int j = 0; j <= w; ++j) {
-      const float cj = __shfl_sync(kFullMask, j < 32 ? coef[0] : coef[1], j & 31);
-      if (has_row) {
-        const Act* xj = j < w ? x_buf + j * p.xb_entry_stride : x_now;
-        buffer_part += cj * to_float(__ldg(xj + my_row));
-      }
-    }
-    const int group_base = (lane / kLanes) * R;
+    // The buffer's part of row p, spread over the row's lanes: lane l takes entries l, l + kLanes, ...
+    constexpr int kSteps = kMamba2MaxBufferLen / kLanes;
+    float y[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float v[4];
@@ -223,9 +208,25 @@ step_kernel(const Mamba2Params p) {
       float dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < 4; ++i) dot += v[i] * c[i];
-      const float y = ws.decay * row_scale[r] * row_sum<kLanes>(dot) +
-                      __shfl_sync(kFullMask, buffer_part, group_base + r);
-      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, Shape::row(r), y, x_cur[r]);
+      y[r] = ws.decay * row_scale[r] * dot;
+    }
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      if (k * kLanes > w) break;  // warp-uniform
+      const int j = Shape::lane_in_row() + k * kLanes;
+      const float lo = __shfl_sync(kFullMask, coef[0], j & 31);
+      const float hi = __shfl_sync(kFullMask, coef[1], j & 31);
+      const float cj = j < 32 ? lo : hi;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float xj = j < w ? to_float(__ldg(x_buf + j * p.xb_entry_stride + Shape::row(r))) : x_cur[r];
+        if (j <= w) y[r] += cj * xj;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float yr = row_sum<kLanes>(y[r]);
+      if (Shape::lane_in_row() == 0) epilogue.template store<kAct>(p, row, head, r, Shape::row(r), yr, x_cur[r]);
     }
 
     // Append the current token as entry w (B once per group, by the group's first head).

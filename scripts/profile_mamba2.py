@@ -1,0 +1,39 @@
+"""One conventional update and one replay step (no fold, w = 8 of L = 16) of nano4b at batch 256, for
+Nsight Compute: `ncu --profile-from-start off ... python3 scripts/profile_mamba2.py`."""
+
+import torch
+
+H, P, N, G, L, batch = 96, 80, 128, 8, 16, 256
+dev = "cuda"
+torch.manual_seed(0)
+A = -(0.5 + torch.rand(H, device=dev))
+D = torch.randn(H, device=dev)
+dt_bias = 0.1 * torch.randn(H, device=dev)
+x = torch.randn(batch, H, P, device=dev).bfloat16()
+z = torch.randn(batch, H, P, device=dev).bfloat16()
+dt = torch.randn(batch, H, device=dev).bfloat16()
+B = torch.randn(batch, G, N, device=dev).bfloat16()
+C = torch.randn(batch, G, N, device=dev).bfloat16()
+out = torch.empty_like(x)
+state = 0.1 * torch.randn(batch, H, P, N, device=dev)
+x_buf = torch.randn(batch, H, L, P, device=dev).bfloat16()
+B_buf = torch.randn(batch, G, L, N, device=dev).bfloat16()
+dt_buf = 0.1 * torch.rand(batch, H, L, device=dev)
+cursors = torch.zeros(batch, dtype=torch.int32, device=dev)
+
+
+def run():
+    torch.ops.replayssm.mamba2_update(state, x, dt, A, B, C, out, D, z, dt_bias, True, None, -1)
+    cursors.fill_(8)
+    torch.ops.replayssm.mamba2_step(state, None, None, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, out, D, z,
+                                    dt_bias, True, 1, None, -1)
+
+
+import replayssm_cuda  # noqa: E402,F401  (registers the ops)
+
+run()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStart()
+run()
+torch.cuda.synchronize()
+torch.cuda.cudart().cudaProfilerStop()
