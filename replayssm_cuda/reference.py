@@ -181,6 +181,28 @@ def copy_slots(cache_tensors, src_slots, dst_slots) -> None:
             t[dst.to(t.device)] = values
 
 
+def _commit_cursors(num_committed, num_accepted, L: int, max_draft_tokens: int, slots, pad_slot_id: int):
+    """Move each row's cursor past its accepted entries; return the rows' slots and the mask of rows
+    whose slot must fold now because the next verify of max_draft_tokens would not fit."""
+    idx, valid = _resolve_rows(slots, num_accepted.shape[0], num_committed.shape[0], pad_slot_id,
+                               num_committed.device)
+    w = num_committed[idx].long()
+    valid = valid & (w >= 0) & (w <= L)
+    accepted = torch.minimum(num_accepted.to(w.device).long().clamp(min=0), L - w)
+    new_w = w + accepted
+    num_committed[idx[valid]] = new_w[valid].to(num_committed.dtype)
+    return idx, valid & (new_w + max_draft_tokens > L)
+
+
+def _rows_to_flush(num_committed, L: int, slots, pad_slot_id: int):
+    """Slots of a flush (all when slots is None) and the mask of those holding committed entries."""
+    num_slots = num_committed.shape[0]
+    batch = num_slots if slots is None else slots.shape[0]
+    idx, valid = _resolve_rows(slots, batch, num_slots, pad_slot_id, num_committed.device)
+    w = num_committed[idx].long()
+    return idx, valid & (w > 0) & (w <= L)
+
+
 # --------------------------------------------------------------------------------------------------
 # Mamba-2
 # --------------------------------------------------------------------------------------------------
@@ -299,14 +321,7 @@ def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
                   A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1) -> None:
     """Accept the first num_accepted[r] verified entries of each row (a cursor move), then fold the
     slots where the next verify of max_draft_tokens would not fit (flush-early rule)."""
-    L = x_buf.shape[2]
-    idx, valid = _resolve_rows(slots, num_accepted.shape[0], checkpoint.shape[0], pad_slot_id, checkpoint.device)
-    w = num_committed[idx].long()
-    valid = valid & (w >= 0) & (w <= L)
-    accepted = torch.minimum(num_accepted.to(w.device).long().clamp(min=0), L - w)
-    new_w = w + accepted
-    num_committed[idx[valid]] = new_w[valid].to(num_committed.dtype)
-    fold = valid & (new_w + max_draft_tokens > L)
+    idx, fold = _commit_cursors(num_committed, num_accepted, x_buf.shape[2], max_draft_tokens, slots, pad_slot_id)
     _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold)
 
 
@@ -352,11 +367,7 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
 def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A,
                  slots=None, pad_slot_id: int = -1) -> None:
     """Fold everything committed into the checkpoint of the named slots (all when None)."""
-    num_slots = checkpoint.shape[0]
-    batch = num_slots if slots is None else slots.shape[0]
-    idx, valid = _resolve_rows(slots, batch, num_slots, pad_slot_id, checkpoint.device)
-    w = num_committed[idx].long()
-    fold = valid & (w > 0) & (w <= x_buf.shape[2])
+    idx, fold = _rows_to_flush(num_committed, x_buf.shape[2], slots, pad_slot_id)
     _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold)
 
 
@@ -544,14 +555,7 @@ def delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
                  num_accepted, max_draft_tokens: int, use_qk_l2norm: bool = True,
                  slots=None, pad_slot_id: int = -1) -> None:
     """Accept num_accepted[r] verified entries per row, then fold where the next verify would not fit."""
-    L = k_buf.shape[2]
-    idx, valid = _resolve_rows(slots, num_accepted.shape[0], checkpoint.shape[0], pad_slot_id, checkpoint.device)
-    w = num_committed[idx].long()
-    valid = valid & (w >= 0) & (w <= L)
-    accepted = torch.minimum(num_accepted.to(w.device).long().clamp(min=0), L - w)
-    new_w = w + accepted
-    num_committed[idx[valid]] = new_w[valid].to(num_committed.dtype)
-    fold = valid & (new_w + max_draft_tokens > L)
+    idx, fold = _commit_cursors(num_committed, num_accepted, k_buf.shape[2], max_draft_tokens, slots, pad_slot_id)
     _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                 use_qk_l2norm, idx, fold)
 
@@ -583,11 +587,7 @@ def delta_step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf,
 def delta_flush(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                 use_qk_l2norm: bool = True, slots=None, pad_slot_id: int = -1) -> None:
     """Fold everything committed into the checkpoint of the named slots (all when None)."""
-    num_slots = checkpoint.shape[0]
-    batch = num_slots if slots is None else slots.shape[0]
-    idx, valid = _resolve_rows(slots, batch, num_slots, pad_slot_id, checkpoint.device)
-    w = num_committed[idx].long()
-    fold = valid & (w > 0) & (w <= k_buf.shape[2])
+    idx, fold = _rows_to_flush(num_committed, k_buf.shape[2], slots, pad_slot_id)
     _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                 use_qk_l2norm, idx, fold)
 
