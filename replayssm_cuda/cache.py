@@ -10,8 +10,8 @@ buffers and the device-side cursors, and calls the functional ops (ops.py) with 
     y = cache.verify(x, dt, B, C, z, slots=...)                        # T draft tokens, (batch, T, ...)
     cache.commit(num_accepted, slots=...)                              # device tensor, no host sync
 
-Every method runs without host synchronisation, so a decode loop that calls them can be captured in
-a CUDA graph. Methods take `slots` (state_batch_indices, int32/int64; row r uses slot r when None);
+Methods whose compiled op exists run without host synchronisation, so a decode loop of them can be
+captured in a CUDA graph; `python -m replayssm_cuda info` lists them. Methods take `slots` (state_batch_indices, int32/int64; row r uses slot r when None);
 rows whose slot is `pad_slot_id` or out of range touch nothing and get zero output.
 """
 

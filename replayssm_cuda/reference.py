@@ -1,8 +1,10 @@
 """The specification of every ReplaySSM op, as slow and readable PyTorch.
 
 This module is the contract the CUDA kernels are tested against and the path the package takes when
-there is no GPU or no compiled extension. Every function here has the same signature as the op of the
-same name in ``torch.ops.replayssm`` (see ``ops.py``): caller-allocated outputs, in-place cache updates.
+there is no GPU or no compiled extension. Every function here has the signature of the op it specifies
+(``ops.py``; ``delta_*`` serve both ``gdn_*`` and ``kda_*``): caller-allocated outputs, in-place cache
+updates. It is written for clarity, not speed: it synchronises with the host (boolean indexing), so
+unlike the compiled ops it cannot be captured in a CUDA graph.
 
 Arithmetic is done in fp32, or in fp64 when any state or input tensor is fp64 (so the tests can check
 the replay algebra to 1e-12 against independent fp64 loops). Works on any device.
