@@ -122,3 +122,16 @@ def test_delta_gate_shape():
     q, k, v, a, b = fam.inputs(2)
     with pytest.raises(ValueError, match=r"kda_step: `a` must have shape \(2, 4, 8\), got \(2, 4\)"):
         cache.step(q, k, v, a[..., 0], b)
+
+
+def test_mamba2_kernel_limits_are_named():
+    """What the compiled Mamba-2 kernels were not built for is said in words (auto then runs the
+    reference with that reason in its warning; backend='cuda' raises it)."""
+    ck = torch.zeros(2, 4, 80, 128)
+    x = torch.zeros(1, 4, 80, dtype=torch.bfloat16)
+    assert ops.mamba2_kernel_limit(ck, None, x) is None
+    assert "(96, 128) has no compiled kernel" in ops.mamba2_kernel_limit(torch.zeros(2, 4, 96, 128), None, x)
+    assert "float32 activations" in ops.mamba2_kernel_limit(ck, None, x.float())
+    assert "a float64 checkpoint" in ops.mamba2_kernel_limit(ck.double(), None, x)
+    rc = torch.zeros(2, 4, 80, 128, dtype=torch.bfloat16)
+    assert "a bfloat16 read copy of a bfloat16 checkpoint" in ops.mamba2_kernel_limit(ck.bfloat16(), rc, x)
