@@ -94,3 +94,16 @@ def test_commit_zero_and_full(name):
     for t in range(4):
         b.step(*(v[:, t] for v in inputs))
     assert rel_err(a.materialize(), b.materialize()) < 1e-13
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_bf16_activations_with_fp32_checkpoint(name):
+    """The serving configuration: bf16 activations and buffers, fp32 checkpoint and fp32 buffer scalars.
+    Outputs stay at bf16-input precision against the fp64 recurrence fed the same bf16 inputs."""
+    fam = family(name, dtype=torch.float32, act_dtype=torch.bfloat16, seed=13)
+    cache = fam.make_cache(3, buffer_len=6, max_draft_tokens=2, read_copy_dtype=torch.bfloat16)
+    assert (cache.dt_buf if name == "mamba2" else cache.u_buf).dtype == torch.float32
+    init = random_states(fam, 3).float()
+    cache.load(init)
+    states = [init[s].double() for s in range(3)]
+    spec_rounds(fam, cache, 20, 2, 2, torch.tensor([2, 0]), states, torch.Generator().manual_seed(4), 3e-2)
