@@ -13,7 +13,7 @@ from .cache import DeltaRuleWeights, GDNCache, Mamba2Cache, Mamba2Weights
 
 ALL_OPS = ["make_read_copy", "load", "reset", "copy_slots"] + [
     f"{fam}_{op}" for fam in ("mamba2", "gdn", "kda")
-    for op in ("update", "step", "verify", "commit", "flush", "materialize")]
+    for op in ("update", "step", "verify", "commit", "flush", "materialize")] + ["mamba2_update_snapshots"]
 
 
 def info() -> None:

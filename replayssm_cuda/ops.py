@@ -213,6 +213,23 @@ def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_s
     return out  # the compiled ops return nothing
 
 
+def mamba2_update_snapshots(state, x, dt, A, B, C, out, snapshots, D=None, z=None, dt_bias=None,
+                            dt_softplus=False, slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Conventional speculative step: T tokens per row from the state, the state after every token into
+    `snapshots` (batch, T, H, P, N); `state` is only read. See reference.mamba2_update_snapshots."""
+    op = "mamba2_update_snapshots"
+    expect(op, "state", state, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES, last_dim_contiguous=True)
+    expect(op, "x", x, shape=(None, None, None, None))
+    batch, T = x.shape[:2]
+    _expect_mamba2_inputs(op, state, x, dt, A, B, C, out, D, z, dt_bias, (batch, T))
+    expect(op, "snapshots", snapshots, shape=(batch, T, *state.shape[1:]), dtypes=CHECKPOINT_DTYPES,
+           device=state.device, last_dim_contiguous=True)
+    _expect_slots(op, slots, batch, state.shape[0], state.device)
+    _run(op, backend, state.device, reference.mamba2_update_snapshots,
+         state, x, dt, A, B, C, out, snapshots, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
+    return out
+
+
 def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                   x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
                   slots=None, pad_slot_id: int = -1, *, backend="auto"):

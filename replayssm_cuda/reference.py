@@ -248,6 +248,26 @@ def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_s
     return out
 
 
+def mamba2_update_snapshots(state, x, dt, A, B, C, out, snapshots, D=None, z=None, dt_bias=None,
+                            dt_softplus: bool = False, slots=None, pad_slot_id: int = -1):
+    """Conventional speculative step, as engines run it today: T tokens per row from state[slot], the
+    state after every token written to snapshots (batch, T, H, P, N); the state itself is not written
+    (the engine keeps the accepted snapshot). x, z, out (batch, T, H, P); dt (batch, T, H); B, C
+    (batch, T, G, N). Token by token it is mamba2_update, so snapshot T-1 is mamba2_update's state.
+    The baseline the replay verify/commit is measured against (one state read, T state writes)."""
+    cd = _compute_dtype(state, x)
+    batch, T = x.shape[:2]
+    idx, valid = _resolve_rows(slots, batch, state.shape[0], pad_slot_id, state.device)
+    work = state[idx].clone()                        # (batch, H, P, N): per-row copies, never written back
+    rows = torch.arange(batch, device=state.device)
+    for t in range(T):
+        mamba2_update(work, x[:, t], dt[:, t], A, B[:, t], C[:, t], out[:, t], D,
+                      None if z is None else z[:, t], dt_bias, dt_softplus, rows, -1)
+        snapshots[:, t] = torch.where(valid[:, None, None, None], work, torch.zeros_like(work)).to(snapshots.dtype)
+    out.masked_fill_(~valid[:, None, None, None], 0)
+    return out
+
+
 def _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, idx, cd):
     """State after folding the first num_committed buffer entries into the checkpoint (fp32 or fp64):
         S = e^{Lambda_w} S_c + sum_j dt_j e^{Lambda_w - Lambda_j} x_j (outer) B_j,  Lambda_j = A sum_{i<=j} dt_i."""

@@ -119,3 +119,31 @@ def test_odd_shapes(name):
     out_err, state_err = run_decode(fam, cache, 12, 1, torch.tensor([2]), states)
     assert out_err < 2e-5 and state_err < 2e-5
     assert int(cache.num_committed[2]) == 12 % 5
+
+
+def test_mamba2_update_snapshots_is_token_by_token_update():
+    """The conventional speculative baseline: snapshot t is the state after t+1 sequential updates,
+    the state itself is untouched, pad rows get zeros."""
+    from replayssm_cuda import ops
+    fam = family("mamba2", dtype=torch.float32, seed=17)
+    w = fam.weights
+    state = random_states(fam, 4).float()
+    before = state.clone()
+    slots = torch.tensor([3, -1, 1])
+    x, dt, B, C, z = fam.inputs(3, 4)
+    out = torch.empty_like(x)
+    snaps = torch.full((3, 4, *fam.state_shape), float("nan"))
+    ops.mamba2_update_snapshots(state, x, dt, w.A, B, C, out, snaps, w.D, z, w.dt_bias, True, slots)
+    assert torch.equal(state, before)
+    assert torch.count_nonzero(out[1]) == 0 and torch.count_nonzero(snaps[1]) == 0
+    walk = before.clone()
+    for t in range(4):
+        y = torch.empty_like(x[:, t])
+        ops.mamba2_update(walk, x[:, t], dt[:, t], w.A, B[:, t], C[:, t], y, w.D, z[:, t], w.dt_bias, True, slots)
+        for r, s in ((0, 3), (2, 1)):
+            assert rel_err(snaps[r, t], walk[s]) < 1e-6 and rel_err(out[r, t], y[r]) < 1e-6
+    states = [before[s].double() for s in range(4)]
+    for t in range(4):
+        for r, s in ((0, 3), (2, 1)):
+            y_ref = fam.oracle_step(states[s], fam.token((x, dt, B, C, z), r, t))
+            assert rel_err(out[r, t], y_ref) < 2e-5 and rel_err(snaps[r, t], states[s]) < 2e-5
