@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The one script for a GPU machine: build replayssm_cuda._C in place, print its build info, run every
-# test (CPU and tests/gpu), then the benchmarks when there are any. Logs go to $OUT (default ./results).
+# The one script for a GPU machine: build replayssm_cuda._C in place, print its build info, run the GPU
+# tests, then the benchmarks when there are any. Logs go to $OUT (default ./results).
 #   bash scripts/gpu_check.sh      # REPLAYSSM_BENCH=0 skips the benchmarks; REPLAYSSM_TESTS=all adds
 #                                  # the CPU tests (CI runs them anyway); REPLAYSSM_CUDA_ARCHS=90a halves the build
 set -euo pipefail
