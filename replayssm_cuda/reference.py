@@ -66,6 +66,14 @@ def _resolve_rows(slots, batch: int, num_slots: int, pad_slot_id: int, device):
     return torch.where(valid, slot_idx, torch.zeros_like(slot_idx)), valid
 
 
+def _named_slots(slots, num_slots: int, pad_slot_id: int, device):
+    """The valid slot indices a slot-list op acts on: every slot when `slots` is None."""
+    if slots is None:
+        return torch.arange(num_slots, device=device)
+    idx, valid = _resolve_rows(slots, slots.shape[0], num_slots, pad_slot_id, device)
+    return idx[valid]
+
+
 def _read_state(checkpoint, read_copy, read_scale, idx, cd):
     """The state the per-step reads use: the read copy when there is one, else the checkpoint."""
     if read_copy is None:
@@ -113,12 +121,7 @@ def make_read_copy(checkpoint, read_copy, read_scale=None, slots=None, pad_slot_
     fp8-e4m3: per (slot, head, row) scale = amax / 448 (1 for an all-zero row), q = x * (448 / amax)
     clamped to +-448 and rounded to nearest even; dequantised value = q * scale.
     """
-    num_slots = checkpoint.shape[0]
-    if slots is None:
-        idx = torch.arange(num_slots, device=checkpoint.device)
-    else:
-        idx, valid = _resolve_rows(slots, slots.shape[0], num_slots, pad_slot_id, checkpoint.device)
-        idx = idx[valid]
+    idx = _named_slots(slots, checkpoint.shape[0], pad_slot_id, checkpoint.device)
     x = checkpoint[idx].float()
     if read_copy.dtype == torch.float8_e4m3fn:
         amax = x.abs().amax(dim=-1)
@@ -154,12 +157,7 @@ def load(checkpoint, read_copy, read_scale, num_committed, states, slots=None, p
 
 def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None, pad_slot_id: int = -1) -> None:
     """Zero the state, read copy and buffers of the named slots (all when None) and their cursors."""
-    num_slots = checkpoint.shape[0]
-    if slots is None:
-        idx = torch.arange(num_slots, device=checkpoint.device)
-    else:
-        idx, valid = _resolve_rows(slots, slots.shape[0], num_slots, pad_slot_id, checkpoint.device)
-        idx = idx[valid]
+    idx = _named_slots(slots, checkpoint.shape[0], pad_slot_id, checkpoint.device)
     for t in [checkpoint, read_copy, *buffers]:
         if t is not None:
             _scatter(t, idx, torch.zeros((idx.numel(), *t.shape[1:]), dtype=torch.float32, device=t.device))
