@@ -1,5 +1,6 @@
-"""One conventional update and one replay step (no fold, w = 8 of L = 16) of nano4b at batch 256, for
-Nsight Compute: `ncu --profile-from-start off ... python3 scripts/profile_mamba2.py`."""
+"""One conventional update and three replay steps (no fold, w = 8 of L = 16: no read copy, bf16 copy,
+fp8 copy) of nano4b at batch 256, for Nsight Compute:
+`ncu --profile-from-start off --clock-control none ... python3 scripts/profile_mamba2.py`."""
 
 import torch
 
@@ -20,13 +21,17 @@ x_buf = torch.randn(batch, H, L, P, device=dev).bfloat16()
 B_buf = torch.randn(batch, G, L, N, device=dev).bfloat16()
 dt_buf = 0.1 * torch.rand(batch, H, L, device=dev)
 cursors = torch.zeros(batch, dtype=torch.int32, device=dev)
+copy_bf16 = state.bfloat16()
+copy_fp8 = state.clamp(-448, 448).to(torch.float8_e4m3fn)
+scale_fp8 = torch.ones(batch, H, P, device=dev)
 
 
 def run():
     torch.ops.replayssm.mamba2_update(state, x, dt, A, B, C, out, D, z, dt_bias, True, None, -1)
-    cursors.fill_(8)
-    torch.ops.replayssm.mamba2_step(state, None, None, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, out, D, z,
-                                    dt_bias, True, 1, None, -1)
+    for read_copy, read_scale in [(None, None), (copy_bf16, None), (copy_fp8, scale_fp8)]:
+        cursors.fill_(8)
+        torch.ops.replayssm.mamba2_step(state, read_copy, read_scale, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C,
+                                        out, D, z, dt_bias, True, 1, None, -1)
 
 
 import replayssm_cuda  # noqa: E402,F401  (registers the ops)

@@ -81,6 +81,7 @@ struct Mamba2Params {
 
   int64_t num_slots;
   int32_t batch, heads, groups, head_dim, state_dim;
+  int32_t heads_per_cta;  // step: set by the launcher (the heads of one group a CTA pipelines)
 };
 
 // Conventional T=1 update of `checkpoint` (the state), one launch.

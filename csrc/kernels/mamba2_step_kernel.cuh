@@ -30,6 +30,7 @@
 #pragma once
 
 #include "mamba2.cuh"
+#include "bulk_copy.cuh"
 #include "mamba2_tile.cuh"
 
 namespace replayssm {
@@ -104,74 +105,113 @@ __device__ __forceinline__ void load_act_n(const void* base, int64_t offset, flo
   }
 }
 
-// ---- Shared memory of a step: per-entry scalars, per-row dot products, the staged window -----------
-template <int kP, int kN, DType kAct>
-struct StepSmem {
+// ---- Shared memory of a step CTA ---------------------------------------------------------------
+// A ring of replay-source tiles fed by bulk copies (TMA), three x windows fed by cp.async (one read,
+// two in flight), the fold's B window, and the small per-head arrays, double-buffered by head parity
+// so that head i+1's reductions may start while head i's epilogue still reads head i's.
+template <int kP, int kN, DType kSrc, DType kAct>
+struct StepLayout {
   using Act = typename Storage<kAct>::type;
-  // Float part first: its size is a multiple of 16 bytes, so the activation rows after it are
-  // 16-byte aligned for cp.async.
-  static constexpr int kFloats = kP + 2 * kMamba2MaxBufferLen + 4;
-  static_assert(kFloats % 4 == 0, "16-byte aligned window rows");
-  static size_t bytes(int L) { return sizeof(float) * kFloats + sizeof(Act) * static_cast<size_t>(L) * (kP + kN); }
+  static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
+  // As many stages as fit in about 64 KB, at least two.
+  static constexpr int kStages = kTileBytes >= 32 * 1024 ? 2 : (64 * 1024 / kTileBytes > 8 ? 8 : 64 * 1024 / kTileBytes);
+  static constexpr int kWindows = 3;
+  static constexpr size_t kBarrierOffset = 0;  // uint64_t[kStages]
+  static constexpr size_t kDotsOffset = 64;    // float[L_max]
+  static constexpr size_t kWgtOffset = kDotsOffset + 4 * kMamba2MaxBufferLen;      // float[2][L_max]
+  static constexpr size_t kDecayOffset = kWgtOffset + 2 * 4 * kMamba2MaxBufferLen;  // float[2]
+  static constexpr size_t kYdotOffset = kDecayOffset + 16;                          // float[2][P]
+  static constexpr size_t kRingOffset = (kYdotOffset + 2 * 4 * kP + 127) / 128 * 128;
+  static constexpr size_t kXwinOffset = kRingOffset + static_cast<size_t>(kStages) * kTileBytes;
+  static_assert(kStages * sizeof(uint64_t) <= kDotsOffset, "barriers fit before the scalars");
 
-  float* ydot;   // [P]  state part of each output row
-  float* wgt;    // [L]  dt_j exp(Lambda_w - Lambda_j)
-  float* dots;   // [L]  B_j . C (replay path)
-  float* decay;  // [1]  exp(Lambda_w)
-  Act* x;        // [L][P] window x rows, entries 0..w
-  Act* B;        // [L][N] window B rows (fold path)
-  __device__ StepSmem(void* base, int L) {
-    ydot = static_cast<float*>(base);
-    wgt = ydot + kP;
-    dots = wgt + kMamba2MaxBufferLen;
-    decay = dots + kMamba2MaxBufferLen;
-    x = reinterpret_cast<Act*>(ydot + kFloats);
-    B = x + static_cast<size_t>(L) * kP;
-  }
+  __host__ __device__ static size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
+  __host__ __device__ static size_t B_window_offset(int L) { return kXwinOffset + kWindows * x_window_bytes(L); }
+  __host__ __device__ static size_t bytes(int L) { return B_window_offset(L) + sizeof(Act) * static_cast<size_t>(L) * kN; }
 };
 
-// One 16-byte global -> shared copy that completes asynchronously (cp.async, sm_80+): a thread can
-// have all of its window copies in flight at once instead of one load latency per entry.
-__device__ __forceinline__ void cp_async16(void* smem_dst, const void* global_src) {
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+template <int kP, int kN, DType kSrc, DType kAct>
+struct StepSmem {
+  using Layout = StepLayout<kP, kN, kSrc, kAct>;
+  using Act = typename Storage<kAct>::type;
+  unsigned char* base;
+  int L;
+  __device__ StepSmem(unsigned char* b, int buffer_len) : base(b), L(buffer_len) {}
+  __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base + Layout::kBarrierOffset) + s; }
+  __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::kDotsOffset); }
+  __device__ float* wgt(int b) const { return reinterpret_cast<float*>(base + Layout::kWgtOffset) + b * kMamba2MaxBufferLen; }
+  __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + b; }
+  __device__ float* ydot(int b) const { return reinterpret_cast<float*>(base + Layout::kYdotOffset) + b * kP; }
+  __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
+  __device__ Act* x_window(int k) const { return reinterpret_cast<Act*>(base + Layout::kXwinOffset + k * Layout::x_window_bytes(L)); }
+  __device__ Act* B_window() const { return reinterpret_cast<Act*>(base + Layout::B_window_offset(L)); }
+};
 
-// Copy entries 0..w of one kind of row (x or B) to shared memory: entries < w from the buffer,
-// entry w from the current token.
+// Copy entries 0..w of one kind of row (x or B) to shared memory with cp.async (no commit): entries
+// < w from the buffer, entry w from the current token.
 template <int kElems, class Act>
 __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t entry_stride, const Act* current, int w) {
   constexpr int kPerChunk = 16 / sizeof(Act);
   constexpr int kChunks = kElems / kPerChunk;
   static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
   const int total = (w + 1) * kChunks;
-  for (int i = threadIdx.x; i < total; i += kThreads) {
+  // From the CTA's last thread down: the epilogue warps, first in the CTA, have the most other work.
+  for (int i = kThreads - 1 - static_cast<int>(threadIdx.x); i < total; i += kThreads) {
     const int j = i / kChunks;
     const int c = (i - j * kChunks) * kPerChunk;
     cp_async16(dst + j * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
   }
 }
 
-// The window's per-entry weights wgt_j = dt_j exp(Lambda_w - Lambda_j) (j <= w) and exp(Lambda_w),
-// computed by one warp (lane l: entries l and l + 32) into shared memory, once per CTA.
-template <class Smem>
-__device__ __forceinline__ void window_scalars(const Mamba2Params& p, int64_t slot, int head, int w, float dt_now,
-                                               const Smem& sm) {
-  constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
+// What thread p < P needs of head h for output row p, loaded one head ahead.
+template <DType kAct>
+struct RowOperands {
+  typename Storage<kAct>::type x{};
+  float z = 0.0f;
+  float scale = 1.0f;  // fp8 read copy: the row's dequantisation scale
+};
+
+template <DType kAct, bool kScaled>
+__device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Params& p, int row, int64_t slot, int head,
+                                                              int pr) {
+  using Act = typename Storage<kAct>::type;
+  RowOperands<kAct> o;
+  o.x = static_cast<const Act*>(p.x)[row * p.x_row_stride + head * p.x_head_stride + pr];
+  if (p.z != nullptr) o.z = load_act<kAct>(p.z, row * p.z_row_stride + head * p.z_head_stride + pr);
+  if constexpr (kScaled) o.scale = __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr);
+  return o;
+}
+
+// What warp 0 needs of head h for the window weights: dt of its lanes' entries (j = lane, lane + 32;
+// entry w is the current token's), loaded one head ahead.
+struct HeadDt {
+  float dt[kMamba2MaxBufferLen / 32];
+  float now;
+};
+
+__device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, int64_t slot, int head, int w) {
   const int lane = threadIdx.x & 31;
   const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
-  const float A = __ldg(p.A + head);
-  float dt[kEntriesPerLane], prefix[kEntriesPerLane];
+  HeadDt d;
+  d.now = load_dt(p, row, head);
 #pragma unroll
-  for (int h = 0; h < kEntriesPerLane; ++h) {
+  for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) {
     const int j = lane + 32 * h;
-    dt[h] = j < w ? dt_buf[j] : (j == w ? dt_now : 0.0f);
+    d.dt[h] = j < w ? dt_buf[j] : (j == w ? d.now : 0.0f);
   }
+  return d;
+}
+
+// Warp 0: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared memory.
+__device__ __forceinline__ void window_weights(const HeadDt& d, float A, int w, float* wgt, float* decay) {
+  constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
+  const int lane = threadIdx.x & 31;
+  float prefix[kEntriesPerLane] = {};
   float carry = 0.0f;
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
-    float v = dt[h];
+    if (h * 32 > w) break;  // warp-uniform: no entry of this half is in the window
+    float v = d.dt[h];
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
       const float other = __shfl_up_sync(kFullMask, v, offset);
@@ -185,17 +225,17 @@ __device__ __forceinline__ void window_scalars(const Mamba2Params& p, int64_t sl
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     const int j = lane + 32 * h;
-    if (j <= w) sm.wgt[j] = dt[h] * expf(total - A * prefix[h]);
+    if (j <= w) wgt[j] = d.dt[h] * expf(total - A * prefix[h]);
   }
-  if (lane == 0) *sm.decay = expf(total);
+  if (lane == 0) *decay = expf(total);
 }
 
 // B_j . C for the window entries 0..w, once per CTA: a group of N/8 lanes per entry (one 16-byte
 // vector of B each, coalesced), the groups splitting the entries, all loads issued before any sum.
-template <int kN, DType kAct, class Smem>
+template <int kN, DType kAct>
 __device__ __forceinline__ void window_dots(const typename Storage<kAct>::type* B_window, int64_t entry_stride,
                                             const typename Storage<kAct>::type* B_now,
-                                            const typename Storage<kAct>::type* C_now, int w, const Smem& sm) {
+                                            const typename Storage<kAct>::type* C_now, int w, float* dots) {
   constexpr int kLanes = kN / 8;
   constexpr int kGroups = kThreads / kLanes;
   constexpr int kRounds = (kMamba2MaxBufferLen + kGroups - 1) / kGroups;
@@ -219,7 +259,7 @@ __device__ __forceinline__ void window_dots(const typename Storage<kAct>::type* 
 #pragma unroll
     for (int i = 0; i < 8; ++i) d += b[i] * c[i];
     d = row_sum<kLanes>(d);
-    if (lane == 0 && j <= w) sm.dots[j] = d;
+    if (lane == 0 && j <= w) dots[j] = d;
   }
 }
 
@@ -232,211 +272,308 @@ __device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int
   store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
 }
 
-template <int kP, int kN, DType kSrc>
-struct StepOccupancy {
-  // CTAs of 256 threads per SM the register budget must allow: enough state in flight per SM to
-  // cover DRAM latency. A thread holds its whole share of the replay source in registers (4 per
-  // 16-byte chunk); past 40 of those, two CTAs per SM already keep 128 KB in flight.
-  static constexpr int kSourceRegs = 4 * ChunkTile<kP, kN, kSrc>::kPasses;
-  static constexpr int kMinBlocks = kSourceRegs > 40 ? 2 : (kSrc == DType::kFloat32 ? 3 : 4);
-};
-
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-__global__ void __launch_bounds__(kThreads, StepOccupancy<kP, kN, kCopy ? kRead : kCkpt>::kMinBlocks)
-step_kernel(const Mamba2Params p) {
+__global__ void __launch_bounds__(kThreads, 3) step_kernel(const Mamba2Params p) {
   using Act = typename Storage<kAct>::type;
   constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what a replay step reads
   using Tile = ChunkTile<kP, kN, kSrc>;
   using Src = Chunk16<kSrc>;
+  using Layout = StepLayout<kP, kN, kSrc, kAct>;
   constexpr int E = Tile::kElems;
   constexpr int R = Tile::kPasses;
-  extern __shared__ __align__(16) unsigned char smem_base[];
-
-  const int head = blockIdx.x;
-  const int row = blockIdx.y;
-  const int64_t slot = resolve_slot(p, row);
-  if (slot < 0) {
-    write_zero_output<kAct>(p, row, head);
-    return;
-  }
-  const int tid = threadIdx.x;
-  const int heads_per_group = p.heads / p.groups;
-  const int group = head / heads_per_group;
-
-  // ---- everything that does not depend on the cursor, issued before it is known ----
-  const void* src = kCopy ? p.read_copy : p.checkpoint;
-  const int64_t src_tile = kCopy ? slot * p.rc_slot_stride + head * p.rc_head_stride
-                                 : slot * p.ck_slot_stride + head * p.ck_head_stride;
-  const int64_t src_row_stride = kCopy ? p.rc_row_stride : p.ck_row_stride;
-  uint4 raw[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (Tile::valid(r)) raw[r] = Src::load(src, src_tile + Tile::row(r) * src_row_stride + Tile::col0());
-  }
-  const int w = p.num_committed[slot] & kCursorMask;
-  const Act* x_now = static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride;
-  const Act* B_now = static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride;
-  const Act* C_now = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
-  float c[E];
-  load_act_n<kAct, E>(C_now, Tile::col0(), c);
-  // Thread p < P owns output row p: its x, z and (fp8) row scale, loaded coalesced.
-  const bool row_owner = tid < kP;
-  Act x_raw{};
-  float z_p = 0.0f, scale_p = 1.0f;
-  if (row_owner) {
-    x_raw = x_now[tid];
-    if (p.z != nullptr) z_p = load_act<kAct>(p.z, row * p.z_row_stride + head * p.z_head_stride + tid);
-    if constexpr (kSrc == DType::kFloat8E4M3) {
-      scale_p = __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + tid);
-    }
-  }
-  const float x_p = to_float(x_raw);
-  const float dt_now = tid < 32 ? load_dt(p, row, head) : 0.0f;  // warp 0 derives the window scalars
+  constexpr int S = Layout::kStages;
+  constexpr int kSrcBytes = dtype_size(kSrc);
+  extern __shared__ __align__(128) unsigned char smem_base[];
 
   const int L = p.buffer_len;
-  if (w >= L) {  // a cursor with no room: touch nothing
-    write_zero_output<kAct>(p, row, head);
+  const StepSmem<kP, kN, kSrc, kAct> sm(smem_base, L);
+  const int row = blockIdx.y;
+  const int tid = threadIdx.x;
+  // Roles, spread so that no warp arrives late at the per-head barrier: the last warp derives each
+  // head's window weights, warp 6's first lane refills the ring, the first kP * kSplit threads (whole
+  // warps) finish the output rows, kSplit threads per row, and the x windows are staged from the top.
+  constexpr int kSplit = 2 * kP <= kThreads - 32 ? 2 : 1;
+  const bool scalar_warp = tid >= kThreads - 32;
+  const bool producer = tid == kThreads - 64;
+  const bool row_owner = tid < kP;  // fold epilogue: thread p owns row p
+  const bool epilogue_thread = tid < kP * kSplit;
+  const int epilogue_row = tid / kSplit;
+  const int epilogue_part = tid % kSplit;
+  const int heads_per_group = p.heads / p.groups;
+  const int num_heads = p.heads_per_cta;  // this CTA's heads: head0 .. head0 + num_heads - 1, one group
+  const int ctas_per_group = heads_per_group / num_heads;
+  const int group = blockIdx.x / ctas_per_group;
+  const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;
+  const int64_t slot = resolve_slot(p, row);
+  if (slot < 0) {
+    for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
+    return;
+  }
+
+  // ---- issued before the cursor is known: the first S source tiles, by bulk copy ----
+  const unsigned char* src = static_cast<const unsigned char*>(kCopy ? p.read_copy : p.checkpoint);
+  const int64_t src_slot = kCopy ? slot * p.rc_slot_stride : slot * p.ck_slot_stride;
+  const int64_t src_head_stride = kCopy ? p.rc_head_stride : p.ck_head_stride;
+  const int64_t src_row_stride = kCopy ? p.rc_row_stride : p.ck_row_stride;
+  auto issue_tile = [&](int stage, int head) {
+    unsigned char* dst = sm.tile(stage);
+    const unsigned char* from = src + (src_slot + head * src_head_stride) * kSrcBytes;
+    mbarrier_arrive_expect_tx(sm.full(stage), Layout::kTileBytes);
+    if (src_row_stride == kN) {
+      bulk_copy_to_shared(dst, from, Layout::kTileBytes, sm.full(stage));
+    } else {
+      for (int r = 0; r < kP; ++r) {
+        bulk_copy_to_shared(dst + r * kN * kSrcBytes, from + r * src_row_stride * kSrcBytes, kN * kSrcBytes, sm.full(stage));
+      }
+    }
+  };
+  const int first_stages = num_heads < S ? num_heads : S;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
+    fence_barrier_init();
+    for (int s = 0; s < first_stages; ++s) issue_tile(s, head0 + s);
+  }
+  const int w = p.num_committed[slot] & kCursorMask;
+  const Act* B_now = static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride;
+  const Act* C_now = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
+  __syncthreads();  // the barriers are initialised; every thread has read the cursor
+
+  if (w >= L) {  // a cursor with no room: touch nothing (but let the copies land before the CTA exits)
+    if (tid == 0) {
+      for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
+    }
+    for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
     return;
   }
   const bool fold = w + 1 + p.max_draft_tokens > L;
-  const StepSmem<kP, kN, kAct> sm(smem_base, L);
-  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride;
+  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride;
   const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-  stage_rows<kP>(sm.x, x_buf, p.xb_entry_stride, x_now, w);
-  if (tid < 32) window_scalars(p, slot, head, w, dt_now, sm);
+  auto x_now = [&](int head) { return static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride; };
+  auto stage_x_window = [&](int k, int head) {
+    stage_rows<kP>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w);
+  };
 
   if (!fold) {
-    // y_p = e^{Lambda_w} s_p (S_read C)_p + sum_{j<=w} wgt_j (B_j . C) x_j[p] + D x_p
-    window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float v[E];
-      Src::to_float(raw[r], v);
-      float d = 0.0f;
-#pragma unroll
-      for (int i = 0; i < E; ++i) d += v[i] * c[i];
-      d = row_sum<Tile::kLanesPerRow>(d);
-      if (Tile::lane_in_row() == 0 && Tile::valid(r)) sm.ydot[Tile::row(r)] = d;
-    }
-    cp_async_wait_all();
-    __syncthreads();
+    // y_p = e^{Lambda_w} s_p (S_read C)_p + sum_{j<=w} wgt_j (B_j . C) x_j[p] + D x_p, head after head:
+    // the source tiles S - 1 heads ahead in the ring, the x windows two heads ahead.
+    window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
+    float c[E];
+    load_act_n<kAct, E>(C_now, Tile::col0(), c);
+    stage_x_window(0, head0);
+    cp_async_commit();
+    if (num_heads > 1) stage_x_window(1, head0 + 1);
+    cp_async_commit();
+    constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
+    const bool loads_row = epilogue_thread && epilogue_part == 0;
+    RowOperands<kAct> next_row;
+    HeadDt next_dt{};
+    if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head0, epilogue_row);
+    if (scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
 
-    if (row_owner) {
-      float y = *sm.decay * scale_p * sm.ydot[tid];
-      for (int j = 0; j <= w; ++j) y += sm.wgt[j] * sm.dots[j] * to_float(sm.x[j * kP + tid]);
-      store_output<kAct>(p, row, head, tid, y, x_p, z_p);
-      // Append the current token as entry w.
-      static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + tid] = x_raw;
+    for (int i = 0; i < num_heads; ++i) {
+      const int head = head0 + i;
+      const int stage = i % S;
+      const int b = i & 1;
+      const RowOperands<kAct> cur = next_row;
+      const HeadDt cur_dt = next_dt;
+      if (i + 1 < num_heads) {
+        if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head + 1, epilogue_row);
+        if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
+      }
+      if (scalar_warp) window_weights(cur_dt, __ldg(p.A + head), w, sm.wgt(b), sm.decay(b));
+
+      mbarrier_wait(sm.full(stage), (i / S) & 1);
+      const unsigned char* tile = sm.tile(stage);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float d = 0.0f;
+        if (Tile::valid(r)) {
+          float v[E];
+          Src::to_float(*reinterpret_cast<const uint4*>(tile + (Tile::row(r) * kN + Tile::col0()) * kSrcBytes), v);
+#pragma unroll
+          for (int k = 0; k < E; ++k) d += v[k] * c[k];
+        }
+        d = row_sum<Tile::kLanesPerRow>(d);
+        if (Tile::lane_in_row() == 0 && Tile::valid(r)) sm.ydot(b)[Tile::row(r)] = d;
+      }
+      cp_async_wait<1>();  // this head's x window (the next head's may still be in flight)
+      __syncthreads();
+
+      // Stage `stage` and x window (i + 2) % 3 (last read by head i - 1) are free again.
+      if (producer && i + S < num_heads) {
+        fence_proxy_async();
+        issue_tile(stage, head + S);
+      }
+      if (i + 2 < num_heads) stage_x_window((i + 2) % 3, head + 2);
+      cp_async_commit();
+
+      if (epilogue_thread) {
+        const int pr = epilogue_row;
+        const Act* xw = sm.x_window(i % 3);
+        const float* wgt = sm.wgt(b);
+        const float* dots = sm.dots();
+        float y = 0.0f;
+        for (int j = epilogue_part; j <= w; j += kSplit) y += wgt[j] * dots[j] * to_float(xw[j * kP + pr]);
+        if constexpr (kSplit == 2) y += __shfl_xor_sync(kFullMask, y, 1);
+        if (epilogue_part == 0) {
+          y += *sm.decay(b) * cur.scale * sm.ydot(b)[pr];
+          store_output<kAct>(p, row, head, pr, y, to_float(cur.x), cur.z);
+          // Append the current token as entry w.
+          static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] = cur.x;
+        }
+      }
+      if (scalar_warp && (tid & 31) == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = cur_dt.now;
     }
-    if (tid == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
-    if (head % heads_per_group == 0 && tid < kN / 8) {  // B once per group, by the group's first head
+    if (head0 == group * heads_per_group && tid < kN / 8) {  // B once per group, by its first head's CTA
       Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride + w * p.Bb_entry_stride;
       reinterpret_cast<uint4*>(B_dst)[tid] = reinterpret_cast<const uint4*>(B_now)[tid];
     }
   } else {
-    // Fold: S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j in fp32 FFMA, 4 columns per
-    // thread (TileShape), rows in batches so the fp32 state of a batch stays in registers.
+    // Fold, head after head: S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j in fp32 FFMA,
+    // 4 columns per thread (TileShape), rows in batches of 4. Without a read copy the ring holds the
+    // checkpoint tiles; with one, the checkpoint is read from global memory and the ring's read-copy
+    // tiles (issued before the cursor was known) are only drained.
     using Shape = TileShape<kP, kN>;
     using V = Vec4<kCkpt>;
     constexpr int RF = Shape::kRowsPerThread;
-    // The replay source already holds the checkpoint in this layout when it is the fp32 checkpoint.
-    constexpr bool kReuse = !kCopy && kCkpt == DType::kFloat32;
-    constexpr int kBatch = kReuse ? RF : (RF > 4 ? 4 : RF);
-    const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
+    constexpr int kBatch = RF > 4 ? 4 : RF;
     const int col0 = Shape::col0();
-    stage_rows<kN>(sm.B, B_buf, p.Bb_entry_stride, B_now, w);
+    stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
+    cp_async_commit();
     float c4[4];
     load_act4<kAct>(C_now, col0, c4);
-    cp_async_wait_all();
-    __syncthreads();
-    const float decay = *sm.decay;
+
+    for (int i = 0; i < num_heads; ++i) {
+      const int head = head0 + i;
+      const int stage = i % S;
+      const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
+      stage_x_window(0, head);
+      cp_async_commit();
+      if (scalar_warp) window_weights(load_head_dt(p, row, slot, head, w), __ldg(p.A + head), w, sm.wgt(0), sm.decay(0));
+      RowOperands<kAct> cur;
+      if (row_owner) cur = load_row_operands<kAct, false>(p, row, slot, head, tid);
+      if constexpr (!kCopy) mbarrier_wait(sm.full(stage), (i / S) & 1);
+      cp_async_wait_all();
+      __syncthreads();
+      const float decay = *sm.decay(0);
+      const float* wgt = sm.wgt(0);
+      const Act* xw = sm.x_window(0);
+      const Act* Bw = sm.B_window();
 
 #pragma unroll
-    for (int r0 = 0; r0 < RF; r0 += kBatch) {
-      constexpr int kB = kBatch;
-      float s[kB][4];
+      for (int r0 = 0; r0 < RF; r0 += kBatch) {
+        float s[kBatch][4];
 #pragma unroll
-      for (int rb = 0; rb < kB; ++rb) {
-        const int r = r0 + rb;
-        if (r >= RF) break;
-        if constexpr (kReuse) {
-          s[rb][0] = __uint_as_float(raw[r].x);
-          s[rb][1] = __uint_as_float(raw[r].y);
-          s[rb][2] = __uint_as_float(raw[r].z);
-          s[rb][3] = __uint_as_float(raw[r].w);
-        } else {
-          V::to_float(V::load(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + col0), s[rb]);
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[rb][i] *= decay;
-      }
-      for (int j = 0; j <= w; ++j) {
-        const float wj = sm.wgt[j];
-        float b[4];
-        Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
-#pragma unroll
-        for (int rb = 0; rb < kB; ++rb) {
-          if (r0 + rb >= RF) break;
-          const float coef = wj * to_float(sm.x[j * kP + Shape::row(r0 + rb)]);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[rb][i] += coef * b[i];
-        }
-      }
-#pragma unroll
-      for (int rb = 0; rb < kB; ++rb) {
-        const int r = r0 + rb;
-        if (r >= RF) break;
-        const int pr = Shape::row(r);
-        float y = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) y += s[rb][i] * c4[i];
-        V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
-        if constexpr (kCopy) {
-          // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
-          float v[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) v[i] = V::round_trip(s[rb][i]);
-          const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
-          if constexpr (kRead == DType::kFloat8E4M3) {
-            float amax = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) amax = max_keep_nan(amax, fabsf(v[i]));
-            amax = row_max_keep_nan<Shape::kLanesPerRow>(amax);
-            const bool nonzero = amax > 0.0f;
-            const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = clamp_keep_nan(__fmul_rn(v[i], inv), -kFp8E4M3Max, kFp8E4M3Max);
-            if (Shape::lane_in_row() == 0) {
-              p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
-                  nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
-            }
+        for (int rb = 0; rb < kBatch; ++rb) {
+          const int r = r0 + rb;
+          if (r >= RF) break;
+          if constexpr (!kCopy) {
+            V::to_float(*reinterpret_cast<const typename V::Raw*>(sm.tile(stage) + (Shape::row(r) * kN + col0) * kSrcBytes), s[rb]);
+          } else {
+            V::to_float(V::load(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + col0), s[rb]);
           }
-          Vec4<kRead>::store(p.read_copy, rc, v);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) s[rb][k] *= decay;
         }
-        y = row_sum<Shape::kLanesPerRow>(y);
-        if (Shape::lane_in_row() == 0) sm.ydot[pr] = y;
+        for (int j = 0; j <= w; ++j) {
+          const float wj = wgt[j];
+          float bj[4];
+          Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(Bw + j * kN + col0), bj);
+#pragma unroll
+          for (int rb = 0; rb < kBatch; ++rb) {
+            if (r0 + rb >= RF) break;
+            const float coef = wj * to_float(xw[j * kP + Shape::row(r0 + rb)]);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) s[rb][k] += coef * bj[k];
+          }
+        }
+#pragma unroll
+        for (int rb = 0; rb < kBatch; ++rb) {
+          const int r = r0 + rb;
+          if (r >= RF) break;
+          const int pr = Shape::row(r);
+          float y = 0.0f;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) y += s[rb][k] * c4[k];
+          V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
+          if constexpr (kCopy) {
+            // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
+            float v[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v[k] = V::round_trip(s[rb][k]);
+            const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
+            if constexpr (kRead == DType::kFloat8E4M3) {
+              float amax = 0.0f;
+#pragma unroll
+              for (int k = 0; k < 4; ++k) amax = max_keep_nan(amax, fabsf(v[k]));
+              amax = row_max_keep_nan<Shape::kLanesPerRow>(amax);
+              const bool nonzero = amax > 0.0f;
+              const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+#pragma unroll
+              for (int k = 0; k < 4; ++k) v[k] = clamp_keep_nan(__fmul_rn(v[k], inv), -kFp8E4M3Max, kFp8E4M3Max);
+              if (Shape::lane_in_row() == 0) {
+                p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
+                    nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+              }
+            }
+            Vec4<kRead>::store(p.read_copy, rc, v);
+          }
+          y = row_sum<Shape::kLanesPerRow>(y);
+          if (Shape::lane_in_row() == 0) sm.ydot(0)[pr] = y;
+        }
+      }
+      __syncthreads();
+      if constexpr (!kCopy) {
+        if (producer && i + S < num_heads) {
+          fence_proxy_async();
+          issue_tile(stage, head + S);
+        }
+      }
+      if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(0)[tid], to_float(cur.x), cur.z);
+      __syncthreads();  // the x window, weights and row sums are rewritten for the next head
+    }
+    if constexpr (kCopy) {
+      if (tid == 0) {
+        for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
       }
     }
-    __syncthreads();
-    if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot[tid], x_p, z_p);
   }
 
-  // Every thread read the cursor before the first barrier; the last of the slot's H CTAs moves it.
+  // Every thread read the cursor before the first barrier; the last of the slot's CTAs moves it.
   if (tid == 0) {
     const int32_t old = atomicAdd(p.num_committed + slot, kTicket);
-    if ((old >> 16) == p.heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
+    if ((old >> 16) == p.heads / num_heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
   }
 }
 
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
-  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
-  const size_t smem = StepSmem<kP, kN, kAct>::bytes(p.buffer_len);
-  if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
+// Heads per CTA: as many of a group's heads as keep at least kWaves waves of CTAs on the GPU (a CTA
+// pipelines its heads through the ring; small batches need more, smaller CTAs to fill the SMs).
+inline int choose_heads_per_cta(const Mamba2Params& p, int ctas_per_sm) {
+  constexpr int kWaves = 4;
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t target = static_cast<int64_t>(kWaves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  const int heads_per_group = p.heads / p.groups;
+  for (int d = heads_per_group; d > 1; --d) {
+    if (heads_per_group % d == 0 && static_cast<int64_t>(p.batch) * (p.heads / d) >= target) return d;
   }
-  const dim3 grid(p.heads, p.batch);
+  return 1;
+}
+
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+cudaError_t launch_step(const Mamba2Params& params, cudaStream_t stream) {
+  constexpr DType kSrc = kCopy ? kRead : kCkpt;
+  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
+  const size_t smem = StepLayout<kP, kN, kSrc, kAct>::bytes(params.buffer_len);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  int ctas_per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
+  if (err != cudaSuccess) return err;
+  if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
+  Mamba2Params p = params;
+  p.heads_per_cta = choose_heads_per_cta(p, ctas_per_sm);
+  const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
