@@ -58,6 +58,11 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
       : "memory");
 }
 
+// Asks the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2; nothing waits.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // Per-thread 16-byte asynchronous copies (cp.async, sm_80+), in commit groups: a thread can keep
 // several groups in flight and wait for all but the newest `kPending`.
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* global_src) {

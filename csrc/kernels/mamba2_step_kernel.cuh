@@ -430,36 +430,79 @@ __global__ void __launch_bounds__(kThreads, 3) step_kernel(const Mamba2Params p)
     }
   } else {
     // Fold, head after head: S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j in fp32 FFMA,
-    // 4 columns per thread (TileShape), rows in batches of 4. Without a read copy the ring holds the
-    // checkpoint tiles; with one, the checkpoint is read from global memory and the ring's read-copy
-    // tiles (issued before the cursor was known) are only drained.
+    // 4 columns per thread (TileShape), rows in batches of 4, the checkpoint tile read from shared
+    // memory. Without a read copy the ring already holds checkpoint tiles, S heads ahead. With one,
+    // the ring's read-copy tiles (issued before the cursor was known) are drained and its memory
+    // holds one checkpoint tile at a time, the next head's requested into L2 a head earlier. The x
+    // windows are staged two heads ahead and the window weights one head ahead, as in the replay.
     using Shape = TileShape<kP, kN>;
     using V = Vec4<kCkpt>;
     constexpr int RF = Shape::kRowsPerThread;
     constexpr int kBatch = RF > 4 ? 4 : RF;
+    constexpr int kCkBytes = dtype_size(kCkpt);
+    constexpr uint32_t kCkTileBytes = kP * kN * kCkBytes;
+    static_assert(kCkTileBytes <= S * Layout::kTileBytes, "a checkpoint tile fits in the ring");
     const int col0 = Shape::col0();
+    const unsigned char* checkpoint = static_cast<const unsigned char*>(p.checkpoint);
+    auto checkpoint_tile = [&](int head) {
+      return checkpoint + (slot * p.ck_slot_stride + head * p.ck_head_stride) * kCkBytes;
+    };
+    auto issue_checkpoint = [&](int head) {  // into the ring's start, counted on barrier 0
+      mbarrier_arrive_expect_tx(sm.full(0), kCkTileBytes);
+      if (p.ck_row_stride == kN) {
+        bulk_copy_to_shared(sm.tile(0), checkpoint_tile(head), kCkTileBytes, sm.full(0));
+      } else {
+        for (int r = 0; r < kP; ++r) {
+          bulk_copy_to_shared(sm.tile(0) + r * kN * kCkBytes, checkpoint_tile(head) + r * p.ck_row_stride * kCkBytes,
+                              kN * kCkBytes, sm.full(0));
+        }
+      }
+    };
+    auto prefetch_checkpoint = [&](int head) {
+      if (p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint_tile(head), kCkTileBytes);
+    };
+    if constexpr (kCopy) {
+      if (producer) {
+        for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
+        issue_checkpoint(head0);  // barrier 0's second phase
+        if (num_heads > 1) prefetch_checkpoint(head0 + 1);
+      }
+    }
     stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
+    stage_x_window(0, head0);
+    cp_async_commit();
+    if (num_heads > 1) stage_x_window(1, head0 + 1);
     cp_async_commit();
     float c4[4];
     load_act4<kAct>(C_now, col0, c4);
+    RowOperands<kAct> next_row;
+    HeadDt next_dt{};
+    if (row_owner) next_row = load_row_operands<kAct, false>(p, row, slot, head0, tid);
+    if (scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
 
     for (int i = 0; i < num_heads; ++i) {
       const int head = head0 + i;
-      const int stage = i % S;
-      const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
-      stage_x_window(0, head);
-      cp_async_commit();
-      if (scalar_warp) window_weights(load_head_dt(p, row, slot, head, w), __ldg(p.A + head), w, sm.wgt(0), sm.decay(0));
-      RowOperands<kAct> cur;
-      if (row_owner) cur = load_row_operands<kAct, false>(p, row, slot, head, tid);
-      if constexpr (!kCopy) mbarrier_wait(sm.full(stage), (i / S) & 1);
-      cp_async_wait_all();
+      const int b = i & 1;
+      const int stage = kCopy ? 0 : i % S;
+      const RowOperands<kAct> cur = next_row;
+      const HeadDt cur_dt = next_dt;
+      if (i + 1 < num_heads) {
+        if (row_owner) next_row = load_row_operands<kAct, false>(p, row, slot, head + 1, tid);
+        if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
+      }
+      if (scalar_warp) window_weights(cur_dt, __ldg(p.A + head), w, sm.wgt(b), sm.decay(b));
+      mbarrier_wait(sm.full(stage), kCopy ? (i + 1) & 1 : (i / S) & 1);
+      cp_async_wait<1>();  // the B window and this head's x window
       __syncthreads();
-      const float decay = *sm.decay(0);
-      const float* wgt = sm.wgt(0);
-      const Act* xw = sm.x_window(0);
-      const Act* Bw = sm.B_window();
+      if (i + 2 < num_heads) stage_x_window((i + 2) % 3, head + 2);  // window (i + 2) % 3 was head i - 1's
+      cp_async_commit();
 
+      const float decay = *sm.decay(b);
+      const float* wgt = sm.wgt(b);
+      const Act* xw = sm.x_window(i % 3);
+      const Act* Bw = sm.B_window();
+      const unsigned char* ck_smem = sm.tile(stage);
+      const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
 #pragma unroll
       for (int r0 = 0; r0 < RF; r0 += kBatch) {
         float s[kBatch][4];
@@ -467,11 +510,7 @@ __global__ void __launch_bounds__(kThreads, 3) step_kernel(const Mamba2Params p)
         for (int rb = 0; rb < kBatch; ++rb) {
           const int r = r0 + rb;
           if (r >= RF) break;
-          if constexpr (!kCopy) {
-            V::to_float(*reinterpret_cast<const typename V::Raw*>(sm.tile(stage) + (Shape::row(r) * kN + col0) * kSrcBytes), s[rb]);
-          } else {
-            V::to_float(V::load(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + col0), s[rb]);
-          }
+          V::to_float(*reinterpret_cast<const typename V::Raw*>(ck_smem + (Shape::row(r) * kN + col0) * kCkBytes), s[rb]);
 #pragma unroll
           for (int k = 0; k < 4; ++k) s[rb][k] *= decay;
         }
@@ -519,23 +558,24 @@ __global__ void __launch_bounds__(kThreads, 3) step_kernel(const Mamba2Params p)
             Vec4<kRead>::store(p.read_copy, rc, v);
           }
           y = row_sum<Shape::kLanesPerRow>(y);
-          if (Shape::lane_in_row() == 0) sm.ydot(0)[pr] = y;
+          if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
         }
       }
       __syncthreads();
-      if constexpr (!kCopy) {
-        if (producer && i + S < num_heads) {
+      // The checkpoint tile just folded is free: the next one goes in.
+      if (producer) {
+        if constexpr (kCopy) {
+          if (i + 1 < num_heads) {
+            fence_proxy_async();
+            issue_checkpoint(head + 1);
+            if (i + 2 < num_heads) prefetch_checkpoint(head + 2);
+          }
+        } else if (i + S < num_heads) {
           fence_proxy_async();
           issue_tile(stage, head + S);
         }
       }
-      if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(0)[tid], to_float(cur.x), cur.z);
-      __syncthreads();  // the x window, weights and row sums are rewritten for the next head
-    }
-    if constexpr (kCopy) {
-      if (tid == 0) {
-        for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
-      }
+      if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(b)[tid], to_float(cur.x), cur.z);
     }
   }
 
