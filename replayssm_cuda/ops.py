@@ -141,6 +141,25 @@ def mamba2_kernel_limit(checkpoint, read_copy, x) -> str | None:
     return None
 
 
+# The speculative ops take up to this many draft tokens per verify (csrc/kernels/mamba2_spec.cuh).
+KERNEL_MAX_DRAFT_TOKENS = 16
+
+
+def mamba2_spec_kernel_limit(checkpoint, read_copy, activations, dt_buf, T=None, out=None) -> str | None:
+    """Why the compiled verify/commit/flush/materialize kernels cannot take these arguments, or None.
+    `activations` is x for verify, x_buf for the others; T the draft count (verify); out (materialize)."""
+    limit = mamba2_kernel_limit(checkpoint, read_copy, activations)
+    if limit is not None:
+        return limit
+    if dt_buf.dtype != torch.float32:
+        return f"a {_dtype_text(dt_buf.dtype)} dt_buf has no compiled kernel (float32)"
+    if T is not None and T > KERNEL_MAX_DRAFT_TOKENS:
+        return f"T = {T} draft tokens exceed the compiled kernel's {KERNEL_MAX_DRAFT_TOKENS}"
+    if out is not None and out.dtype != torch.float32:
+        return f"a {_dtype_text(out.dtype)} out has no compiled kernel (float32)"
+    return None
+
+
 def _dtype_text(d) -> str:
     return str(d).replace("torch.", "")
 
@@ -245,8 +264,9 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
         raise ValueError(f"{op}: `B` has {G} groups but `B_buf` holds {B_buf.shape[1]}")
     _expect_slots(op, slots, batch, checkpoint.shape[0], checkpoint.device)
     _run(op, backend, checkpoint.device, reference.mamba2_verify,
-                checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
-                x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
+         checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+         x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id,
+         kernel_limit=mamba2_spec_kernel_limit(checkpoint, read_copy, x, dt_buf, T=T))
     return out  # the compiled ops return nothing
 
 
@@ -280,7 +300,8 @@ def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
     _expect_slots(op, slots, num_accepted.shape[0], checkpoint.shape[0], checkpoint.device)
     return _run(op, backend, checkpoint.device, reference.mamba2_commit,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
-                A, max_draft_tokens, slots, pad_slot_id)
+                A, max_draft_tokens, slots, pad_slot_id,
+                kernel_limit=mamba2_spec_kernel_limit(checkpoint, read_copy, x_buf, dt_buf))
 
 
 def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A,
@@ -292,7 +313,8 @@ def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_co
     if slots is not None:
         expect(op, "slots", slots, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
     return _run(op, backend, checkpoint.device, reference.mamba2_flush,
-                checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, slots, pad_slot_id)
+                checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, slots, pad_slot_id,
+                kernel_limit=mamba2_spec_kernel_limit(checkpoint, read_copy, x_buf, dt_buf))
 
 
 def mamba2_materialize(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out,
@@ -305,7 +327,8 @@ def mamba2_materialize(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out,
            device=checkpoint.device)
     _expect_slots(op, slots, out.shape[0], checkpoint.shape[0], checkpoint.device)
     _run(op, backend, checkpoint.device, reference.mamba2_materialize,
-                checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out, slots, pad_slot_id)
+         checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out, slots, pad_slot_id,
+         kernel_limit=mamba2_spec_kernel_limit(checkpoint, None, x_buf, dt_buf, out=out))
     return out  # the compiled ops return nothing
 
 

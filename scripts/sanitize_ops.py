@@ -1,5 +1,6 @@
-"""Every compiled op on a small config, for compute-sanitizer (scripts/sanitize.sh): a few steps that
-cross folds, with and without read copies, pad rows and an out-of-range slot."""
+"""Every compiled op on a small config, for compute-sanitizer (scripts/sanitize.sh): a few steps and
+speculative rounds (verify, commit, flush, materialize) that cross folds, with and without read copies,
+pad rows and an out-of-range slot."""
 
 import torch
 
@@ -14,10 +15,10 @@ dt_bias = 0.1 * torch.randn(H, device=dev)
 slots = torch.tensor([3, -1, 0, 99], device=dev, dtype=torch.int32)
 
 
-def inputs(batch):
-    return (torch.randn(batch, H, P, device=dev).bfloat16(), torch.randn(batch, H, device=dev).bfloat16(),
-            torch.randn(batch, G, N, device=dev).bfloat16(), torch.randn(batch, G, N, device=dev).bfloat16(),
-            torch.randn(batch, H, P, device=dev).bfloat16())
+def inputs(batch, *T):
+    return (torch.randn(batch, *T, H, P, device=dev).bfloat16(), torch.randn(batch, *T, H, device=dev).bfloat16(),
+            torch.randn(batch, *T, G, N, device=dev).bfloat16(), torch.randn(batch, *T, G, N, device=dev).bfloat16(),
+            torch.randn(batch, *T, H, P, device=dev).bfloat16())
 
 
 for copy_dtype in (None, torch.bfloat16, torch.float8_e4m3fn):
@@ -36,6 +37,16 @@ for copy_dtype in (None, torch.bfloat16, torch.float8_e4m3fn):
         out = torch.empty_like(x)
         ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, out, D, z, dt_bias, True, 1,
                         slots, -1, backend="cuda")
+    for T in (1, 3, 2, 3, 2):
+        x, dt, B, C, z = inputs(4, T)
+        ops.mamba2_verify(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z,
+                          dt_bias, True, slots, -1, backend="cuda")
+        accepted = torch.randint(0, T + 1, (4,), device=dev, dtype=torch.int32)
+        ops.mamba2_commit(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, accepted, A, 3, slots, -1, backend="cuda")
+    ops.mamba2_materialize(ck, x_buf, B_buf, dt_buf, cursors, A, torch.empty(4, H, P, N, device=dev), slots, -1,
+                           backend="cuda")
+    ops.mamba2_flush(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, A, slots, -1, backend="cuda")
+    ops.mamba2_flush(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, A, backend="cuda")
     x, dt, B, C, z = inputs(4)
     ops.mamba2_update(ck, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
 torch.cuda.synchronize()

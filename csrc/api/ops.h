@@ -19,7 +19,22 @@
     "mamba2_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) x_buf, " \
     "Tensor(e!) B_buf, Tensor(f!) dt_buf, Tensor(g!) num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
     "Tensor C, Tensor(h!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, int max_draft_tokens, " \
-    "Tensor? slots, int pad_slot_id) -> ()")
+    "Tensor? slots, int pad_slot_id) -> ()")                                                    \
+  X(mamba2_verify,                                                                                 \
+    "mamba2_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) x_buf, "   \
+    "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
+    "Tensor C, Tensor(d!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, " \
+    "int pad_slot_id) -> ()")                                                                     \
+  X(mamba2_commit,                                                                                 \
+    "mamba2_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, " \
+    "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor num_accepted, Tensor A, "        \
+    "int max_draft_tokens, Tensor? slots, int pad_slot_id) -> ()")                                \
+  X(mamba2_flush,                                                                                  \
+    "mamba2_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, " \
+    "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor A, Tensor? slots, int pad_slot_id) -> ()") \
+  X(mamba2_materialize,                                                                            \
+    "mamba2_materialize(Tensor checkpoint, Tensor x_buf, Tensor B_buf, Tensor dt_buf, Tensor num_committed, " \
+    "Tensor A, Tensor(a!) out, Tensor? slots, int pad_slot_id) -> ()")
 
 namespace replayssm {
 
@@ -39,5 +54,28 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
                  const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
                  const std::optional<at::Tensor>& dt_bias, bool dt_softplus, int64_t max_draft_tokens,
                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                   const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
+                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& x,
+                   const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
+                   const at::Tensor& out, const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
+                   const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                   const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
+                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_accepted,
+                   const at::Tensor& A, int64_t max_draft_tokens, const std::optional<at::Tensor>& slots,
+                   int64_t pad_slot_id);
+
+void mamba2_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                  const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
+                  const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& A,
+                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void mamba2_materialize(const at::Tensor& checkpoint, const at::Tensor& x_buf, const at::Tensor& B_buf,
+                        const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& A,
+                        const at::Tensor& out, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
 
 }  // namespace replayssm

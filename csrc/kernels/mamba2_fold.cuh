@@ -1,0 +1,279 @@
+// Mamba-2 fold for commit, flush and materialize: one CTA of 256 threads per (row, head).
+//
+// With n committed entries to fold (commit: the cursor after accepting; flush and materialize: the
+// cursor), Lambda_j = A sum_{i<=j} dt_i and wgt_j = dt_j exp(Lambda_{n-1} - Lambda_j):
+//   S = e^{Lambda_{n-1}} S_c + sum_{j<n} (wgt_j x_j) (outer) B_j
+// computed exactly as the step kernel's fold at 559725d (mamba2_step_kernel.cuh): the same tile (a
+// state row over N/4 lanes, 4 elements each), s *= decay, then per entry s += (wgt_j * x_j[p]) * B_j[n]
+// in fp32 FFMA in entry order, the read copy made from the checkpoint as stored, like make_read_copy.
+// An fp32 checkpoint therefore stays at fp32 rounding however many folds it sees.
+//
+// Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule). Only the
+// folding CTAs load the state; the others read two integers and leave, since most commits fold few
+// rows. Flush and materialize load the state before the cursor is known. No CTA writes a cursor here
+// (the heads of a slot all read it): launch_mamba2_fold runs the cursor kernel after this one.
+#pragma once
+
+#include "mamba2_spec_common.cuh"
+
+namespace replayssm {
+namespace mamba2_spec {
+
+// The fold's tile, as in the step kernel: a state row covered by N/4 consecutive lanes.
+template <int kP, int kN>
+struct FoldTile {
+  static constexpr int kLanesPerRow = kN / 4;
+  static constexpr int kRowsPerPass = kThreads / kLanesPerRow;
+  static constexpr int kRowsPerThread = kP / kRowsPerPass;
+  static_assert(kN == 64 || kN == 128, "state_dim must be 64 or 128");
+  static_assert(kP % kRowsPerPass == 0, "head_dim must be a multiple of the rows one pass covers");
+
+  __device__ static int lane_in_row() { return threadIdx.x % kLanesPerRow; }
+  __device__ static int first_row() { return threadIdx.x / kLanesPerRow; }
+  __device__ static int row(int r) { return first_row() + r * kRowsPerPass; }
+  __device__ static int col0() { return lane_in_row() * 4; }
+};
+
+// Shared memory of a fold: the x and B rows of the entries folded, staged once.
+template <int kP, int kN, DType kAct>
+struct FoldSmem {
+  using Act = typename Storage<kAct>::type;
+  static size_t bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * (kP + kN); }
+  Act* x;  // [L][P]
+  Act* B;  // [L][N]
+  __device__ FoldSmem(void* base, int L) {
+    x = static_cast<Act*>(base);
+    B = x + static_cast<size_t>(L) * kP;
+  }
+};
+
+template <int kElems, class Act>
+__device__ __forceinline__ void stage_entries(Act* dst, const Act* buffer, int64_t entry_stride, int count) {
+  constexpr int kPerChunk = 16 / sizeof(Act);
+  constexpr int kChunks = kElems / kPerChunk;
+  static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
+  const int total = count * kChunks;
+  for (int i = threadIdx.x; i < total; i += kThreads) {
+    const int j = i / kChunks;
+    const int c = (i - j * kChunks) * kPerChunk;
+    cp_async16(dst + j * kElems + c, buffer + j * entry_stride + c);
+  }
+}
+
+// The fold's per-entry scalars, held by the lanes of every warp: lane l holds entries l and l + 32.
+struct FoldScalars {
+  float wgt[kMamba2SpecMaxBufferLen / 32];  // dt_j exp(Lambda_{n-1} - Lambda_j), 0 from n on
+  float decay;                              // exp(Lambda_{n-1}); 1 when n == 0
+
+  __device__ float weight(int j) const {
+    const float lo = __shfl_sync(kFullMask, wgt[0], j & 31);
+    const float hi = __shfl_sync(kFullMask, wgt[1], j & 31);
+    return j < 32 ? lo : hi;
+  }
+};
+
+// The step kernel's window_scalars with the window = the n buffered entries (no current token).
+__device__ __forceinline__ FoldScalars fold_scalars(const Mamba2SpecParams& p, int64_t slot, int head, int n) {
+  constexpr int kPerLane = kMamba2SpecMaxBufferLen / 32;
+  const int lane = threadIdx.x & 31;
+  const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+  const float A = __ldg(p.A + head);
+  float dt[kPerLane], prefix[kPerLane];
+  float carry = 0.0f;
+#pragma unroll
+  for (int h = 0; h < kPerLane; ++h) {
+    const int j = lane + 32 * h;
+    dt[h] = j < n ? __ldg(dt_buf + j) : 0.0f;
+    float v = dt[h];
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const float other = __shfl_up_sync(kFullMask, v, offset);
+      if (lane >= offset) v += other;
+    }
+    prefix[h] = v + carry;
+    carry += __shfl_sync(kFullMask, v, 31);
+  }
+  const int last = n > 0 ? n - 1 : 0;
+  const float at_last = __shfl_sync(kFullMask, last < 32 ? prefix[0] : prefix[1], last & 31);
+  const float total = n > 0 ? A * at_last : 0.0f;
+  FoldScalars fs;
+#pragma unroll
+  for (int h = 0; h < kPerLane; ++h) {
+    const int j = lane + 32 * h;
+    fs.wgt[h] = j < n ? dt[h] * expf(total - A * prefix[h]) : 0.0f;
+  }
+  fs.decay = expf(total);
+  return fs;
+}
+
+// Entries to fold for this row's slot, or -1 when the CTA has nothing to do.
+__device__ __forceinline__ int entries_to_fold(const Mamba2SpecParams& p, int64_t row, int w) {
+  const int L = p.buffer_len;
+  if (w < 0 || w > L) return -1;
+  switch (p.mode) {
+    case Mamba2FoldMode::kCommit: {
+      const int64_t accepted = load_index(p.num_accepted, p.num_accepted_dtype, row, p.num_accepted_stride);
+      const int64_t moved = accepted < 0 ? 0 : (accepted > L - w ? L - w : accepted);
+      const int n = w + static_cast<int>(moved);
+      return n + p.max_draft_tokens > L ? n : -1;
+    }
+    case Mamba2FoldMode::kFlush: return w > 0 ? w : -1;
+    default: return w;
+  }
+}
+
+template <int kP, int kN>
+__device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int64_t row, int head) {
+  using Tile = FoldTile<kP, kN>;
+  float* out = p.state_out + row * p.so_row_stride + head * p.so_head_stride;
+#pragma unroll
+  for (int r = 0; r < Tile::kRowsPerThread; ++r) {
+    *reinterpret_cast<float4*>(out + Tile::row(r) * p.so_p_stride + Tile::col0()) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+__global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParams p) {
+  using Tile = FoldTile<kP, kN>;
+  using V = Vec4<kCkpt>;
+  constexpr int R = Tile::kRowsPerThread;
+  constexpr int kLanes = Tile::kLanesPerRow;
+  extern __shared__ __align__(16) unsigned char smem_base[];
+
+  const int head = blockIdx.x;
+  const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
+  const FoldSmem<kP, kN, kAct> sm(smem_base, p.buffer_len);
+  const int col0 = Tile::col0();
+
+  for (int64_t row = blockIdx.y; row < p.batch; row += gridDim.y) {
+    const int64_t slot = resolve_slot(p, row);
+    if (slot < 0) {
+      if (materialize) write_zero_state<kP, kN>(p, row, head);
+      continue;
+    }
+    const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
+    typename V::Raw ck[R];
+    // Flush and materialize fold (almost) every row: their loads go out before the cursor is known.
+    const bool early = p.mode != Mamba2FoldMode::kCommit;
+    if (early) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
+    }
+    const int n = entries_to_fold(p, row, p.num_committed[slot]);
+    if (n < 0) {
+      if (materialize) write_zero_state<kP, kN>(p, row, head);
+      continue;
+    }
+    if (!early) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
+    }
+    const int group = head / (p.heads / p.groups);
+    const auto* x_buf = static_cast<const typename Storage<kAct>::type*>(p.x_buf) + slot * p.xb_slot_stride +
+                        head * p.xb_head_stride;
+    const auto* B_buf = static_cast<const typename Storage<kAct>::type*>(p.B_buf) + slot * p.Bb_slot_stride +
+                        group * p.Bb_group_stride;
+    __syncthreads();  // the previous row's readers of shared memory are done
+    stage_entries<kP>(sm.x, x_buf, p.xb_entry_stride, n);
+    stage_entries<kN>(sm.B, B_buf, p.Bb_entry_stride, n);
+    const FoldScalars fs = fold_scalars(p, slot, head, n);
+    cp_async_wait_all();
+    __syncthreads();
+
+    float s[R][4];
+#pragma unroll
+    for (int r = 0; r < R; ++r) V::to_float(ck[r], s[r]);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[r][i] *= fs.decay;
+    }
+    for (int j = 0; j < n; ++j) {
+      const float wj = fs.weight(j);
+      float b[4];
+      Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float coef = wj * to_float(sm.x[j * kP + Tile::row(r)]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[r][i] += coef * b[i];
+      }
+    }
+
+    if (materialize) {
+      float* out = p.state_out + row * p.so_row_stride + head * p.so_head_stride;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        *reinterpret_cast<float4*>(out + Tile::row(r) * p.so_p_stride + col0) =
+            make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int pr = Tile::row(r);
+      V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[r]);
+      if constexpr (kCopy) {
+        // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
+        float v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = V::round_trip(s[r][i]);
+        const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
+        if constexpr (kRead == DType::kFloat8E4M3) {
+          float amax = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) amax = max_keep_nan(amax, fabsf(v[i]));
+          amax = row_max_keep_nan<kLanes>(amax);
+          const bool nonzero = amax > 0.0f;
+          const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+#pragma unroll
+          for (int i = 0; i < 4; ++i) v[i] = clamp_keep_nan(__fmul_rn(v[i], inv), -kFp8E4M3Max, kFp8E4M3Max);
+          if (Tile::lane_in_row() == 0) {
+            p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
+                nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+          }
+        }
+        Vec4<kRead>::store(p.read_copy, rc, v);
+      }
+    }
+  }
+}
+
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+cudaError_t launch_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
+  auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
+  const size_t smem = FoldSmem<kP, kN, kAct>::bytes(p.buffer_len);  // <= 32 KiB at L = 64
+  const dim3 grid(p.heads, p.batch < 65535 ? p.batch : 65535);
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kP, int kN, DType kAct>
+cudaError_t dispatch_fold_state(const Mamba2SpecParams& p, cudaStream_t stream) {
+  const bool copy = p.read_copy != nullptr;
+  const DType ck = p.checkpoint_dtype, rc = p.read_copy_dtype;
+#define REPLAYSSM_FOLD_CASE(CKPT, COPY, READ)                              \
+  if (ck == DType::CKPT && copy == COPY && (!COPY || rc == DType::READ)) \
+    return launch_fold<kP, kN, DType::CKPT, COPY, DType::READ, kAct>(p, stream);
+  REPLAYSSM_FOLD_CASE(kFloat32, false, kFloat32)
+  REPLAYSSM_FOLD_CASE(kFloat32, true, kBFloat16)
+  REPLAYSSM_FOLD_CASE(kFloat32, true, kFloat16)
+  REPLAYSSM_FOLD_CASE(kFloat32, true, kFloat8E4M3)
+  REPLAYSSM_FOLD_CASE(kBFloat16, false, kBFloat16)
+  REPLAYSSM_FOLD_CASE(kBFloat16, true, kFloat8E4M3)
+  REPLAYSSM_FOLD_CASE(kFloat16, false, kFloat16)
+  REPLAYSSM_FOLD_CASE(kFloat16, true, kFloat8E4M3)
+#undef REPLAYSSM_FOLD_CASE
+  return cudaErrorInvalidValue;
+}
+
+// All dtype combinations of one (P, N); instantiated once per shape file.
+template <int kP, int kN>
+cudaError_t launch_fold_shape(const Mamba2SpecParams& p, cudaStream_t stream) {
+  if (p.act_dtype == DType::kBFloat16) return dispatch_fold_state<kP, kN, DType::kBFloat16>(p, stream);
+  if (p.act_dtype == DType::kFloat16) return dispatch_fold_state<kP, kN, DType::kFloat16>(p, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace mamba2_spec
+}  // namespace replayssm
