@@ -125,6 +125,7 @@ def _run(name: str, backend: str, device: torch.device, reference_fn, *args, ker
 # What the compiled Mamba-2 kernels were built for (csrc/kernels/mamba2.cuh).
 MAMBA2_KERNEL_SHAPES = {(64, 64), (64, 128), (80, 64), (80, 128), (128, 64), (128, 128)}
 KERNEL_ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
+MAX_SNAPSHOT_TOKENS = 16          # csrc/kernels/mamba2_snapshots.cuh
 
 
 def mamba2_kernel_limit(checkpoint, read_copy, x) -> str | None:
@@ -226,8 +227,22 @@ def mamba2_update_snapshots(state, x, dt, A, B, C, out, snapshots, D=None, z=Non
            device=state.device, last_dim_contiguous=True)
     _expect_slots(op, slots, batch, state.shape[0], state.device)
     _run(op, backend, state.device, reference.mamba2_update_snapshots,
-         state, x, dt, A, B, C, out, snapshots, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
-    return out
+         state, x, dt, A, B, C, out, snapshots, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id,
+         kernel_limit=_snapshots_kernel_limit(state, x, snapshots))
+    return out  # the compiled ops return nothing
+
+
+def _snapshots_kernel_limit(state, x, snapshots) -> str | None:
+    """Why the compiled mamba2_update_snapshots cannot take these tensors, or None."""
+    limit = mamba2_kernel_limit(state, None, x)
+    if limit is not None:
+        return limit
+    if snapshots.dtype != state.dtype:
+        return (f"{_dtype_text(snapshots.dtype)} snapshots of a {_dtype_text(state.dtype)} state have no compiled "
+                f"kernel (it writes snapshots in the state dtype)")
+    if x.shape[1] > MAX_SNAPSHOT_TOKENS:
+        return f"T = {x.shape[1]} tokens exceed the compiled kernel's {MAX_SNAPSHOT_TOKENS}"
+    return None
 
 
 def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,

@@ -19,7 +19,11 @@
     "mamba2_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) x_buf, " \
     "Tensor(e!) B_buf, Tensor(f!) dt_buf, Tensor(g!) num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
     "Tensor C, Tensor(h!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, int max_draft_tokens, " \
-    "Tensor? slots, int pad_slot_id) -> ()")
+    "Tensor? slots, int pad_slot_id) -> ()")                                                       \
+  X(mamba2_update_snapshots,                                                                       \
+    "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, " \
+    "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "  \
+    "int pad_slot_id) -> ()")
 
 namespace replayssm {
 
@@ -39,5 +43,11 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
                  const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
                  const std::optional<at::Tensor>& dt_bias, bool dt_softplus, int64_t max_draft_tokens,
                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                             const at::Tensor& B, const at::Tensor& C, const at::Tensor& out,
+                             const at::Tensor& snapshots, const std::optional<at::Tensor>& D,
+                             const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
+                             bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
 
 }  // namespace replayssm
