@@ -23,7 +23,15 @@
   X(mamba2_update_snapshots,                                                                       \
     "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, " \
     "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "  \
-    "int pad_slot_id) -> ()")
+    "int pad_slot_id) -> ()")                                                                     \
+  X(load,                                                                                          \
+    "load(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) num_committed, " \
+    "Tensor states, Tensor? slots, int pad_slot_id) -> ()")                                       \
+  X(reset,                                                                                         \
+    "reset(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!)[] buffers, " \
+    "Tensor(e!) num_committed, Tensor? slots, int pad_slot_id) -> ()")                            \
+  X(copy_slots,                                                                                    \
+    "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()")
 
 namespace replayssm {
 
@@ -49,5 +57,16 @@ void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const
                              const at::Tensor& snapshots, const std::optional<at::Tensor>& D,
                              const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
                              bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+          const std::optional<at::Tensor>& read_scale, const at::Tensor& num_committed, const at::Tensor& states,
+          const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+           const std::optional<at::Tensor>& read_scale, at::TensorList buffers, const at::Tensor& num_committed,
+           const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const at::Tensor& dst_slots,
+                int64_t pad_slot_id);
 
 }  // namespace replayssm
