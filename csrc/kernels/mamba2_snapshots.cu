@@ -85,10 +85,6 @@ struct Tile {
   // bf16 with N = 64 covers 32 rows a pass, which does not divide P = 80: the last pass is partial.
   static constexpr int kRowsPerThread = (kP + kRowsPerPass - 1) / kRowsPerPass;
   static constexpr bool kPartialPass = kP % kRowsPerPass != 0;
-  // Up to 40 fp32 state values per thread fit 64 registers without spilling, which lets 4 CTAs share
-  // an SM (32 warps keeping loads and the T snapshot stores in flight); P = N = 128 needs 64 values
-  // and keeps 2 CTAs rather than spilling.
-  static constexpr int kMinBlocksPerSM = kP * kN / kThreads <= 40 ? 4 : 2;
   static_assert(kN % kVec == 0, "a state row must be whole 16-byte vectors");
   static_assert(kLanesPerRow <= 32 && 32 % kLanesPerRow == 0, "a state row must sit inside one warp");
 
@@ -142,8 +138,7 @@ __device__ __forceinline__ float load_dt(const Mamba2SnapshotsParams& p, int64_t
 __host__ __device__ constexpr int smem_floats(int T, int P, int N) { return 2 * T + 3 * T * P + 2 * T * N; }
 
 template <int kP, int kN, DType kState, DType kAct>
-__global__ void __launch_bounds__(kThreads, (Tile<kP, kN, kState>::kMinBlocksPerSM))
-    snapshots_kernel(const Mamba2SnapshotsParams p) {
+__global__ void __launch_bounds__(kThreads) snapshots_kernel(const Mamba2SnapshotsParams p) {
   using Shape = Tile<kP, kN, kState>;
   using V = Vec16<kState>;
   constexpr int R = Shape::kRowsPerThread;
