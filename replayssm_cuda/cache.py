@@ -167,8 +167,9 @@ class _ReplayCache:
                   self.num_committed, slots, self.pad_slot_id, backend=self.backend)
 
     def copy_slots(self, src_slots, dst_slots):
-        """Copy checkpoint, read copy, buffers and cursor of src_slots[i] to dst_slots[i] (fork)."""
-        ops.copy_slots(self.cache_tensors, src_slots, dst_slots, backend=self.backend)
+        """Copy checkpoint, read copy, buffers and cursor of src_slots[i] to dst_slots[i] (fork); pairs
+        naming pad_slot_id or an out-of-range slot are skipped."""
+        ops.copy_slots(self.cache_tensors, src_slots, dst_slots, self.pad_slot_id, backend=self.backend)
 
     def _check_draft_count(self, op: str, T: int):
         if T > self.max_draft_tokens:

@@ -125,6 +125,8 @@ def _run(name: str, backend: str, device: torch.device, reference_fn, *args, ker
 # What the compiled Mamba-2 kernels were built for (csrc/kernels/mamba2.cuh).
 MAMBA2_KERNEL_SHAPES = {(64, 64), (64, 128), (80, 64), (80, 128), (128, 64), (128, 128)}
 KERNEL_ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
+MAX_SNAPSHOT_TOKENS = 16          # csrc/kernels/mamba2_snapshots.cuh
+MAX_COPY_SLOTS_PAIRS = 3072       # csrc/kernels/slot_ops.cuh: the one-launch gather's staging
 
 
 def mamba2_kernel_limit(checkpoint, read_copy, x) -> str | None:
@@ -245,8 +247,22 @@ def mamba2_update_snapshots(state, x, dt, A, B, C, out, snapshots, D=None, z=Non
            device=state.device, last_dim_contiguous=True)
     _expect_slots(op, slots, batch, state.shape[0], state.device)
     _run(op, backend, state.device, reference.mamba2_update_snapshots,
-         state, x, dt, A, B, C, out, snapshots, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id)
-    return out
+         state, x, dt, A, B, C, out, snapshots, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id,
+         kernel_limit=_snapshots_kernel_limit(state, x, snapshots))
+    return out  # the compiled ops return nothing
+
+
+def _snapshots_kernel_limit(state, x, snapshots) -> str | None:
+    """Why the compiled mamba2_update_snapshots cannot take these tensors, or None."""
+    limit = mamba2_kernel_limit(state, None, x)
+    if limit is not None:
+        return limit
+    if snapshots.dtype != state.dtype:
+        return (f"{_dtype_text(snapshots.dtype)} snapshots of a {_dtype_text(state.dtype)} state have no compiled "
+                f"kernel (it writes snapshots in the state dtype)")
+    if x.shape[1] > MAX_SNAPSHOT_TOKENS:
+        return f"T = {x.shape[1]} tokens exceed the compiled kernel's {MAX_SNAPSHOT_TOKENS}"
+    return None
 
 
 def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
@@ -484,8 +500,14 @@ def load(checkpoint, read_copy, read_scale, num_committed, states, slots=None, p
     expect(op, "states", states, shape=(None, *checkpoint.shape[1:]), dtypes=CHECKPOINT_DTYPES,
            device=checkpoint.device)
     _expect_slots(op, slots, states.shape[0], checkpoint.shape[0], checkpoint.device)
+    limit = None
+    if checkpoint.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        limit = f"a {_dtype_text(checkpoint.dtype)} checkpoint has no compiled kernel"
+    elif states.dtype not in (torch.float32, checkpoint.dtype):
+        limit = (f"{_dtype_text(states.dtype)} states for a {_dtype_text(checkpoint.dtype)} checkpoint have no "
+                 f"compiled kernel (float32 or the checkpoint dtype)")
     return _run(op, backend, checkpoint.device, reference.load,
-                checkpoint, read_copy, read_scale, num_committed, states, slots, pad_slot_id)
+                checkpoint, read_copy, read_scale, num_committed, states, slots, pad_slot_id, kernel_limit=limit)
 
 
 def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None, pad_slot_id: int = -1, *,
@@ -499,8 +521,10 @@ def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None,
                 checkpoint, read_copy, read_scale, list(buffers), num_committed, slots, pad_slot_id)
 
 
-def copy_slots(cache_tensors, src_slots, dst_slots, *, backend="auto"):
-    """Copy everything a slot owns from src_slots[i] to dst_slots[i] (for forking a sequence)."""
+def copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id: int = -1, *, backend="auto"):
+    """Copy everything a slot owns from src_slots[i] to dst_slots[i] (for forking a sequence). Sources
+    are read before destinations are written (a gather); pairs naming pad_slot_id or an out-of-range
+    slot are skipped."""
     op = "copy_slots"
     tensors = [t for t in cache_tensors if t is not None]
     if not tensors:
@@ -513,4 +537,8 @@ def copy_slots(cache_tensors, src_slots, dst_slots, *, backend="auto"):
                              f"cache_tensors[{i}] has {t.shape[0]}")
     expect(op, "src_slots", src_slots, shape=(None,), dtypes=INDEX_DTYPES, device=dev)
     expect(op, "dst_slots", dst_slots, shape=(src_slots.shape[0],), dtypes=INDEX_DTYPES, device=dev)
-    return _run(op, backend, dev, reference.copy_slots, tensors, src_slots, dst_slots)
+    limit = None
+    if src_slots.shape[0] > MAX_COPY_SLOTS_PAIRS:
+        limit = f"{src_slots.shape[0]} pairs exceed the compiled kernel's {MAX_COPY_SLOTS_PAIRS}"
+    return _run(op, backend, dev, reference.copy_slots, tensors, src_slots, dst_slots, pad_slot_id,
+                kernel_limit=limit)

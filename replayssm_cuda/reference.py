@@ -166,14 +166,23 @@ def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None,
     num_committed[idx] = 0
 
 
-def copy_slots(cache_tensors, src_slots, dst_slots) -> None:
+def copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id: int = -1) -> None:
     """Copy everything a slot owns (checkpoint, read copy, scales, buffers, cursor) from src to dst.
-    Sources are read before any destination is written, so overlapping lists behave as a gather."""
+    Sources are read before any destination is written, so overlapping lists behave as a gather.
+    A pair whose source or destination is pad_slot_id or outside [0, num_slots) is skipped."""
+    tensors = [t for t in cache_tensors if t is not None]
+    if not tensors:
+        return
+    num_slots = tensors[0].shape[0]
     src = src_slots.to(torch.long)
     dst = dst_slots.to(torch.long)
-    for t in cache_tensors:
-        if t is None:
-            continue
+
+    def named(s):
+        return (s != pad_slot_id) & (s >= 0) & (s < num_slots)
+
+    keep = named(src) & named(dst)
+    src, dst = src[keep], dst[keep]
+    for t in tensors:
         values = _gather(t, src.to(t.device)).clone()
         if t.dtype == torch.float8_e4m3fn:
             t.view(torch.uint8)[dst.to(t.device)] = values.view(torch.uint8)

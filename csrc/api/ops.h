@@ -34,7 +34,19 @@
     "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor A, Tensor? slots, int pad_slot_id) -> ()") \
   X(mamba2_materialize,                                                                            \
     "mamba2_materialize(Tensor checkpoint, Tensor x_buf, Tensor B_buf, Tensor dt_buf, Tensor num_committed, " \
-    "Tensor A, Tensor(a!) out, Tensor? slots, int pad_slot_id) -> ()")
+    "Tensor A, Tensor(a!) out, Tensor? slots, int pad_slot_id) -> ()")                             \
+  X(mamba2_update_snapshots,                                                                       \
+    "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, " \
+    "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "  \
+    "int pad_slot_id) -> ()")                                                                     \
+  X(load,                                                                                          \
+    "load(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) num_committed, " \
+    "Tensor states, Tensor? slots, int pad_slot_id) -> ()")                                       \
+  X(reset,                                                                                         \
+    "reset(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!)[] buffers, " \
+    "Tensor(e!) num_committed, Tensor? slots, int pad_slot_id) -> ()")                            \
+  X(copy_slots,                                                                                    \
+    "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()")
 
 namespace replayssm {
 
@@ -77,5 +89,22 @@ void mamba2_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>&
 void mamba2_materialize(const at::Tensor& checkpoint, const at::Tensor& x_buf, const at::Tensor& B_buf,
                         const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& A,
                         const at::Tensor& out, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
+                             const at::Tensor& B, const at::Tensor& C, const at::Tensor& out,
+                             const at::Tensor& snapshots, const std::optional<at::Tensor>& D,
+                             const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
+                             bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+          const std::optional<at::Tensor>& read_scale, const at::Tensor& num_committed, const at::Tensor& states,
+          const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+           const std::optional<at::Tensor>& read_scale, at::TensorList buffers, const at::Tensor& num_committed,
+           const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const at::Tensor& dst_slots,
+                int64_t pad_slot_id);
 
 }  // namespace replayssm

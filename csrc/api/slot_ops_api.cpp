@@ -1,0 +1,282 @@
+// torch.ops.replayssm.load / reset / copy_slots: the cache slot ops of every family, on the device.
+// Validate, describe each cache tensor as per-slot byte ranges, launch on the current stream (kernels:
+// kernels/slot_ops.cuh; load also regenerates read copies with the make_read_copy kernel). No
+// allocation and no host synchronisation (pad ids and out-of-range ids are skipped on the device), so
+// all three are safe under CUDA-graph capture.
+//
+//   op          tensors (slot-major, any slot stride, contiguous inside a slot)
+//   load        checkpoint (S, H, P, N) fp32/bf16/fp16 <- states (batch, H, P, N) fp32 or checkpoint dtype;
+//               num_committed (S,) int32 <- 0; read_copy (+ read_scale) regenerated for the named slots
+//   reset       checkpoint, read_copy, buffers <- 0; read_scale <- 1; num_committed <- 0
+//   copy_slots  every tensor of cache_tensors: slot src_slots[i] -> slot dst_slots[i], gather semantics
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "api/checks.h"
+#include "api/ops.h"
+#include "kernels/read_copy.cuh"
+#include "kernels/slot_ops.cuh"
+
+namespace replayssm {
+namespace {
+
+using checks::shape_str;
+
+DType kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::kFloat32;
+    case at::kBFloat16: return DType::kBFloat16;
+    case at::kHalf: return DType::kFloat16;
+    case at::kFloat8_e4m3fn: return DType::kFloat8E4M3;
+    case at::kInt: return DType::kInt32;
+    default: return DType::kInt64;
+  }
+}
+
+// True when dims 1.. of `t` are laid out as in a contiguous tensor (size-1 dims excepted), i.e. one
+// slot (or one row) is a single contiguous byte range.
+bool contiguous_inside_slot(const at::Tensor& t) {
+  int64_t expected = 1;
+  for (int64_t d = t.dim() - 1; d >= 1; --d) {
+    if (t.size(d) != 1 && t.stride(d) != expected) return false;
+    expected *= t.size(d);
+  }
+  return true;
+}
+
+void check_inside_slot(const char* op, const std::string& name, const at::Tensor& t, const char* what) {
+  TORCH_CHECK(contiguous_inside_slot(t), checks::cat(op, ": ", name, " must be contiguous inside a ", what,
+                                                      " (dims 1.. with the strides of a contiguous tensor; the ",
+                                                      what, " stride may be anything), got strides ",
+                                                      shape_str(t.strides()), " for shape ", shape_str(t.sizes())));
+}
+
+// A cache tensor of `num_slots` slots on `ref`'s device, as a per-slot byte range.
+SlotTensor slot_tensor(const char* op, const std::string& name, const at::Tensor& t, const at::Tensor& ref,
+                       int64_t num_slots, uint32_t fill = 0) {
+  checks::cuda(op, name.c_str(), t);
+  checks::same_device(op, name.c_str(), t, "the first cache tensor", ref);
+  TORCH_CHECK(t.dim() >= 1 && t.size(0) == num_slots,
+              checks::cat(op, ": ", name, " must have num_slots = ", num_slots, " slots in dim 0, got shape ",
+                          shape_str(t.sizes())));
+  check_inside_slot(op, name, t, "slot");
+  checks::writable(op, name.c_str(), t);
+  const int64_t elem = static_cast<int64_t>(t.element_size());
+  return SlotTensor{t.data_ptr(), t.stride(0) * elem, (num_slots == 0 ? 0 : t.numel() / num_slots) * elem, fill};
+}
+
+void check_index_list(const char* op, const char* name, const at::Tensor& t, const at::Tensor& ref) {
+  checks::cuda(op, name, t);
+  checks::same_device(op, name, t, "the cache", ref);
+  checks::dims(op, name, t, 1, "(num_entries,)");
+  checks::dtype_in(op, name, t, {at::kInt, at::kLong});
+}
+
+void add_tensor(const char* op, SlotOpsParams& p, const SlotTensor& t) {
+  if (t.bytes_per_slot == 0) return;  // an empty tensor owns nothing
+  TORCH_CHECK(p.num_tensors < kSlotOpsMaxTensors,
+              checks::cat(op, ": at most ", kSlotOpsMaxTensors, " cache tensors per call, got more"));
+  p.tensors[p.num_tensors++] = t;
+}
+
+uint32_t float_bits(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  return bits;
+}
+
+cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+}  // namespace
+
+void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const at::Tensor& dst_slots,
+                int64_t pad_slot_id) {
+  constexpr const char* op = "copy_slots";
+  TORCH_CHECK(!cache_tensors.empty(), checks::cat(op, ": cache_tensors must hold at least one tensor, got none"));
+  TORCH_CHECK(static_cast<int64_t>(cache_tensors.size()) <= kSlotOpsMaxTensors,
+              checks::cat(op, ": cache_tensors must hold at most ", kSlotOpsMaxTensors, " tensors, got ",
+                          static_cast<int64_t>(cache_tensors.size())));
+  const at::Tensor& ref = cache_tensors[0];
+  checks::cuda(op, "cache_tensors[0]", ref);
+  TORCH_CHECK(ref.dim() >= 1, checks::cat(op, ": cache_tensors[0] must have a slot dim 0, got a 0-D tensor"));
+  SlotOpsParams p{};
+  p.num_slots = ref.size(0);
+  for (size_t i = 0; i < cache_tensors.size(); ++i) {
+    const std::string name = "cache_tensors[" + std::to_string(i) + "]";
+    add_tensor(op, p, slot_tensor(op, name, cache_tensors[i], ref, p.num_slots));
+  }
+  check_index_list(op, "src_slots", src_slots, ref);
+  check_index_list(op, "dst_slots", dst_slots, ref);
+  checks::same_shape(op, "dst_slots", dst_slots, "src_slots", src_slots.sizes());
+  TORCH_CHECK(src_slots.size(0) <= kCopySlotsMaxPairs,
+              checks::cat(op, ": src_slots must hold at most ", kCopySlotsMaxPairs,
+                          " pairs (the one-launch gather stages every source in shared memory), got ",
+                          src_slots.size(0)));
+  p.src = src_slots.data_ptr();
+  p.src_dtype = kernel_dtype(src_slots.scalar_type());
+  p.src_stride = src_slots.stride(0);
+  p.dst = dst_slots.data_ptr();
+  p.dst_dtype = kernel_dtype(dst_slots.scalar_type());
+  p.dst_stride = dst_slots.stride(0);
+  p.num_entries = src_slots.size(0);
+  p.pad_slot_id = pad_slot_id;
+  if (p.num_tensors == 0) return;
+  const c10::cuda::CUDAGuard device_guard(ref.device());
+  checks::launched(op, launch_copy_slots(p, stream_of(ref)));
+}
+
+void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+           const std::optional<at::Tensor>& read_scale, at::TensorList buffers, const at::Tensor& num_committed,
+           const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  constexpr const char* op = "reset";
+  checks::cuda(op, "checkpoint", checkpoint);
+  checks::dims(op, "checkpoint", checkpoint, 4, "(num_slots, heads, rows, cols)");
+  SlotOpsParams p{};
+  p.num_slots = checkpoint.size(0);
+  add_tensor(op, p, slot_tensor(op, "checkpoint", checkpoint, checkpoint, p.num_slots));
+  if (read_copy) add_tensor(op, p, slot_tensor(op, "read_copy", *read_copy, checkpoint, p.num_slots));
+  if (read_scale) {
+    checks::dtype_in(op, "read_scale", *read_scale, {at::kFloat});
+    add_tensor(op, p, slot_tensor(op, "read_scale", *read_scale, checkpoint, p.num_slots, float_bits(1.0f)));
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::string name = "buffers[" + std::to_string(i) + "]";
+    add_tensor(op, p, slot_tensor(op, name, buffers[i], checkpoint, p.num_slots));
+  }
+  checks::dtype_in(op, "num_committed", num_committed, {at::kInt});
+  add_tensor(op, p, slot_tensor(op, "num_committed", num_committed, checkpoint, p.num_slots));
+  if (slots) {
+    check_index_list(op, "slots", *slots, checkpoint);
+    p.dst = slots->data_ptr();
+    p.dst_dtype = kernel_dtype(slots->scalar_type());
+    p.dst_stride = slots->stride(0);
+    p.num_entries = slots->size(0);
+  } else {
+    p.num_entries = p.num_slots;
+  }
+  p.pad_slot_id = pad_slot_id;
+  const c10::cuda::CUDAGuard device_guard(checkpoint.device());
+  checks::launched(op, launch_fill_slots(p, stream_of(checkpoint)));
+}
+
+void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+          const std::optional<at::Tensor>& read_scale, const at::Tensor& num_committed, const at::Tensor& states,
+          const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  constexpr const char* op = "load";
+  checks::cuda(op, "checkpoint", checkpoint);
+  checks::dims(op, "checkpoint", checkpoint, 4, "(num_slots, heads, rows, cols)");
+  checks::dtype_in(op, "checkpoint", checkpoint, {at::kFloat, at::kBFloat16, at::kHalf});
+  const int64_t S = checkpoint.size(0);
+  slot_tensor(op, "checkpoint", checkpoint, checkpoint, S);  // device, slot contiguity, no self-overlap
+
+  checks::cuda(op, "states", states);
+  checks::same_device(op, "states", states, "checkpoint", checkpoint);
+  TORCH_CHECK(states.dim() == 4 && states.size(1) == checkpoint.size(1) && states.size(2) == checkpoint.size(2) &&
+                  states.size(3) == checkpoint.size(3),
+              checks::cat(op, ": states must have shape (batch, ", checkpoint.size(1), ", ", checkpoint.size(2), ", ",
+                          checkpoint.size(3), ") like the checkpoint's slots, got ", shape_str(states.sizes())));
+  if (checkpoint.scalar_type() == at::kFloat) {
+    checks::dtype_in(op, "states", states, {at::kFloat});
+  } else {
+    checks::dtype_in(op, "states", states, {at::kFloat, checkpoint.scalar_type()});
+  }
+  check_inside_slot(op, "states", states, "row");
+  checks::no_overlap(op, "checkpoint", checkpoint, "states", states);
+  const int64_t batch = states.size(0);
+
+  checks::cuda(op, "num_committed", num_committed);
+  checks::same_device(op, "num_committed", num_committed, "checkpoint", checkpoint);
+  checks::shape_is(op, "num_committed", num_committed, "(num_slots,)", {S});
+  checks::dtype_in(op, "num_committed", num_committed, {at::kInt});
+
+  if (slots) {
+    check_index_list(op, "slots", *slots, checkpoint);
+    TORCH_CHECK(slots->size(0) == batch, checks::cat(op, ": slots must have shape (", batch, ",) (one slot per row of states), got ", shape_str(slots->sizes())));
+  } else {
+    TORCH_CHECK(batch <= S, checks::cat(op, ": without slots, row r uses slot r, so batch (states.size(0) = ", batch, ") must be <= num_slots (", S, ")"));
+  }
+
+  // The read copy is validated before anything is written, so a bad one leaves the cache untouched.
+  ReadCopyParams rc{};
+  if (read_copy) {
+    const at::Tensor& r = *read_copy;
+    checks::cuda(op, "read_copy", r);
+    checks::same_device(op, "read_copy", r, "checkpoint", checkpoint);
+    checks::same_shape(op, "read_copy", r, "checkpoint", checkpoint.sizes());
+    checks::dtype_in(op, "read_copy", r, {at::kBFloat16, at::kHalf, at::kFloat8_e4m3fn});
+    checks::last_dim_contiguous(op, "read_copy", r);
+    checks::writable(op, "read_copy", r);
+    checks::no_overlap(op, "read_copy", r, "checkpoint", checkpoint);
+    checks::size_in(op, "checkpoint", checkpoint, 3, "last dim (cols) with a read copy", 1, kReadCopyMaxCols);
+    const bool fp8 = r.scalar_type() == at::kFloat8_e4m3fn;
+    const std::vector<int64_t> scale_shape{S, checkpoint.size(1), checkpoint.size(2)};
+    if (fp8) {
+      checks::given(op, "read_scale", read_scale.has_value(), "read_copy is float8_e4m3fn",
+                    "a float32 tensor of shape " + shape_str(scale_shape));
+      checks::cuda(op, "read_scale", *read_scale);
+      checks::same_device(op, "read_scale", *read_scale, "checkpoint", checkpoint);
+      checks::shape_is(op, "read_scale", *read_scale, "(num_slots, heads, rows)", scale_shape);
+      checks::dtype_in(op, "read_scale", *read_scale, {at::kFloat});
+      checks::writable(op, "read_scale", *read_scale);
+    } else {
+      checks::none(op, "read_scale", read_scale, "read_copy is " + checks::dtype_str(r.scalar_type()),
+                   "scales exist only for float8_e4m3fn read copies");
+    }
+    rc.checkpoint = checkpoint.data_ptr();
+    rc.read_copy = r.data_ptr();
+    rc.read_scale = fp8 ? read_scale->data_ptr<float>() : nullptr;
+    rc.slots = slots ? slots->data_ptr() : nullptr;  // nullptr: entry i is slot i, i < batch
+    rc.checkpoint_dtype = kernel_dtype(checkpoint.scalar_type());
+    rc.read_copy_dtype = kernel_dtype(r.scalar_type());
+    rc.slots_dtype = slots ? kernel_dtype(slots->scalar_type()) : DType::kInt64;
+    rc.num_slots = S;
+    rc.heads = checkpoint.size(1);
+    rc.rows = checkpoint.size(2);
+    rc.cols = checkpoint.size(3);
+    rc.num_entries = batch;
+    rc.pad_slot_id = pad_slot_id;
+    rc.checkpoint_slot_stride = checkpoint.stride(0);
+    rc.checkpoint_head_stride = checkpoint.stride(1);
+    rc.checkpoint_row_stride = checkpoint.stride(2);
+    rc.read_copy_slot_stride = r.stride(0);
+    rc.read_copy_head_stride = r.stride(1);
+    rc.read_copy_row_stride = r.stride(2);
+    if (fp8) {
+      rc.read_scale_slot_stride = read_scale->stride(0);
+      rc.read_scale_head_stride = read_scale->stride(1);
+      rc.read_scale_row_stride = read_scale->stride(2);
+    }
+    rc.slots_stride = slots ? slots->stride(0) : 1;
+  } else {
+    TORCH_CHECK(!read_scale.has_value(), checks::cat(op, ": read_scale must be None when read_copy is None, got a tensor"));
+  }
+
+  LoadStatesParams p{};
+  p.states = states.data_ptr();
+  p.states_dtype = kernel_dtype(states.scalar_type());
+  p.states_row_stride = states.stride(0);
+  p.checkpoint = checkpoint.data_ptr();
+  p.checkpoint_dtype = kernel_dtype(checkpoint.scalar_type());
+  p.ck_slot_stride = checkpoint.stride(0);
+  p.elems_per_slot = checkpoint.size(1) * checkpoint.size(2) * checkpoint.size(3);
+  p.num_committed = num_committed.data_ptr<int32_t>();
+  p.nc_stride = num_committed.stride(0);
+  p.slots = slots ? slots->data_ptr() : nullptr;
+  p.slots_dtype = slots ? kernel_dtype(slots->scalar_type()) : DType::kInt64;
+  p.slots_stride = slots ? slots->stride(0) : 1;
+  p.pad_slot_id = pad_slot_id;
+  p.num_slots = S;
+  p.batch = batch;
+  if (batch == 0 || p.elems_per_slot == 0) return;
+
+  const c10::cuda::CUDAGuard device_guard(checkpoint.device());
+  const cudaStream_t stream = stream_of(checkpoint);
+  checks::launched(op, launch_load_states(p, stream));
+  if (read_copy) checks::launched(op, launch_make_read_copy(rc, stream));
+}
+
+}  // namespace replayssm
