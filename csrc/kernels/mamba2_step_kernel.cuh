@@ -128,6 +128,10 @@ struct StepLayout {
   __host__ __device__ static size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static size_t B_window_offset(int L) { return kXwinOffset + kWindows * x_window_bytes(L); }
   __host__ __device__ static size_t bytes(int L) { return B_window_offset(L) + sizeof(Act) * static_cast<size_t>(L) * kN; }
+  // CTAs per SM the shared memory allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at most 3:
+  // the register budget is sized to match, so that registers never limit occupancy below it.
+  static constexpr int kSmemCtas = static_cast<int>(228 * 1024 / (kXwinOffset + (kWindows * 16 * kP + 16 * kN) * sizeof(Act) + 1024));
+  static constexpr int kCtasPerSm = kSmemCtas > 3 ? 3 : (kSmemCtas < 1 ? 1 : kSmemCtas);
 };
 
 template <int kP, int kN, DType kSrc, DType kAct>
@@ -273,7 +277,7 @@ __device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int
 }
 
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-__global__ void __launch_bounds__(kThreads, 3) step_kernel(const Mamba2Params p) {
+__global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct>::kCtasPerSm)) step_kernel(const Mamba2Params p) {
   using Act = typename Storage<kAct>::type;
   constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what a replay step reads
   using Tile = ChunkTile<kP, kN, kSrc>;
