@@ -1,6 +1,9 @@
 """Every compiled op on a small config, for compute-sanitizer (scripts/sanitize.sh): a few steps and
 speculative rounds (verify, commit, flush, materialize) that cross folds, with and without read copies,
-pad rows and an out-of-range slot."""
+pad rows and an out-of-range slot; the step once with one head per CTA and once with a whole group
+per CTA (its pipelined path)."""
+
+import os
 
 import torch
 
@@ -21,7 +24,8 @@ def inputs(batch, *T):
             torch.randn(batch, *T, H, P, device=dev).bfloat16())
 
 
-for copy_dtype in (None, torch.bfloat16, torch.float8_e4m3fn):
+for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (None, torch.bfloat16, torch.float8_e4m3fn)]:
+    os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = heads_per_cta
     ck = 0.1 * torch.randn(S, H, P, N, device=dev)
     rc = None if copy_dtype is None else torch.empty(S, H, P, N, device=dev, dtype=copy_dtype)
     rs = torch.empty(S, H, P, device=dev) if copy_dtype == torch.float8_e4m3fn else None

@@ -29,8 +29,10 @@
 // shapes compile in parallel) and mamba2_step.cu picks the shape at run time.
 #pragma once
 
-#include "mamba2.cuh"
+#include <cstdlib>
+
 #include "bulk_copy.cuh"
+#include "mamba2.cuh"
 #include "mamba2_tile.cuh"
 
 namespace replayssm {
@@ -592,12 +594,23 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
 // Heads per CTA: as many of a group's heads as keep at least kWaves waves of CTAs on the GPU (a CTA
 // pipelines its heads through the ring; small batches need more, smaller CTAs to fill the SMs).
+// REPLAYSSM_STEP_HEADS_PER_CTA=k overrides it with the largest divisor of the group size <= k (read
+// at every launch: tests and benchmarks use it to exercise and compare both ends).
 inline int choose_heads_per_cta(const Mamba2Params& p, int ctas_per_sm) {
   constexpr int kWaves = 4;
+  const int heads_per_group = p.heads / p.groups;
+  if (const char* forced = std::getenv("REPLAYSSM_STEP_HEADS_PER_CTA")) {
+    const int k = std::atoi(forced);
+    if (k >= 1) {
+      for (int d = k < heads_per_group ? k : heads_per_group; d > 1; --d) {
+        if (heads_per_group % d == 0) return d;
+      }
+      return 1;
+    }
+  }
   int device = 0, sms = 132;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int64_t target = static_cast<int64_t>(kWaves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  const int heads_per_group = p.heads / p.groups;
   for (int d = heads_per_group; d > 1; --d) {
     if (heads_per_group % d == 0 && static_cast<int64_t>(p.batch) * (p.heads / d) >= target) return d;
   }

@@ -116,8 +116,13 @@ STEP_CONFIGS = [
 ]
 
 
+# A step CTA pipelines several heads of a group; at these small batches the launcher would give each
+# CTA one head, so the multi-head path (ring refills, x windows two heads ahead) is forced as well.
+@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("dims,ck,rc,L,T", STEP_CONFIGS)
-def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T):
+def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T, heads_per_cta, monkeypatch):
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
     layer = Layer(dims, seed=L)
     num_slots, batch = 6, 4
     gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=T, checkpoint_dtype=ck, read_copy_dtype=rc)
@@ -148,7 +153,10 @@ def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T):
     assert rel_err(gpu_state, ref_state) < ck_tol
 
 
-def test_step_cuda_graph_replay_is_bitwise_eager():
+@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, monkeypatch):
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
     layer = Layer(NANO4B, seed=3)
     caches = [gpu_cache(layer, 4, buffer_len=4, read_copy_dtype=FP8) for _ in range(2)]
     init = layer.states(4).cuda().float()
