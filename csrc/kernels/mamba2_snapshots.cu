@@ -7,11 +7,12 @@
 // (x, z, B, C, dt) are staged once in shared memory while those loads are in flight; outputs are
 // reduced into shared memory and written coalesced at the end.
 //
-// Kept separate from the mamba2_update/step tiles (mamba2_tile.cuh) on purpose: those use 4-element
-// vectors (8-byte accesses for 16-bit states) and are being rewritten.
+// Its tile is its own: mamba2_tile.cuh's update tile uses 4-element vectors (8-byte accesses for
+// 16-bit states); the small helpers (row sums, activation loads/stores, softplus/silu) are shared.
 #include "mamba2_snapshots.cuh"
 
 #include "common.cuh"
+#include "mamba2_tile.cuh"
 
 namespace replayssm {
 namespace mamba2_snapshots {
@@ -94,33 +95,12 @@ struct Tile {
   __device__ static int col0() { return lane_in_row() * kVec; }
 };
 
-template <int kLanes>
-__device__ __forceinline__ float row_sum(float v) {
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-template <DType T>
-__device__ __forceinline__ float load_act(const void* base, int64_t offset) {
-  using S = typename Storage<T>::type;
-  return to_float(__ldg(static_cast<const S*>(base) + offset));
-}
-
-// Round-to-nearest-even into the activation type (the torch build forbids implicit half conversions).
-template <DType T>
-__device__ __forceinline__ void store_act(void* base, int64_t offset, float v) {
-  using S = typename Storage<T>::type;
-  if constexpr (T == DType::kBFloat16) {
-    static_cast<S*>(base)[offset] = __float2bfloat16_rn(v);
-  } else {
-    static_cast<S*>(base)[offset] = __float2half_rn(v);
-  }
-}
-
-// torch.nn.functional.softplus (beta 1, threshold 20) and silu, as in the mamba2_update kernel.
-__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+// Shared with the other Mamba-2 kernels (one definition, mamba2_tile.cuh).
+using mamba2::load_act;
+using mamba2::row_sum;
+using mamba2::silu;
+using mamba2::softplus;
+using mamba2::store_act;
 
 __device__ __forceinline__ float load_dt(const Mamba2SnapshotsParams& p, int64_t off, int head) {
   float dt;
