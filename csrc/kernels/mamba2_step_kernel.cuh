@@ -1,29 +1,32 @@
-// ReplaySSM Mamba-2 step (T=1), one CTA per (batch row, head), one launch per decode step.
+// ReplaySSM Mamba-2 step (T=1), one launch per decode step. One CTA of 256 threads per (batch row,
+// group, block of the group's heads); it takes its heads one after the other.
 //
 // Let w = num_committed[slot] buffered tokens precede the current one (entry w), Lambda_j =
 // A * sum_{i<=j} dt_i and wgt_j = dt_j exp(Lambda_w - Lambda_j).
 //   replay step (the buffer still has room after this token):
 //     y = e^{Lambda_w} (S_read C) + sum_{j<=w} wgt_j (B_j . C) x_j + D x;   append x, B, dt at entry w
 //     reads the read copy (or the checkpoint) once; writes nothing of the state.
-//   fold step (w + 1 + max_draft_tokens > L):
+//   fold step (w + 1 + max_draft_tokens > L; the same for all heads of a CTA, they share the slot):
 //     S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j;  y = S C + D x;  write S and its read copy
-//     reads the fp32 checkpoint once and writes it once, like the conventional update, plus the copy.
+//     reads the checkpoint once and writes it once, like the conventional update, plus the copy.
 //
 // Latency and instruction count, not arithmetic, decide the replay step: it streams half the bytes
 // of the conventional update or less, so whatever a CTA does besides loading state shows. Hence:
-//   - the replay source is loaded in 16-byte vectors of its own type before the cursor is known
-//     (for a fold step with a read copy they are wasted, 1 step in L);
-//   - the window's scalars (dt scan, wgt_j) are computed once per CTA by warp 0, and B_j . C once per
-//     CTA by lane groups that split the entries, into shared memory; the window's x rows are staged
-//     there with cp.async while the state streams in; one barrier;
-//   - thread p < P then owns output row p: buffer term from shared memory (conflict-free), skip, gate,
-//     and a coalesced store. (v3 had every lane compute whole B_j . C products serially: 35% of the
-//     byte model; see docs/PERF_NOTES_MAMBA2.md.)
-// Only the fold also stages the window's B rows and needs a second barrier.
+//   - a ring of S source tiles (read copy or checkpoint, S = 2..8, ~64 KB) filled by bulk copies
+//     (TMA) on one mbarrier per stage, the first S issued before the cursor is known, a stage refilled
+//     right after the per-head barrier that ends its use: loads never wait for the cursor;
+//   - what only depends on the group is done once per CTA (B_j . C by lane groups splitting the
+//     entries); the x windows are staged two heads ahead (cp.async, three buffers) and the window
+//     weights one head ahead by the last warp, so no warp arrives late at the per-head barrier;
+//   - per head, each thread reduces its 16-byte chunks of the tile against C (4 fp32, 8 bf16/fp16,
+//     16 fp8 elements) into shared memory, one barrier, then the first warps finish the output rows
+//     (two threads per row where P <= 112) and store them coalesced.
+// docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured and why it changed.
 //
-// The cursor of a slot is shared by its H head-CTAs, so none may change it before all have read it:
-// each CTA adds a ticket (1 << 16) to num_committed[slot] when it is done, and the CTA that draws the
-// last ticket writes the new cursor, which also clears the tickets. Nothing crosses launches.
+// The cursor of a slot is shared by the slot's CTAs (H / heads-per-CTA of them), so none may change
+// it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] when it is done,
+// and the CTA that draws the last ticket writes the new cursor, which also clears the tickets.
+// Nothing crosses launches.
 //
 // This header holds the kernel template; mamba2_step_p<P>_n<N>.cu instantiate it per shape (so the
 // shapes compile in parallel) and mamba2_step.cu picks the shape at run time.
@@ -188,7 +191,7 @@ __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Param
   return o;
 }
 
-// What warp 0 needs of head h for the window weights: dt of its lanes' entries (j = lane, lane + 32;
+// What the scalar warp (the last) needs of head h for the window weights: dt of its lanes' entries (j = lane, lane + 32;
 // entry w is the current token's), loaded one head ahead.
 struct HeadDt {
   float dt[kMamba2MaxBufferLen / 32];
@@ -208,7 +211,7 @@ __device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, i
   return d;
 }
 
-// Warp 0: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared memory.
+// The scalar warp: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared memory.
 __device__ __forceinline__ void window_weights(const HeadDt& d, float A, int w, float* wgt, float* decay) {
   constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
