@@ -191,8 +191,8 @@ __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Param
   return o;
 }
 
-// What the scalar warp (the last) needs of head h for the window weights: dt of its lanes' entries (j = lane, lane + 32;
-// entry w is the current token's), loaded one head ahead.
+// What the scalar warp (the last) needs of head h for the window weights: dt of its lanes' entries
+// (j = lane, lane + 32; entry w is the current token's), loaded one head ahead.
 struct HeadDt {
   float dt[kMamba2MaxBufferLen / 32];
   float now;
@@ -211,7 +211,8 @@ __device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, i
   return d;
 }
 
-// The scalar warp: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared memory.
+// The scalar warp: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared
+// memory.
 __device__ __forceinline__ void window_weights(const HeadDt& d, float A, int w, float* wgt, float* decay) {
   constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
