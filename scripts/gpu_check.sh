@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one script for a GPU machine: build replayssm_cuda._C in place, print its build info, run the GPU
 # tests, then the benchmarks when there are any. Logs go to $OUT (default ./results).
-#   bash scripts/gpu_check.sh      # REPLAYSSM_BENCH=0 skips the benchmarks; REPLAYSSM_TESTS=all adds
+#   bash scripts/gpu_check.sh      # REPLAYSSM_BENCH=0 skips the benchmarks (REPLAYSSM_BENCHES picks them,
+#                                  # see bench/run_all.sh); REPLAYSSM_TESTS=all adds
 #                                  # the CPU tests (CI runs them anyway); REPLAYSSM_CUDA_ARCHS=90a halves the build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,8 +30,13 @@ echo "== tests"
 # script still exits with the tests' status.
 set +e
 # The CPU tests also run in CI; on the device only the GPU tests and the CLI demo (on the GPU) are
-# worth its minutes unless REPLAYSSM_TESTS=all.
-if [[ "${REPLAYSSM_TESTS:-gpu}" == all ]]; then test_paths=(tests); else test_paths=(tests/gpu tests/test_cli.py); fi
+# worth its minutes unless REPLAYSSM_TESTS=all. Any other value is taken as the pytest paths to run
+# (e.g. REPLAYSSM_TESTS=tests/gpu/test_mamba2_cuda.py).
+case "${REPLAYSSM_TESTS:-gpu}" in
+  gpu) test_paths=(tests/gpu tests/test_cli.py) ;;
+  all) test_paths=(tests) ;;
+  *) read -r -a test_paths <<< "$REPLAYSSM_TESTS" ;;
+esac
 python3 -m pytest -q -rs "${test_paths[@]}" 2>&1 | tee "$OUT/tests.log"
 tests_status=${PIPESTATUS[0]}
 set -e
