@@ -93,6 +93,21 @@ def test_copy_slots_carries_buffer_and_cursor(name):
     assert rel_err(cache.materialize(slots=torch.tensor([1])), cache.materialize(slots=torch.tensor([3]))) < 1e-13
 
 
+def test_copy_slots_skips_pad_and_out_of_range_pairs_and_gathers():
+    """A pair naming pad_slot_id or a slot outside the pool is skipped; overlapping pairs read every
+    source before writing (a 1 -> 2 -> 3 -> 1 cycle rotates the slots)."""
+    from replayssm_cuda import reference
+    t = torch.arange(5 * 3, dtype=torch.float32).reshape(5, 3)
+    orig = t.clone()
+    reference.copy_slots([t, None], torch.tensor([1, 2, 3, 0, -1, 7]), torch.tensor([2, 3, 1, -1, 4, 0]))
+    assert torch.equal(t[2], orig[1]) and torch.equal(t[3], orig[2]) and torch.equal(t[1], orig[3])
+    assert torch.equal(t[0], orig[0]), "pair (0 -> pad) skipped"
+    assert torch.equal(t[4], orig[4]), "pairs (pad -> 4) and (7 -> 0) skipped"
+    u = orig.clone()
+    reference.copy_slots([u], torch.tensor([0, 4]), torch.tensor([4, 0]), pad_slot_id=0)
+    assert torch.equal(u, orig), "with pad_slot_id=0 both pairs name the pad slot"
+
+
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_strided_slot_pool(name):
     """The checkpoint may be a view into an engine's pool with a non-contiguous slot stride."""
