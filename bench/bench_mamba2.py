@@ -23,32 +23,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 from dataclasses import dataclass
 
 import torch
+
+from timing import measure_copy_bandwidth, time_graph, weights  # bench/, the script's folder
 
 from replayssm_cuda import ops
 
 DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8)}
 L2_BYTES = 60 * 2**20
 COLD_FACTOR = 4          # rotate over at least this many L2s worth of state
-
-
-def measure_copy_bandwidth() -> float:
-    """Bytes read + written per second of a 1 GiB device-to-device copy (median of 20)."""
-    src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(25):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * src.numel() / statistics.median(times[5:])
 
 
 @dataclass
@@ -89,35 +75,6 @@ def make_inputs(s: Setup, steps: int):
         z = torch.randn(s.batch, s.H, s.P, device="cuda").to(s.act)
         out.append((x, dt, B, C, z))
     return out
-
-
-def weights(s: Setup):
-    A = -(0.5 + torch.rand(s.H, device="cuda"))
-    return A, torch.randn(s.H, device="cuda"), 0.1 * torch.randn(s.H, device="cuda")
-
-
-def time_graph(record_steps, replays=15, before_replay=None) -> float:
-    """Capture record_steps() into a CUDA graph; return the median replay time in seconds."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        record_steps()                      # warm-up (module load, first launches) outside the graph
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        record_steps()
-    times = []
-    for _ in range(replays + 3):
-        if before_replay is not None:
-            before_replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del graph
-    return statistics.median(times[3:])
 
 
 def bench_conventional(s: Setup):
