@@ -10,59 +10,12 @@
 
 #include "api/checks.h"
 #include "api/ops.h"
+#include "api/tensor_args.h"
 #include "kernels/mamba2.cuh"
 #include "kernels/mamba2_spec.cuh"
 
 namespace replayssm {
 namespace {
-
-using checks::dtype_str;
-using checks::shape_str;
-
-DType kernel_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return DType::kFloat32;
-    case at::kBFloat16: return DType::kBFloat16;
-    case at::kHalf: return DType::kFloat16;
-    case at::kFloat8_e4m3fn: return DType::kFloat8E4M3;
-    case at::kInt: return DType::kInt32;
-    default: return DType::kInt64;
-  }
-}
-
-// One tensor argument: CUDA, on the reference device, the expected shape (-1: any), one of `dtypes`,
-// contiguous last dim, and 16-byte rows where the kernel moves 16-byte vectors.
-struct Expect {
-  const char* op;
-  const at::Tensor& device_ref;
-
-  void operator()(const char* name, const at::Tensor& t, const std::vector<int64_t>& shape,
-                  const std::vector<at::ScalarType>& dtypes, int vector_bytes = 0) const {
-    checks::cuda(op, name, t);
-    checks::same_device(op, name, t, "the first tensor argument", device_ref);
-    bool shape_ok = t.dim() == static_cast<int64_t>(shape.size());
-    for (size_t i = 0; shape_ok && i < shape.size(); ++i) shape_ok = shape[i] < 0 || shape[i] == t.size(i);
-    if (!shape_ok) {
-      std::string want = "(";
-      for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + (shape[i] < 0 ? std::string("*") : std::to_string(shape[i]));
-      TORCH_CHECK(false, checks::cat(op, ": ", name, " must have shape ", want, shape.size() == 1 ? ",)" : ")", ", got ", shape_str(t.sizes())));
-    }
-    bool dtype_ok = false;
-    std::string names;
-    for (auto d : dtypes) {
-      dtype_ok = dtype_ok || t.scalar_type() == d;
-      names += (names.empty() ? "" : ", ") + dtype_str(d);
-    }
-    TORCH_CHECK(dtype_ok, checks::cat(op, ": ", name, " must have dtype in {", names, "}, got ", dtype_str(t.scalar_type())));
-    checks::last_dim_contiguous(op, name, t);
-    if (vector_bytes > 0) {
-      const int64_t elems = vector_bytes / static_cast<int64_t>(t.element_size());
-      bool ok = reinterpret_cast<uintptr_t>(t.data_ptr()) % vector_bytes == 0;
-      for (int64_t i = 0; ok && i + 1 < t.dim(); ++i) ok = t.size(i) == 1 || t.stride(i) % elems == 0;
-      TORCH_CHECK(ok, checks::cat(op, ": ", name, " must start on a ", vector_bytes, "-byte boundary with every stride but the last a multiple of ", elems, " elements (the kernel moves ", vector_bytes, "-byte vectors), got strides ", shape_str(t.strides())));
-    }
-  }
-};
 
 void check_shape_supported(const char* op, int64_t P, int64_t N) {
   const bool ok = (P == 64 || P == 80 || P == 128) && (N == 64 || N == 128);
@@ -310,37 +263,8 @@ void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>
   if (dt_bias) expect("dt_bias", *dt_bias, {H}, {at::kFloat});
   fill_slots(p, expect, op, slots, batch, pad_slot_id, S);
 
-  p.act_dtype = kernel_dtype(act);
   p.num_tokens = static_cast<int32_t>(T);
-  p.x = x.data_ptr();
-  p.x_row_stride = x.stride(0);
-  p.x_token_stride = x.stride(1);
-  p.x_head_stride = x.stride(2);
-  p.dt = dt.data_ptr();
-  p.dt_dtype = kernel_dtype(dt.scalar_type());
-  p.dt_row_stride = dt.stride(0);
-  p.dt_token_stride = dt.stride(1);
-  p.dt_head_stride = dt.stride(2);
-  p.B = B.data_ptr();
-  p.B_row_stride = B.stride(0);
-  p.B_token_stride = B.stride(1);
-  p.B_group_stride = B.stride(2);
-  p.C = C.data_ptr();
-  p.C_row_stride = C.stride(0);
-  p.C_token_stride = C.stride(1);
-  p.C_group_stride = C.stride(2);
-  p.z = z ? z->data_ptr() : nullptr;
-  p.z_row_stride = z ? z->stride(0) : 0;
-  p.z_token_stride = z ? z->stride(1) : 0;
-  p.z_head_stride = z ? z->stride(2) : 0;
-  p.out = out.data_ptr();
-  p.out_row_stride = out.stride(0);
-  p.out_token_stride = out.stride(1);
-  p.out_head_stride = out.stride(2);
-  p.A = A.data_ptr<float>();
-  p.D = D ? D->data_ptr<float>() : nullptr;
-  p.dt_bias = dt_bias ? dt_bias->data_ptr<float>() : nullptr;
-  p.dt_softplus = dt_softplus;
+  fill_token_inputs(p, x, dt, A, B, C, out, D, z, dt_bias, dt_softplus);
   p.batch = static_cast<int32_t>(batch);
   p.heads = static_cast<int32_t>(H);
   p.groups = static_cast<int32_t>(G);

@@ -15,24 +15,13 @@
 
 #include "api/checks.h"
 #include "api/ops.h"
+#include "api/tensor_args.h"
 #include "kernels/read_copy.cuh"
 
 namespace replayssm {
 namespace {
 
 constexpr const char* kOp = "make_read_copy";
-
-// Only called after the checks above admitted the dtype.
-DType to_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kBFloat16: return DType::kBFloat16;
-    case at::kHalf: return DType::kFloat16;
-    case at::kFloat8_e4m3fn: return DType::kFloat8E4M3;
-    case at::kInt: return DType::kInt32;
-    case at::kLong: return DType::kInt64;
-    default: return DType::kFloat32;
-  }
-}
 
 }  // namespace
 
@@ -84,9 +73,9 @@ void make_read_copy(const at::Tensor& checkpoint, const at::Tensor& read_copy,
   p.read_copy = read_copy.data_ptr();
   p.read_scale = fp8 ? read_scale->data_ptr<float>() : nullptr;
   p.slots = slots.has_value() ? slots->data_ptr() : nullptr;
-  p.checkpoint_dtype = to_dtype(checkpoint.scalar_type());
-  p.read_copy_dtype = to_dtype(read_copy.scalar_type());
-  p.slots_dtype = slots.has_value() ? to_dtype(slots->scalar_type()) : DType::kInt64;
+  p.checkpoint_dtype = kernel_dtype(checkpoint.scalar_type());
+  p.read_copy_dtype = kernel_dtype(read_copy.scalar_type());
+  p.slots_dtype = slots.has_value() ? kernel_dtype(slots->scalar_type()) : DType::kInt64;
   p.num_slots = checkpoint.size(0);
   p.heads = checkpoint.size(1);
   p.rows = checkpoint.size(2);

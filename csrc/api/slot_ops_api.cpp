@@ -18,6 +18,7 @@
 
 #include "api/checks.h"
 #include "api/ops.h"
+#include "api/tensor_args.h"
 #include "kernels/read_copy.cuh"
 #include "kernels/slot_ops.cuh"
 
@@ -25,17 +26,6 @@ namespace replayssm {
 namespace {
 
 using checks::shape_str;
-
-DType kernel_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return DType::kFloat32;
-    case at::kBFloat16: return DType::kBFloat16;
-    case at::kHalf: return DType::kFloat16;
-    case at::kFloat8_e4m3fn: return DType::kFloat8E4M3;
-    case at::kInt: return DType::kInt32;
-    default: return DType::kInt64;
-  }
-}
 
 // True when dims 1.. of `t` are laid out as in a contiguous tensor (size-1 dims excepted), i.e. one
 // slot (or one row) is a single contiguous byte range.
