@@ -13,7 +13,9 @@ Byte model (per batch row; H heads, G groups, P x N state, L buffer length, w = 
                        (w + 1) (H P a + G N a + 4 H)
     fold step          read + write the checkpoint, write the read copy (+ fp8 scales):
                        H P N (2 s + r) + 4 H P [fp8];  read w entries: w (H P a + G N a + 4 H)
-A cycle is L steps: w = 0 .. L-1 with the fold at w = L - max_draft_tokens (here L - 1).
+A cycle is L steps: w = 0 .. L-1 with the fold at w = L - max_draft_tokens (here L - 1). With a staggered
+flush (stagger_cursors), row r's slot is at w = (slot % L + c) % L in step c of a cycle: each step folds
+about batch / L rows, and the bytes of a step are the mean of the per-row model over its rows.
 
     python bench/bench_mamba2.py                       # full table
     python bench/bench_mamba2.py --batches 256 --dims nano4b
@@ -95,46 +97,79 @@ def bench_conventional(s: Setup):
     return t, s.batch * 2 * s.state_elems * 4 + s.io_bytes()
 
 
+class ReplayPool:
+    """A rotating pool of replay caches (fp32 checkpoint, optional read copy) for one setup: k slot
+    groups of `batch` slots, random checkpoints and full random buffers, and the step launch."""
+
+    def __init__(self, s: Setup, read_copy_dtype):
+        self.s, self.rc_dtype = s, read_copy_dtype
+        self.r_bytes = {None: 4, torch.bfloat16: 2, torch.float16: 2, torch.float8_e4m3fn: 1}[read_copy_dtype]
+        self.k = k = s.groups(s.state_elems * 4)
+        S = k * s.batch
+        self.ck = torch.randn(S, s.H, s.P, s.N, device="cuda") * 0.1
+        self.rc = self.rs = None
+        if read_copy_dtype is not None:
+            self.rc = torch.empty(S, s.H, s.P, s.N, device="cuda", dtype=read_copy_dtype)
+            fp8 = read_copy_dtype == torch.float8_e4m3fn
+            self.rs = torch.empty(S, s.H, s.P, device="cuda") if fp8 else None
+            ops.make_read_copy(self.ck, self.rc, self.rs, backend="cuda")
+        self.x_buf = torch.randn(S, s.H, s.L, s.P, device="cuda").to(s.act)
+        self.B_buf = torch.randn(S, s.G, s.L, s.N, device="cuda").to(s.act)
+        self.dt_buf = torch.rand(S, s.H, s.L, device="cuda") * 0.1
+        self.cursors = torch.zeros(S, dtype=torch.int32, device="cuda")
+        self.A, self.D, self.dt_bias = weights(s)
+        self.slots = [torch.arange(g * s.batch, (g + 1) * s.batch, device="cuda", dtype=torch.int32)
+                      for g in range(k)]
+        self.out = torch.empty(s.batch, s.H, s.P, device="cuda", dtype=s.act)
+
+    def record_steps(self, inputs):
+        """One mamba2_step per input set, slot group i % k for the i-th."""
+        for i, (x, dt, B, C, z) in enumerate(inputs):
+            torch.ops.replayssm.mamba2_step(self.ck, self.rc, self.rs, self.x_buf, self.B_buf, self.dt_buf,
+                                            self.cursors, x, dt, self.A, B, C, self.out, self.D, z, self.dt_bias,
+                                            True, 1, self.slots[i % self.k], -1)
+
+    def step_bytes(self, w):
+        """Bytes one step at cursor w moves for the whole batch (the byte model in the module doc)."""
+        s, fold = self.s, w + 1 >= self.s.L
+        fp8 = self.rc_dtype == torch.float8_e4m3fn
+        per_elem = (8 + self.r_bytes) if fold and self.rc is not None else 8 if fold else self.r_bytes
+        scales = 4 * s.batch * s.H * s.P if fold and fp8 else 0
+        entries = w if fold else w + 1
+        return s.batch * s.state_elems * per_elem + scales + entries * s.entry_bytes() + s.io_bytes()
+
+
 def bench_replay(s: Setup, read_copy_dtype, phase=None):
     """Seconds per step of mamba2_step (fp32 checkpoint) over whole L-step cycles (phase None), or of
     steps at one cursor position (phase = w, cursors reset before every replay). Returns (s, bytes)."""
-    r_bytes = {None: 4, torch.bfloat16: 2, torch.float16: 2, torch.float8_e4m3fn: 1}[read_copy_dtype]
-    k = s.groups(s.state_elems * 4)
-    S = k * s.batch
-    ck = torch.randn(S, s.H, s.P, s.N, device="cuda") * 0.1
-    rc = rs = None
-    if read_copy_dtype is not None:
-        rc = torch.empty(S, s.H, s.P, s.N, device="cuda", dtype=read_copy_dtype)
-        rs = torch.empty(S, s.H, s.P, device="cuda") if read_copy_dtype == torch.float8_e4m3fn else None
-        ops.make_read_copy(ck, rc, rs, backend="cuda")
-    x_buf = torch.randn(S, s.H, s.L, s.P, device="cuda").to(s.act)
-    B_buf = torch.randn(S, s.G, s.L, s.N, device="cuda").to(s.act)
-    dt_buf = torch.rand(S, s.H, s.L, device="cuda") * 0.1
-    cursors = torch.zeros(S, dtype=torch.int32, device="cuda")
-    A, D, dt_bias = weights(s)
-    per_graph = k * (s.L if phase is None else 1)
+    pool = ReplayPool(s, read_copy_dtype)
+    per_graph = pool.k * (s.L if phase is None else 1)
     inputs = make_inputs(s, per_graph)
-    slots = [torch.arange(g * s.batch, (g + 1) * s.batch, device="cuda", dtype=torch.int32) for g in range(k)]
-    out = torch.empty(s.batch, s.H, s.P, device="cuda", dtype=s.act)
-
-    def steps():
-        for i in range(per_graph):
-            x, dt, B, C, z = inputs[i]
-            torch.ops.replayssm.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, out, D, z,
-                                            dt_bias, True, 1, slots[i % k], -1)
-
-    reset = None if phase is None else (lambda: cursors.fill_(phase))
-    t = time_graph(steps, before_replay=reset) / per_graph
-
-    def step_bytes(w):
-        fold = w + 1 >= s.L
-        state = s.batch * s.state_elems * ((8 + r_bytes) if fold and rc is not None else 8 if fold else r_bytes)
-        scales = 4 * s.batch * s.H * s.P if fold and read_copy_dtype == torch.float8_e4m3fn else 0
-        entries = w if fold else w + 1
-        return state + scales + entries * s.entry_bytes() + s.io_bytes()
-
+    reset = None if phase is None else (lambda: pool.cursors.fill_(phase))
+    t = time_graph(lambda: pool.record_steps(inputs), before_replay=reset) / per_graph
     ws = range(s.L) if phase is None else [phase]
-    return t, sum(step_bytes(w) for w in ws) / len(ws)
+    return t, sum(pool.step_bytes(w) for w in ws) / len(ws)
+
+
+def bench_cycle_steps(s: Setup, read_copy_dtype, staggered: bool):
+    """Seconds and bytes of each of the L steps of a cycle, every row's cursor set before each replay to
+    where that step finds it: lock-step, all rows at w = c for step c (they all fold at c = L - 1); or
+    staggered, slot s at (s % L + c) % L, the phases stagger_cursors (Mamba2Cache(staggered_flush=True))
+    gives, so about batch / L rows fold at every step. Returns [(seconds, bytes)] for c = 0 .. L-1."""
+    pool = ReplayPool(s, read_copy_dtype)
+    phase = torch.zeros_like(pool.cursors)
+    if staggered:
+        ops.stagger_cursors([], phase, s.L, backend="cuda")      # slot % L, by the op the cache uses
+    inputs = make_inputs(s, pool.k)
+    slot_phase = phase.cpu()                                   # every slot of the pool is stepped once
+    result = []
+    for c in range(s.L):
+        start = (phase + c) % s.L
+        t = time_graph(lambda: pool.record_steps(inputs), before_replay=lambda: pool.cursors.copy_(start)) / pool.k
+        ws = ((slot_phase + c) % s.L).tolist()
+        nbytes = sum(pool.step_bytes(w) for w in ws) / len(ws)   # mean over rows of the per-row model
+        result.append((t, nbytes))
+    return result
 
 
 def main(argv=None) -> int:
@@ -142,6 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dims", nargs="*", default=list(DIMS))
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 32, 64, 128, 256, 512])
     parser.add_argument("--buffer-len", type=int, default=16)
+    parser.add_argument("--stagger", action=argparse.BooleanOptionalAction, default=True,
+                        help="time every step of lock-step and staggered-flush cycles (slowest vs mean)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mamba2: needs a CUDA GPU", file=sys.stderr)
@@ -167,6 +204,14 @@ def main(argv=None) -> int:
             rows.append((f"replay step at w={s.L // 2} (no fold), no copy", t, b))
             t, b = bench_replay(s, None, phase=s.L - 1)
             rows.append(("fold step (all rows), no copy", t, b))
+            if args.stagger:
+                for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16)]:
+                    for kind, staggered in [("lock-step", False), ("staggered", True)]:
+                        steps = bench_cycle_steps(s, rc, staggered)
+                        mean = sum(t for t, _ in steps) / len(steps)
+                        t_max, b_max = max(steps)
+                        rows.append((f"{kind} cycle, {rc_label}: mean step", mean, sum(b for _, b in steps) / len(steps)))
+                        rows.append((f"{kind} cycle, {rc_label}: slowest step = {t_max / mean:.2f}x mean", t_max, b_max))
             for label, t, b in rows:
                 print(f"| {dname} | {batch} | {label} | {t * 1e6:.1f} | {b / t / 1e9:.0f} | "
                       f"{100 * b / t / bw:.1f} | {t_conv / t:.2f}x |", flush=True)

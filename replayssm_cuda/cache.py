@@ -59,7 +59,7 @@ class _ReplayCache:
     _replay_ops: tuple[str, ...]
 
     def __init__(self, num_slots, state_shape, *, buffer_len, max_draft_tokens, checkpoint_dtype,
-                 read_copy_dtype, activation_dtype, pad_slot_id, device, backend, checkpoint):
+                 read_copy_dtype, activation_dtype, pad_slot_id, device, backend, checkpoint, staggered_flush):
         name = type(self).__name__
         if not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"{name}: `num_slots` must be an int >= 1, got {num_slots!r}")
@@ -89,6 +89,8 @@ class _ReplayCache:
             raise ValueError(f"{name}: `pad_slot_id` must be an int, got {pad_slot_id!r}")
         if backend not in ops.BACKENDS:
             raise ValueError(f"{name}: `backend` must be one of {ops.BACKENDS}, got {backend!r}")
+        if not isinstance(staggered_flush, bool):
+            raise ValueError(f"{name}: `staggered_flush` must be a bool, got {staggered_flush!r}")
 
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         if self.device.type == "cuda" and self.device.index is None:
@@ -99,6 +101,9 @@ class _ReplayCache:
         self.activation_dtype = activation_dtype
         self.pad_slot_id = pad_slot_id
         self.backend = backend
+        self.staggered_flush = staggered_flush
+        # A slot folds when its next verify of max_draft_tokens would not fit: every `period` tokens.
+        self.flush_period = buffer_len - max_draft_tokens + 1
         self._check_backend(name)
         # fp64 caches (reference only) keep their fp32 buffer quantities in fp64 too.
         self.aux_dtype = torch.float64 if checkpoint_dtype == torch.float64 else torch.float32
@@ -160,11 +165,21 @@ class _ReplayCache:
         """Write prefill states (batch, *state shape) into the slots; regenerate read copies; empty buffers."""
         ops.load(self.checkpoint, self.read_copy, self.read_scale, self.num_committed, states, slots,
                  self.pad_slot_id, backend=self.backend)
+        self._stagger(slots)
 
     def reset(self, slots=None):
         """Zero the checkpoint, read copy, buffers and cursor of the slots (all when None)."""
         ops.reset(self.checkpoint, self.read_copy, self.read_scale, list(self._buffers().values()),
                   self.num_committed, slots, self.pad_slot_id, backend=self.backend)
+        self._stagger(slots)
+
+    def _stagger(self, slots):
+        """With staggered_flush, start slot s with s % flush_period neutral (zero) buffer entries: its
+        first fold comes that many tokens early and every later one stays offset, so slots that start
+        together do not all fold in the same step (the step that folds costs ~2.5x a plain one)."""
+        if self.staggered_flush and self.flush_period > 1:
+            ops.stagger_cursors(list(self._buffers().values()), self.num_committed, self.flush_period, slots,
+                                self.pad_slot_id, backend=self.backend)
 
     def copy_slots(self, src_slots, dst_slots):
         """Copy checkpoint, read copy, buffers and cursor of src_slots[i] to dst_slots[i] (fork); pairs
@@ -182,17 +197,18 @@ class Mamba2Cache(_ReplayCache):
 
     family = "mamba2"
     _replay_ops = ("mamba2_step", "mamba2_verify", "mamba2_commit", "mamba2_flush", "mamba2_materialize",
-                   "mamba2_update", "make_read_copy", "load", "reset", "copy_slots")
+                   "mamba2_update", "make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
 
     def __init__(self, num_slots: int, num_heads: int, head_dim: int, state_dim: int, num_groups: int,
                  weights: Mamba2Weights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
                  checkpoint_dtype=torch.float32, read_copy_dtype=None, activation_dtype=torch.bfloat16,
-                 pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None):
+                 pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None,
+                 staggered_flush: bool = False):
         super().__init__(num_slots, {"num_heads": num_heads, "head_dim": head_dim, "state_dim": state_dim},
                          buffer_len=buffer_len, max_draft_tokens=max_draft_tokens,
                          checkpoint_dtype=checkpoint_dtype, read_copy_dtype=read_copy_dtype,
                          activation_dtype=activation_dtype, pad_slot_id=pad_slot_id, device=device,
-                         backend=backend, checkpoint=checkpoint)
+                         backend=backend, checkpoint=checkpoint, staggered_flush=staggered_flush)
         if not isinstance(num_groups, int) or num_groups < 1 or num_heads % num_groups != 0:
             raise ValueError(f"Mamba2Cache: `num_groups` must divide num_heads={num_heads}, got {num_groups!r}")
         if not isinstance(weights, Mamba2Weights):
@@ -208,6 +224,7 @@ class Mamba2Cache(_ReplayCache):
         self.x_buf = torch.zeros(S, num_heads, L, head_dim, dtype=activation_dtype, device=self.device)
         self.B_buf = torch.zeros(S, num_groups, L, state_dim, dtype=activation_dtype, device=self.device)
         self.dt_buf = torch.zeros(S, num_heads, L, dtype=self.aux_dtype, device=self.device)
+        self._stagger(None)
 
     def _buffers(self):
         return {"x_buf": self.x_buf, "B_buf": self.B_buf, "dt_buf": self.dt_buf}
@@ -259,13 +276,14 @@ class _DeltaRuleCache(_ReplayCache):
     def __init__(self, num_slots: int, num_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int,
                  weights: DeltaRuleWeights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
                  checkpoint_dtype=torch.float32, read_copy_dtype=None, activation_dtype=torch.bfloat16,
-                 pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None):
+                 pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None,
+                 staggered_flush: bool = False):
         name = type(self).__name__
         super().__init__(num_slots, {"num_v_heads": num_v_heads, "head_v_dim": head_v_dim, "head_k_dim": head_k_dim},
                          buffer_len=buffer_len, max_draft_tokens=max_draft_tokens,
                          checkpoint_dtype=checkpoint_dtype, read_copy_dtype=read_copy_dtype,
                          activation_dtype=activation_dtype, pad_slot_id=pad_slot_id, device=device,
-                         backend=backend, checkpoint=checkpoint)
+                         backend=backend, checkpoint=checkpoint, staggered_flush=staggered_flush)
         if not isinstance(num_heads, int) or num_heads < 1 or num_v_heads % num_heads != 0:
             raise ValueError(f"{name}: `num_v_heads` ({num_v_heads}) must be a multiple of `num_heads`, "
                              f"got num_heads={num_heads!r}")
@@ -285,6 +303,7 @@ class _DeltaRuleCache(_ReplayCache):
         self.g_buf = torch.zeros(g_shape, dtype=aux, device=self.device)
         self.beta_buf = torch.zeros(S, num_v_heads, L, dtype=aux, device=self.device)
         self.u_buf = torch.zeros(S, num_v_heads, L, head_v_dim, dtype=aux, device=self.device)
+        self._stagger(None)
         fam = self.family
         self._update, self._verify, self._step, self._commit, self._flush, self._materialize = (
             getattr(ops, f"{fam}_{op}") for op in ("update", "verify", "step", "commit", "flush", "materialize"))
@@ -339,11 +358,11 @@ class GDNCache(_DeltaRuleCache):
     """ReplaySSM cache of one Gated DeltaNet layer (scalar decay per v-head)."""
     family = "gdn"
     _replay_ops = ("gdn_step", "gdn_verify", "gdn_commit", "gdn_flush", "gdn_materialize", "gdn_update",
-                   "make_read_copy", "load", "reset", "copy_slots")
+                   "make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
 
 
 class KDACache(_DeltaRuleCache):
     """ReplaySSM cache of one Kimi Delta Attention layer (decay per v-head and key channel)."""
     family = "kda"
     _replay_ops = ("kda_step", "kda_verify", "kda_commit", "kda_flush", "kda_materialize", "kda_update",
-                   "make_read_copy", "load", "reset", "copy_slots")
+                   "make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")

@@ -521,6 +521,28 @@ def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None,
                 checkpoint, read_copy, read_scale, list(buffers), num_committed, slots, pad_slot_id)
 
 
+def stagger_cursors(buffers, num_committed, period: int, slots=None, pad_slot_id: int = -1, *, backend="auto"):
+    """Staggered flush: fill the buffers of the named slots (all when None) with zeros, which are neutral
+    entries, and set each cursor to slot % period. Slots started together then fold at different steps.
+    period = buffer_len - max_draft_tokens + 1 spreads folds over every step of a cycle."""
+    op = "stagger_cursors"
+    expect(op, "num_committed", num_committed, shape=(None,), dtypes=(torch.int32,))
+    buffers = list(buffers)
+    for i, t in enumerate(buffers):
+        expect(op, f"buffers[{i}]", t, device=num_committed.device)
+        if t.dim() < 3 or t.shape[0] != num_committed.shape[0]:
+            raise ValueError(f"{op}: buffers[{i}] must be (num_slots={num_committed.shape[0]}, heads, buffer_len, ...), "
+                             f"got shape {_shape_text(t.shape)}")
+        if not isinstance(period, int) or not 1 <= period <= t.shape[2]:
+            raise ValueError(f"{op}: `period` must be an int in [1, buffer_len={t.shape[2]}], got {period!r}")
+    if not buffers and (not isinstance(period, int) or period < 1):
+        raise ValueError(f"{op}: `period` must be an int >= 1, got {period!r}")
+    if slots is not None:
+        expect(op, "slots", slots, shape=(None,), dtypes=INDEX_DTYPES, device=num_committed.device)
+    return _run(op, backend, num_committed.device, reference.stagger_cursors,
+                buffers, num_committed, slots, pad_slot_id, period)
+
+
 def copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id: int = -1, *, backend="auto"):
     """Copy everything a slot owns from src_slots[i] to dst_slots[i] (for forking a sequence). Sources
     are read before destinations are written (a gather); pairs naming pad_slot_id or an out-of-range

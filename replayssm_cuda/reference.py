@@ -166,6 +166,18 @@ def reset(checkpoint, read_copy, read_scale, buffers, num_committed, slots=None,
     num_committed[idx] = 0
 
 
+def stagger_cursors(buffers, num_committed, slots=None, pad_slot_id: int = -1, period: int = 1) -> None:
+    """Start the named slots' buffers (all when None) with slot % period neutral entries, so slots that
+    start together fold at different steps (staggered flush). A zero entry changes nothing: Mamba-2
+    folds dt_j e^(...) x_j B_j with dt_j = 0 and decays by e^(A * 0) = 1; GDN/KDA decay by e^0 = 1 and
+    add beta_j (...) k_j with beta_j = 0 and k_j = 0. So outputs and states stay those of the
+    recurrence; only the position of each slot's fold in the token stream moves."""
+    idx = _named_slots(slots, num_committed.shape[0], pad_slot_id, num_committed.device)
+    for t in buffers:
+        _scatter(t, idx, torch.zeros((idx.numel(), *t.shape[1:]), dtype=torch.float32, device=t.device))
+    num_committed[idx] = (idx % period).to(num_committed.dtype)
+
+
 def copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id: int = -1) -> None:
     """Copy everything a slot owns (checkpoint, read copy, scales, buffers, cursor) from src to dst.
     Sources are read before any destination is written, so overlapping lists behave as a gather.

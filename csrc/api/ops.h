@@ -45,6 +45,9 @@
   X(reset,                                                                                         \
     "reset(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!)[] buffers, " \
     "Tensor(e!) num_committed, Tensor? slots, int pad_slot_id) -> ()")                            \
+  X(stagger_cursors,                                                                               \
+    "stagger_cursors(Tensor(a!)[] buffers, Tensor(b!) num_committed, Tensor? slots, int pad_slot_id, " \
+    "int period) -> ()")                                                                          \
   X(copy_slots,                                                                                    \
     "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()")
 
@@ -103,6 +106,9 @@ void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_co
 void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
            const std::optional<at::Tensor>& read_scale, at::TensorList buffers, const at::Tensor& num_committed,
            const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, const std::optional<at::Tensor>& slots,
+                     int64_t pad_slot_id, int64_t period);
 
 void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const at::Tensor& dst_slots,
                 int64_t pad_slot_id);

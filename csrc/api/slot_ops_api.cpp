@@ -8,7 +8,10 @@
 //   load        checkpoint (S, H, P, N) fp32/bf16/fp16 <- states (batch, H, P, N) fp32 or checkpoint dtype;
 //               num_committed (S,) int32 <- 0; read_copy (+ read_scale) regenerated for the named slots
 //   reset       checkpoint, read_copy, buffers <- 0; read_scale <- 1; num_committed <- 0
+//   stagger_cursors  buffers <- 0 (neutral entries: dt = 0, resp. g = beta = 0); num_committed <- slot % period,
+//               so slots started together fold at different steps (staggered flush)
 //   copy_slots  every tensor of cache_tensors: slot src_slots[i] -> slot dst_slots[i], gather semantics
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -151,6 +154,37 @@ void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_c
   p.pad_slot_id = pad_slot_id;
   const c10::cuda::CUDAGuard device_guard(checkpoint.device());
   checks::launched(op, launch_fill_slots(p, stream_of(checkpoint)));
+}
+
+void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, const std::optional<at::Tensor>& slots,
+                     int64_t pad_slot_id, int64_t period) {
+  constexpr const char* op = "stagger_cursors";
+  checks::cuda(op, "num_committed", num_committed);
+  checks::dims(op, "num_committed", num_committed, 1, "(num_slots,)");
+  checks::dtype_in(op, "num_committed", num_committed, {at::kInt});
+  TORCH_CHECK(period >= 1 && period <= INT32_MAX,
+              checks::cat(op, ": period must be in [1, 2^31 - 1] (buffer_len - max_draft_tokens + 1), got ", period));
+  SlotOpsParams p{};
+  p.num_slots = num_committed.size(0);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::string name = "buffers[" + std::to_string(i) + "]";
+    add_tensor(op, p, slot_tensor(op, name, buffers[i], num_committed, p.num_slots));
+  }
+  SlotTensor cursors = slot_tensor(op, "num_committed", num_committed, num_committed, p.num_slots);
+  cursors.fill_slot_period = static_cast<uint32_t>(period);
+  add_tensor(op, p, cursors);
+  if (slots) {
+    check_index_list(op, "slots", *slots, num_committed);
+    p.dst = slots->data_ptr();
+    p.dst_dtype = kernel_dtype(slots->scalar_type());
+    p.dst_stride = slots->stride(0);
+    p.num_entries = slots->size(0);
+  } else {
+    p.num_entries = p.num_slots;
+  }
+  p.pad_slot_id = pad_slot_id;
+  const c10::cuda::CUDAGuard device_guard(num_committed.device());
+  checks::launched(op, launch_fill_slots(p, stream_of(num_committed)));
 }
 
 void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,

@@ -108,6 +108,10 @@ __device__ void fill_chunk(const SlotOpsParams& p, const SlotTensor& t, int64_t 
     const int64_t entry = item / units, u = item - entry * units;
     const int64_t dst = entry_slot(p.dst, p.dst_dtype, p.dst_stride, entry, p.pad_slot_id, p.num_slots);
     if (dst < 0) continue;
+    if constexpr (kG == 4) {
+      // A staggered flush starts slot s's cursor at s % period (plan() allows it on 4-byte slots only).
+      if (t.fill_slot_period != 0) value = static_cast<U>(dst % t.fill_slot_period);
+    }
     *reinterpret_cast<U*>(base + dst * t.slot_stride + offset + u * kG) = value;
   }
 }
@@ -147,6 +151,7 @@ bool plan(const SlotOpsParams& p, int64_t chunk, Chunks& c, bool fill) {
     if (t.base == nullptr || t.bytes_per_slot < 1) return false;
     c.granule[i] = granule_of(t);
     if (fill && t.fill != 0 && c.granule[i] < 4) return false;
+    if (t.fill_slot_period != 0 && (!fill || t.bytes_per_slot != 4 || c.granule[i] != 4)) return false;
     c.first_block[i + 1] = c.first_block[i] + (t.bytes_per_slot + chunk - 1) / chunk;
   }
   return c.first_block[p.num_tensors] <= INT_MAX;

@@ -15,7 +15,9 @@
 //               num_pairs * chunk bytes, hence at most kCopySlotsMaxPairs pairs. A slot named twice
 //               in dst gets one of its sources (unspecified which), as with torch index assignment.
 //   fill_slots  entry i: every tensor's slot dst[i] (slot i when dst is null) is overwritten with the
-//               tensor's 4-byte `fill` pattern (0 for state and buffers, 1.0f for fp8 scales).
+//               tensor's 4-byte `fill` pattern (0 for state and buffers, 1.0f for fp8 scales), or, for
+//               a tensor with `fill_slot_period` > 0 (one int32 per slot: the cursors of a staggered
+//               flush), with dst[i] % fill_slot_period.
 //   load_states row r: states[r] (fp32 or the checkpoint dtype) -> checkpoint slot slots[r] (slot r when
 //               slots is null), converted as torch's .to() does (round-to-nearest-even; fp16 overflows
 //               to inf); num_committed[slot] = 0. Read copies are regenerated afterwards by the caller
@@ -40,6 +42,7 @@ struct SlotTensor {
   int64_t slot_stride;     // bytes from one slot to the next (any value: strided pools)
   int64_t bytes_per_slot;  // contiguous bytes one slot owns
   uint32_t fill;           // fill_slots: 4-byte pattern (non-zero needs 4-byte aligned slots)
+  uint32_t fill_slot_period;  // fill_slots: > 0 writes slot % period instead (a 4-byte slot only)
 };
 
 struct SlotOpsParams {
