@@ -111,9 +111,12 @@ __device__ __forceinline__ void load_act_n(const void* base, int64_t offset, flo
 }
 
 // ---- Shared memory of a step CTA ---------------------------------------------------------------
-// A ring of replay-source tiles fed by bulk copies (TMA), three x windows fed by cp.async (one read,
-// two in flight), the fold's B window, and the small per-head arrays, double-buffered by head parity
-// so that head i+1's reductions may start while head i's epilogue still reads head i's.
+// A ring of replay-source tiles fed by bulk copies (TMA), three x windows fed by cp.async (the replay
+// reads one, two are in flight), and the small per-head arrays, double-buffered by head parity so
+// that head i+1's reductions may start while head i's epilogue still reads head i's. The fold stages
+// only two x windows and puts its B window where the third would be: that saves 2 KB per CTA at
+// P = 64, which is what lets three CTAs share an SM for every P = 64 source type (77.2 KB per CTA
+// before, 0.4 KB over a third of the SM's 228 KB).
 template <int kP, int kN, DType kSrc, DType kAct>
 struct StepLayout {
   using Act = typename Storage<kAct>::type;
@@ -130,12 +133,17 @@ struct StepLayout {
   static constexpr size_t kXwinOffset = kRingOffset + static_cast<size_t>(kStages) * kTileBytes;
   static_assert(kStages * sizeof(uint64_t) <= kDotsOffset, "barriers fit before the scalars");
 
-  __host__ __device__ static size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
-  __host__ __device__ static size_t B_window_offset(int L) { return kXwinOffset + kWindows * x_window_bytes(L); }
-  __host__ __device__ static size_t bytes(int L) { return B_window_offset(L) + sizeof(Act) * static_cast<size_t>(L) * kN; }
+  __host__ __device__ static constexpr size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
+  __host__ __device__ static constexpr size_t B_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kN; }
+  // The fold's B window takes the third x window's place (the fold stages two x windows).
+  __host__ __device__ static constexpr size_t B_window_offset(int L) { return kXwinOffset + 2 * x_window_bytes(L); }
+  __host__ __device__ static constexpr size_t bytes(int L) {
+    return kXwinOffset + (kWindows * x_window_bytes(L) > 2 * x_window_bytes(L) + B_window_bytes(L)
+                              ? kWindows * x_window_bytes(L) : 2 * x_window_bytes(L) + B_window_bytes(L));
+  }
   // CTAs per SM the shared memory allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at most 3:
   // the register budget is sized to match, so that registers never limit occupancy below it.
-  static constexpr int kSmemCtas = static_cast<int>(228 * 1024 / (kXwinOffset + (kWindows * 16 * kP + 16 * kN) * sizeof(Act) + 1024));
+  static constexpr int kSmemCtas = static_cast<int>(228 * 1024 / (bytes(16) + 1024));
   static constexpr int kCtasPerSm = kSmemCtas > 3 ? 3 : (kSmemCtas < 1 ? 1 : kSmemCtas);
 };
 
@@ -478,10 +486,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (num_heads > 1) prefetch_checkpoint(head0 + 1);
       }
     }
+    // Two x windows, one head ahead: head i + 1's goes in after the barrier that ends head i - 1's
+    // use of its buffer, and is awaited at the top of head i + 1 (a fold head is long enough to hide it).
     stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
     stage_x_window(0, head0);
-    cp_async_commit();
-    if (num_heads > 1) stage_x_window(1, head0 + 1);
     cp_async_commit();
     float c4[4];
     load_act4<kAct>(C_now, col0, c4);
@@ -502,14 +510,16 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       }
       if (scalar_warp) window_weights(cur_dt, __ldg(p.A + head), w, sm.wgt(b), sm.decay(b));
       mbarrier_wait(sm.full(stage), kCopy ? (i + 1) & 1 : (i / S) & 1);
-      cp_async_wait<1>();  // the B window and this head's x window
+      cp_async_wait<0>();  // this head's x window (and, for head 0, the B window)
       __syncthreads();
-      if (i + 2 < num_heads) stage_x_window((i + 2) % 3, head + 2);  // window (i + 2) % 3 was head i - 1's
-      cp_async_commit();
+      if (i + 1 < num_heads) {  // window (i + 1) % 2 was head i - 1's, done before this barrier
+        stage_x_window((i + 1) % 2, head + 1);
+        cp_async_commit();
+      }
 
       const float decay = *sm.decay(b);
       const float* wgt = sm.wgt(b);
-      const Act* xw = sm.x_window(i % 3);
+      const Act* xw = sm.x_window(i % 2);
       const Act* Bw = sm.B_window();
       const unsigned char* ck_smem = sm.tile(stage);
       const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
