@@ -110,13 +110,32 @@ __device__ __forceinline__ void load_act_n(const void* base, int64_t offset, flo
   }
 }
 
+// ---- The fold's coefficients --------------------------------------------------------------------
+// The fold adds coef_j[row] * B_j[col] over the window entries j, coef_j[row] = wgt_j x_j[row]. All
+// kLanesPerRow lanes of a state row need the same coefficient, so the CTA computes each one once per
+// head into shared memory (fp32), laid out [j][first_row][r] with r padded to a multiple of 4: a thread's
+// batch of 4 rows (first_row + r * kRowsPerPass, r = r0 .. r0 + 3) is one 16-byte broadcast load.
+// (Each lane used to load x_j[row], convert it and multiply by wgt_j itself: 3 instructions per
+// (entry, row) per lane instead of a quarter of one.)
+template <int kP, int kN>
+struct FoldCoef {
+  using Shape = TileShape<kP, kN>;
+  static constexpr int kRowsPerThread = Shape::kRowsPerThread;
+  static constexpr int kRowsPadded = (kRowsPerThread + 3) / 4 * 4;
+  static constexpr int kPerEntry = Shape::kRowsPerPass * kRowsPadded;  // floats per window entry
+  __host__ __device__ static constexpr size_t bytes(int L) { return sizeof(float) * static_cast<size_t>(L) * kPerEntry; }
+  __device__ static int index(int j, int row) {
+    return j * kPerEntry + (row % Shape::kRowsPerPass) * kRowsPadded + row / Shape::kRowsPerPass;
+  }
+};
+
 // ---- Shared memory of a step CTA ---------------------------------------------------------------
 // A ring of replay-source tiles fed by bulk copies (TMA), three x windows fed by cp.async (the replay
 // reads one, two are in flight), and the small per-head arrays, double-buffered by head parity so
-// that head i+1's reductions may start while head i's epilogue still reads head i's. The fold stages
-// only two x windows and puts its B window where the third would be: that saves 2 KB per CTA at
-// P = 64, which is what lets three CTAs share an SM for every P = 64 source type (77.2 KB per CTA
-// before, 0.4 KB over a third of the SM's 228 KB).
+// that head i+1's reductions may start while head i's epilogue still reads head i's. The fold uses
+// the x-window area differently: its coefficient buffer (wgt_j x_j[row] in fp32, see FoldCoef) and
+// its B window. At P = 64 that is 2 KB less than three x windows plus a B window, which is what lets
+// three CTAs share an SM for every P = 64 source type (77.2 KB per CTA before, 0.4 KB too many).
 template <int kP, int kN, DType kSrc, DType kAct>
 struct StepLayout {
   using Act = typename Storage<kAct>::type;
@@ -135,11 +154,11 @@ struct StepLayout {
 
   __host__ __device__ static constexpr size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static constexpr size_t B_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kN; }
-  // The fold's B window takes the third x window's place (the fold stages two x windows).
-  __host__ __device__ static constexpr size_t B_window_offset(int L) { return kXwinOffset + 2 * x_window_bytes(L); }
+  // The fold: coefficients, then its B window, in the x windows' area.
+  __host__ __device__ static constexpr size_t B_window_offset(int L) { return kXwinOffset + FoldCoef<kP, kN>::bytes(L); }
   __host__ __device__ static constexpr size_t bytes(int L) {
-    return kXwinOffset + (kWindows * x_window_bytes(L) > 2 * x_window_bytes(L) + B_window_bytes(L)
-                              ? kWindows * x_window_bytes(L) : 2 * x_window_bytes(L) + B_window_bytes(L));
+    return kXwinOffset + (kWindows * x_window_bytes(L) > FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L)
+                              ? kWindows * x_window_bytes(L) : FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L));
   }
   // CTAs per SM the shared memory allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at most 3:
   // the register budget is sized to match, so that registers never limit occupancy below it.
@@ -162,6 +181,7 @@ struct StepSmem {
   __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
   __device__ Act* x_window(int k) const { return reinterpret_cast<Act*>(base + Layout::kXwinOffset + k * Layout::x_window_bytes(L)); }
   __device__ Act* B_window() const { return reinterpret_cast<Act*>(base + Layout::B_window_offset(L)); }
+  __device__ float* fold_coef() const { return reinterpret_cast<float*>(base + Layout::kXwinOffset); }
 };
 
 // Copy entries 0..w of one kind of row (x or B) to shared memory with cp.async (no commit): entries
@@ -486,11 +506,24 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (num_heads > 1) prefetch_checkpoint(head0 + 1);
       }
     }
-    // Two x windows, one head ahead: head i + 1's goes in after the barrier that ends head i - 1's
-    // use of its buffer, and is awaited at the top of head i + 1 (a fold head is long enough to hide it).
+    using Coef = FoldCoef<kP, kN>;
     stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
-    stage_x_window(0, head0);
     cp_async_commit();
+    // The window's x values are read once per head, when the coefficients are written; they were
+    // requested into L2 one head earlier (bulk prefetch: no registers held across the fold).
+    const int window_elems = (w + 1) * kP;
+    auto load_x = [&](int head, int e) {
+      const int j = e / kP, pr = e - j * kP;
+      return j < w ? x_buf[head * p.xb_head_stride + j * p.xb_entry_stride + pr] : x_now(head)[pr];
+    };
+    auto prefetch_x = [&](int head) {  // entries 0 .. w - 1, contiguous when entry_stride == P
+      const Act* first = x_buf + head * p.xb_head_stride;
+      const uint32_t bytes = static_cast<uint32_t>(w * kP * sizeof(Act));
+      if (p.xb_entry_stride == kP && bytes > 0 && bytes % 16 == 0 && reinterpret_cast<uintptr_t>(first) % 16 == 0) {
+        bulk_prefetch_l2(first, bytes);
+      }
+    };
+    if (producer) prefetch_x(head0);
     float c4[4];
     load_act4<kAct>(C_now, col0, c4);
     RowOperands<kAct> next_row;
@@ -510,16 +543,32 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       }
       if (scalar_warp) window_weights(cur_dt, __ldg(p.A + head), w, sm.wgt(b), sm.decay(b));
       mbarrier_wait(sm.full(stage), kCopy ? (i + 1) & 1 : (i / S) & 1);
-      cp_async_wait<0>();  // this head's x window (and, for head 0, the B window)
-      __syncthreads();
-      if (i + 1 < num_heads) {  // window (i + 1) % 2 was head i - 1's, done before this barrier
-        stage_x_window((i + 1) % 2, head + 1);
-        cp_async_commit();
+      cp_async_wait<0>();  // the B window (head 0)
+      __syncthreads();     // the window weights of this head are in; the previous head's fold is done
+
+      float* coef = sm.fold_coef();
+      {
+        const float* wgt = sm.wgt(b);
+        // All loads first (up to L = 16 at once), then the products: one L2 round trip, not one per element.
+        constexpr int kBatchElems = (16 * kP + kThreads - 1) / kThreads;
+        for (int e0 = tid; e0 < window_elems; e0 += kBatchElems * kThreads) {
+          Act xv[kBatchElems];
+#pragma unroll
+          for (int k = 0; k < kBatchElems; ++k) {
+            const int e = e0 + k * kThreads;
+            if (e < window_elems) xv[k] = load_x(head, e);
+          }
+#pragma unroll
+          for (int k = 0; k < kBatchElems; ++k) {
+            const int e = e0 + k * kThreads;
+            if (e < window_elems) coef[Coef::index(e / kP, e % kP)] = wgt[e / kP] * to_float(xv[k]);
+          }
+        }
       }
+      if (producer && i + 1 < num_heads) prefetch_x(head + 1);
+      __syncthreads();     // the coefficients are in
 
       const float decay = *sm.decay(b);
-      const float* wgt = sm.wgt(b);
-      const Act* xw = sm.x_window(i % 2);
       const Act* Bw = sm.B_window();
       const unsigned char* ck_smem = sm.tile(stage);
       const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
@@ -534,16 +583,17 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 #pragma unroll
           for (int k = 0; k < 4; ++k) s[rb][k] *= decay;
         }
+        const float* coef_rows = coef + Coef::index(0, Shape::row(r0));  // rows r0 .. r0 + 3 of entry 0
         for (int j = 0; j <= w; ++j) {
-          const float wj = wgt[j];
           float bj[4];
           Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(Bw + j * kN + col0), bj);
+          const float4 cj = *reinterpret_cast<const float4*>(coef_rows + j * Coef::kPerEntry);
+          const float cr[4] = {cj.x, cj.y, cj.z, cj.w};
 #pragma unroll
           for (int rb = 0; rb < kBatch; ++rb) {
             if (r0 + rb >= RF) break;
-            const float coef = wj * to_float(xw[j * kP + Shape::row(r0 + rb)]);
 #pragma unroll
-            for (int k = 0; k < 4; ++k) s[rb][k] += coef * bj[k];
+            for (int k = 0; k < 4; ++k) s[rb][k] += cr[rb] * bj[k];
           }
         }
 #pragma unroll
