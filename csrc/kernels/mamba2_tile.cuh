@@ -244,7 +244,7 @@ __device__ __forceinline__ void write_zero_output(const Mamba2Params& p, int row
 // Heads per CTA of the kernels that pipeline a group's heads through a ring (step, verify): as many of
 // a group's heads as keep at least kWaves waves of CTAs on the GPU (small batches need more, smaller
 // CTAs to fill the SMs). The environment variable `knob` (REPLAYSSM_STEP_HEADS_PER_CTA,
-// REPLAYSSM_VERIFY_HEADS_PER_CTA) = k overrides it with the largest divisor of the group size <= k
+// REPLAYSSM_SPEC_HEADS_PER_CTA) = k overrides it with the largest divisor of the group size <= k
 // (read at every launch: tests and benchmarks use it to exercise and compare both ends).
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob) {
   constexpr int kWaves = 4;

@@ -162,18 +162,6 @@ struct VerifySmem {
   __device__ Act* C_rows() const { return reinterpret_cast<Act*>(base + Layout::C_rows(stages, L, T)); }      // [T][N]
 };
 
-__device__ __forceinline__ float load_draft_dt(const Mamba2SpecParams& p, int64_t row, int token, int head) {
-  const int64_t off = row * p.dt_row_stride + token * p.dt_token_stride + head * p.dt_head_stride;
-  float dt;
-  switch (p.dt_dtype) {
-    case DType::kFloat32: dt = __ldg(static_cast<const float*>(p.dt) + off); break;
-    case DType::kBFloat16: dt = to_float(__ldg(static_cast<const __nv_bfloat16*>(p.dt) + off)); break;
-    default: dt = to_float(__ldg(static_cast<const __half*>(p.dt) + off)); break;
-  }
-  if (p.dt_bias != nullptr) dt += __ldg(p.dt_bias + head);
-  return p.dt_softplus ? softplus(dt) : dt;
-}
-
 template <DType kAct>
 __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, int64_t row, int head) {
   const int total = p.num_tokens * p.head_dim;
@@ -202,29 +190,58 @@ __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t 
   }
 }
 
-// What the scalar warp (the last) needs of a head: dt of its lanes' entries j = lane, lane + 32
-// (buffered below w, the drafts' from w to E - 1), loaded one head ahead.
+// What the scalar warp (the last) needs of a head, loaded one head ahead and kept raw (no instruction
+// consumes a load before the next head: a conversion or softplus right after it would stall the warp
+// on the load's latency every head): the bits of dt_j for its lanes' entries j = lane, lane + 32
+// (fp32 from the buffer below w, the drafts' dt in dt's dtype from w to E - 1), A and dt_bias.
 struct WindowDt {
-  float dt[kMamba2SpecMaxBufferLen / 32];
+  uint32_t bits[kMamba2SpecMaxBufferLen / 32];
+  float A;
+  float bias;
 };
 
 __device__ __forceinline__ WindowDt load_window_dt(const Mamba2SpecParams& p, int64_t row, int64_t slot, int head,
                                                    int w, int E) {
   const int lane = threadIdx.x & 31;
-  const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+  const uint32_t* dt_buf = reinterpret_cast<const uint32_t*>(p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride);
   WindowDt d;
 #pragma unroll
   for (int h = 0; h < kMamba2SpecMaxBufferLen / 32; ++h) {
     const int j = lane + 32 * h;
-    d.dt[h] = j < w ? dt_buf[j] : (j < E ? load_draft_dt(p, row, j - w, head) : 0.0f);
+    uint32_t bits = 0;
+    if (j < w) {
+      bits = dt_buf[j];
+    } else if (j < E) {
+      const int64_t off = row * p.dt_row_stride + (j - w) * p.dt_token_stride + head * p.dt_head_stride;
+      bits = p.dt_dtype == DType::kFloat32 ? __ldg(static_cast<const uint32_t*>(p.dt) + off)
+                                           : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
+    }
+    d.bits[h] = bits;
   }
+  d.A = __ldg(p.A + head);
+  d.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
   return d;
+}
+
+// dt_j of the window: the buffer's as stored, a draft's after bias and softplus.
+__device__ __forceinline__ float window_dt(const Mamba2SpecParams& p, const WindowDt& d, int h, int j, int w, int E) {
+  if (j < w) return __uint_as_float(d.bits[h]);
+  if (j >= E) return 0.0f;
+  float dt;
+  switch (p.dt_dtype) {
+    case DType::kFloat32: dt = __uint_as_float(d.bits[h]); break;
+    case DType::kBFloat16: dt = __uint_as_float(d.bits[h] << 16); break;
+    default: dt = __half2float(__ushort_as_half(static_cast<unsigned short>(d.bits[h]))); break;
+  }
+  dt += d.bias;
+  return p.dt_softplus ? softplus(dt) : dt;
 }
 
 // The scalar warp: coef[j][i] = dt_j exp(Lambda_{w+i} - Lambda_j) (B_j . C_i) for j <= w + i (0 above
 // and in the padding drafts), and decay[i] = exp(Lambda_{w+i}), into shared memory.
-__device__ __forceinline__ void draft_weights(const WindowDt& d, float A, int w, int T, int E, int L, int Tp,
-                                              const float* dots, float* coef, float* decay) {
+// dt[h] returns the window's dt_j of the lane's entries, for the drafts' entries to append.
+__device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int w, int T,
+                                              int E, int L, int Tp, const float* dots, float* coef, float* decay) {
   constexpr int kEntriesPerLane = kMamba2SpecMaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
   float prefix[kEntriesPerLane] = {};
@@ -232,7 +249,7 @@ __device__ __forceinline__ void draft_weights(const WindowDt& d, float A, int w,
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     if (h * 32 >= E) break;  // warp-uniform: no entry of this half is in the window
-    float v = d.dt[h];
+    float v = dt[h];
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
       const float other = __shfl_up_sync(kFullMask, v, offset);
@@ -248,7 +265,7 @@ __device__ __forceinline__ void draft_weights(const WindowDt& d, float A, int w,
 #pragma unroll
     for (int h = 0; h < kEntriesPerLane; ++h) {
       const int j = lane + 32 * h;
-      if (j < E) coef[j * Tp + i] = i < T && j <= t ? d.dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
+      if (j < E) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
     }
     if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
   }
@@ -281,25 +298,28 @@ __device__ __forceinline__ void window_dots(const Act* B_window, const Act* C_ro
   }
 }
 
-// What an epilogue thread needs of a head for its row, loaded one head ahead: z of the drafts of the
-// first batch it stores, and the fp8 read copy's row scale.
-template <int kSplit>
+// What an epilogue thread needs of a head for its row, loaded one head ahead and kept raw until used:
+// z of the drafts of the first batch it stores, D, and the fp8 read copy's row scale.
+template <DType kAct, int kSplit>
 struct DraftRowOperands {
-  float z[kDraftBatch / kSplit];
+  typename Storage<kAct>::type z[kDraftBatch / kSplit];
+  float skip;
   float scale;
 };
 
 template <DType kAct, bool kScaled, int kSplit>
-__device__ __forceinline__ DraftRowOperands<kSplit> load_draft_row(const Mamba2SpecParams& p, int64_t row,
-                                                                   int64_t slot, int head, int pr, int part) {
-  DraftRowOperands<kSplit> o;
+__device__ __forceinline__ DraftRowOperands<kAct, kSplit> load_draft_row(const Mamba2SpecParams& p, int64_t row,
+                                                                         int64_t slot, int head, int pr, int part) {
+  using Act = typename Storage<kAct>::type;
+  DraftRowOperands<kAct, kSplit> o;
 #pragma unroll
   for (int m = 0; m < kDraftBatch / kSplit; ++m) {
     const int i = part + m * kSplit;
     o.z[m] = p.z != nullptr && i < p.num_tokens
-                 ? load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride + head * p.z_head_stride + pr)
-                 : 0.0f;
+                 ? __ldg(static_cast<const Act*>(p.z) + row * p.z_row_stride + i * p.z_token_stride + head * p.z_head_stride + pr)
+                 : Act{};
   }
+  o.skip = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
   o.scale = kScaled ? __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr) : 1.0f;
   return o;
 }
@@ -396,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   cp_async_commit();
   if (num_heads > 1) stage_x_window(1, head0 + 1);
   cp_async_commit();
-  DraftRowOperands<kSplit> next_row{};
+  DraftRowOperands<kAct, kSplit> next_row{};
   WindowDt next_dt{};
   if (epilogue_thread) next_row = load_draft_row<kAct, kScaled, kSplit>(p, row, slot, head0, epilogue_row, epilogue_part);
   if (scalar_warp) next_dt = load_window_dt(p, row, slot, head0, w, E);
@@ -443,20 +463,23 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     const int head = head0 + h;
     const int stage = h % S;
     const int b = h & 1;
-    const DraftRowOperands<kSplit> cur = next_row;
+    const DraftRowOperands<kAct, kSplit> cur = next_row;
     const WindowDt cur_dt = next_dt;
     if (h + 1 < num_heads) {
       if (epilogue_thread) next_row = load_draft_row<kAct, kScaled, kSplit>(p, row, slot, head + 1, epilogue_row, epilogue_part);
       if (scalar_warp) next_dt = load_window_dt(p, row, slot, head + 1, w, E);
     }
     if (scalar_warp) {
-      draft_weights(cur_dt, __ldg(p.A + head), w, T, E, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
+      float dt[kMamba2SpecMaxBufferLen / 32];
+#pragma unroll
+      for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) dt[k] = window_dt(p, cur_dt, k, (tid & 31) + 32 * k, w, E);
+      draft_weights(dt, cur_dt.A, w, T, E, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
       // The drafts' dt become entries w .. E - 1 of this head's buffer.
       float* dt_dst = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
 #pragma unroll
       for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) {
         const int j = (tid & 31) + 32 * k;
-        if (j >= w && j < E) dt_dst[j] = cur_dt.dt[k];
+        if (j >= w && j < E) dt_dst[j] = dt[k];
       }
     }
 
@@ -485,7 +508,6 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
       const float* coef = sm.coef(b);
       const float* decay = sm.decay(b);
       const float* sdot = sm.sdot(b);
-      const float skip = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
       Act* x_dst = static_cast<Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride + pr;
       for (int i0 = 0; i0 < T; i0 += kDraftBatch) {
         float y[kDraftBatch] = {};
@@ -509,9 +531,9 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
           const float y_i = kSplit == 2 && epilogue_part != 0 ? y[m * kSplit + kSplit - 1] : y[m * kSplit];
           const int t = w + i;
           const Act x_t = xw[t * kP + pr];
-          float out = y_i + decay[i] * cur.scale * sdot[i * kP + pr] + skip * to_float(x_t);
+          float out = y_i + decay[i] * cur.scale * sdot[i * kP + pr] + cur.skip * to_float(x_t);
           if (p.z != nullptr) {
-            const float z = i0 == 0 ? cur.z[m]
+            const float z = i0 == 0 ? to_float(cur.z[m])
                                     : load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride +
                                                               head * p.z_head_stride + pr);
             out *= silu(z);
@@ -557,7 +579,7 @@ cudaError_t launch_verify(const Mamba2SpecParams& params, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   Mamba2SpecParams p = params;
-  p.heads_per_cta = mamba2::choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_VERIFY_HEADS_PER_CTA");
+  p.heads_per_cta = mamba2::choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, kHeadsPerCtaKnob);
   p.ring_stages = stages;
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
