@@ -1,8 +1,8 @@
 """Every compiled op on a small config, for compute-sanitizer (scripts/sanitize.sh): a few steps and
 speculative rounds (verify, commit, flush, materialize) that cross folds, with and without read copies,
-pad rows and an out-of-range slot; the step, verify and the fold once with one head per CTA and once
-with a whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of
-4 stages is refilled)."""
+pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
+whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
+is refilled)."""
 
 import os
 

@@ -1,5 +1,5 @@
-// Mamba-2 fold for commit, flush and materialize: one CTA of 256 threads per (row, block of a group's
-// heads), the heads folded one after the other (the launcher picks the block as for verify).
+// Mamba-2 fold for commit, flush and materialize: a persistent grid of 256-thread CTAs over the
+// (row, head) items of the rows that fold (fold_kernel says why).
 //
 // With n committed entries to fold (commit: the cursor after accepting; flush and materialize: the
 // cursor), Lambda_j = A sum_{i<=j} dt_i and wgt_j = dt_j exp(Lambda_{n-1} - Lambda_j):
@@ -9,10 +9,10 @@
 // in fp32 FFMA in entry order, the read copy made from the checkpoint as stored, like make_read_copy.
 // An fp32 checkpoint therefore stays at fp32 rounding however many folds it sees.
 //
-// Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule). Only the
-// folding CTAs load the state; the others read two integers and leave, since most commits fold few
-// rows (one CTA per (row, head) made those early exits a third of commit's time: 12x fewer now). Flush and materialize load the state before the cursor is known. No CTA writes a cursor here
-// (the heads of a slot all read it): launch_mamba2_fold runs the cursor kernel after this one.
+// Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule); only the
+// folding rows' items are taken. Flush: the rows with committed entries; materialize: every row
+// (zeros for pads and out-of-range cursors). No CTA writes a cursor here (the heads of a slot all
+// read it): launch_mamba2_fold runs the cursor kernel after this one.
 #pragma once
 
 #include "mamba2_spec_common.cuh"
@@ -148,9 +148,20 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* base, int rows, int
   }
 }
 
-// One CTA per (row, block of a group's heads): the heads share the slot, so the fold decision, the
-// early exit of a row that does not fold and the B window are once per CTA; the heads are folded one
-// after the other, each head's state, x entries and dt requested into L2 one head ahead.
+// The rows of one chunk (kThreads consecutive batch rows) that have something to fold, in row order,
+// as every CTA finds them: thread t decides row chunk + t.
+struct FoldRow {
+  int64_t slot;  // -1: write a zero state (materialize of a pad row or an out-of-range cursor)
+  int32_t row;
+  int32_t n;     // entries to fold
+};
+
+// A persistent grid (as many CTAs as fit on the GPU) over the (row, head) items of the rows that fold:
+// commit folds few rows per call (about 1 in 5 at T = 4, L = 16), and a grid of one CTA per (row, head)
+// spent most of its time on CTAs that read two integers and left, holding the SM slots the folding
+// CTAs needed. Every CTA finds the folding rows of a chunk of rows itself (cursors and accepted counts
+// are L2-hot after the first), then takes every gridDim.x-th item of the chunk, the next one's
+// checkpoint tile requested into L2 while it folds the current one.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParams p) {
   using Tile = FoldTile<kP, kN>;
@@ -159,64 +170,71 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
   constexpr int R = Tile::kRowsPerThread;
   constexpr int kLanes = Tile::kLanesPerRow;
   constexpr int kCkBytes = dtype_size(kCkpt);
+  constexpr int kWarps = kThreads / 32;
   extern __shared__ __align__(16) unsigned char smem_base[];
+  __shared__ FoldRow rows[kThreads];
+  __shared__ int warp_counts[kWarps];
 
-  const int heads_per_group = p.heads / p.groups;
-  const int num_heads = p.heads_per_cta;  // head0 .. head0 + num_heads - 1, one group
-  const int ctas_per_group = heads_per_group / num_heads;
-  const int group = blockIdx.x / ctas_per_group;
-  const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;
   const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
   const FoldSmem<kP, kN, kAct> sm(smem_base, p.buffer_len);
   const int col0 = Tile::col0();
+  const int tid = threadIdx.x;
+  const int64_t grid = gridDim.x;
+  int64_t items_before = 0;  // items of the earlier chunks: this CTA takes the items k with k % grid == blockIdx.x
 
-  for (int64_t row = blockIdx.y; row < p.batch; row += gridDim.y) {
-    const int64_t slot = resolve_slot(p, row);
-    if (slot < 0) {
-      if (materialize) {
-        for (int i = 0; i < num_heads; ++i) write_zero_state<kP, kN>(p, row, head0 + i);
-      }
-      continue;
+  for (int64_t chunk = 0; chunk < p.batch; chunk += kThreads) {
+    // ---- the chunk's folding rows, compacted in row order ----
+    const int64_t row = chunk + tid;
+    int64_t slot = -1;
+    int n = -1;
+    if (row < p.batch) {
+      slot = resolve_slot(p, row);
+      if (slot >= 0) n = entries_to_fold(p, row, p.num_committed[slot]);
     }
-    auto tile_of = [&](int head) { return slot * p.ck_slot_stride + head * p.ck_head_stride; };
-    typename V::Raw ck[R];
-    // Flush and materialize fold (almost) every row: their first loads go out before the cursor is known.
-    const bool early = p.mode != Mamba2FoldMode::kCommit;
-    if (early) {
+    const bool item = row < p.batch && (materialize || n >= 0);
+    const unsigned ballot = __ballot_sync(kFullMask, item);
+    __syncthreads();  // the previous chunk's readers of rows[] are done
+    if ((tid & 31) == 0) warp_counts[tid / 32] = __popc(ballot);
+    __syncthreads();
+    int before = __popc(ballot & ((1u << (tid & 31)) - 1u));
+    int count = 0;
 #pragma unroll
-      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile_of(head0) + Tile::row(r) * p.ck_row_stride + col0);
+    for (int k = 0; k < kWarps; ++k) {
+      if (k < tid / 32) before += warp_counts[k];
+      count += warp_counts[k];
     }
-    const int n = entries_to_fold(p, row, p.num_committed[slot]);
-    if (n < 0) {
-      if (materialize) {
-        for (int i = 0; i < num_heads; ++i) write_zero_state<kP, kN>(p, row, head0 + i);
-      }
-      continue;
-    }
-    const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride;
-    const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-    __syncthreads();  // the previous row's readers of shared memory are done
-    stage_entries<kN>(sm.B, B_buf, p.Bb_entry_stride, n);
+    if (item) rows[before] = FoldRow{n >= 0 ? slot : -1, static_cast<int32_t>(row), n};
+    __syncthreads();
 
-    for (int i = 0; i < num_heads; ++i) {
-      const int head = head0 + i;
-      const int64_t tile = tile_of(head);
-      if (!early || i > 0) {
-#pragma unroll
-        for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
+    const int64_t items = static_cast<int64_t>(count) * p.heads;
+    auto tile_of = [&](const FoldRow& fr, int head) { return fr.slot * p.ck_slot_stride + head * p.ck_head_stride; };
+    for (int64_t k = ((blockIdx.x - items_before) % grid + grid) % grid; k < items; k += grid) {
+      const FoldRow fr = rows[k / p.heads];
+      const int head = static_cast<int>(k % p.heads);
+      if (fr.slot < 0) {  // materialize only
+        write_zero_state<kP, kN>(p, fr.row, head);
+        continue;
       }
-      if (i + 1 < num_heads) {
-        prefetch_rows_l2(static_cast<const unsigned char*>(p.checkpoint) + tile_of(head + 1) * kCkBytes, kP,
-                         kN * kCkBytes, p.ck_row_stride * kCkBytes);
-        if (n > 0) {
-          prefetch_rows_l2(x_buf + (head + 1) * p.xb_head_stride, n, kP * static_cast<int>(sizeof(Act)),
-                           p.xb_entry_stride * static_cast<int64_t>(sizeof(Act)));
-          prefetch_rows_l2(p.dt_buf + slot * p.dtb_slot_stride + (head + 1) * p.dtb_head_stride, 1, 4 * n, 0);
+      const int64_t tile = tile_of(fr, head);
+      typename V::Raw ck[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
+      if (k + grid < items) {  // this CTA's next item of the chunk
+        const FoldRow& next = rows[(k + grid) / p.heads];
+        if (next.slot >= 0) {
+          prefetch_rows_l2(static_cast<const unsigned char*>(p.checkpoint) +
+                               tile_of(next, static_cast<int>((k + grid) % p.heads)) * kCkBytes,
+                           kP, kN * kCkBytes, p.ck_row_stride * kCkBytes);
         }
       }
-      if (i > 0) __syncthreads();  // the previous head's readers of the x entries are done
-      stage_entries<kP>(sm.x, x_buf + head * p.xb_head_stride, p.xb_entry_stride, n);
-      const FoldScalars fs = fold_scalars(p, slot, head, n);
+      const int n_fold = fr.n;
+      const int group = head / (p.heads / p.groups);
+      const Act* x_buf = static_cast<const Act*>(p.x_buf) + fr.slot * p.xb_slot_stride + head * p.xb_head_stride;
+      const Act* B_buf = static_cast<const Act*>(p.B_buf) + fr.slot * p.Bb_slot_stride + group * p.Bb_group_stride;
+      __syncthreads();  // the previous item's readers of shared memory are done
+      stage_entries<kP>(sm.x, x_buf, p.xb_entry_stride, n_fold);
+      stage_entries<kN>(sm.B, B_buf, p.Bb_entry_stride, n_fold);
+      const FoldScalars fs = fold_scalars(p, fr.slot, head, n_fold);
       cp_async_wait_all();
       __syncthreads();
 
@@ -226,9 +244,9 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
 #pragma unroll
       for (int r = 0; r < R; ++r) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) s[r][k] *= fs.decay;
+        for (int q = 0; q < 4; ++q) s[r][q] *= fs.decay;
       }
-      for (int j = 0; j < n; ++j) {
+      for (int j = 0; j < n_fold; ++j) {
         const float wj = fs.weight(j);
         float b[4];
         Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
@@ -236,12 +254,12 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
         for (int r = 0; r < R; ++r) {
           const float coef = wj * to_float(sm.x[j * kP + Tile::row(r)]);
 #pragma unroll
-          for (int k = 0; k < 4; ++k) s[r][k] += coef * b[k];
+          for (int q = 0; q < 4; ++q) s[r][q] += coef * b[q];
         }
       }
 
       if (materialize) {
-        float* out = p.state_out + row * p.so_row_stride + head * p.so_head_stride;
+        float* out = p.state_out + fr.row * p.so_row_stride + head * p.so_head_stride;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           *reinterpret_cast<float4*>(out + Tile::row(r) * p.so_p_stride + col0) =
@@ -257,19 +275,19 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
           // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
           float v[4];
 #pragma unroll
-          for (int k = 0; k < 4; ++k) v[k] = V::round_trip(s[r][k]);
-          const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
+          for (int q = 0; q < 4; ++q) v[q] = V::round_trip(s[r][q]);
+          const int64_t rc = fr.slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
           if constexpr (kRead == DType::kFloat8E4M3) {
             float amax = 0.0f;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) amax = max_keep_nan(amax, fabsf(v[k]));
+            for (int q = 0; q < 4; ++q) amax = max_keep_nan(amax, fabsf(v[q]));
             amax = row_max_keep_nan<kLanes>(amax);
             const bool nonzero = amax > 0.0f;
             const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) v[k] = clamp_keep_nan(__fmul_rn(v[k], inv), -kFp8E4M3Max, kFp8E4M3Max);
+            for (int q = 0; q < 4; ++q) v[q] = clamp_keep_nan(__fmul_rn(v[q], inv), -kFp8E4M3Max, kFp8E4M3Max);
             if (Tile::lane_in_row() == 0) {
-              p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
+              p.read_scale[fr.slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
                   nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
             }
           }
@@ -277,20 +295,23 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
         }
       }
     }
+    items_before += items;
   }
 }
 
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-cudaError_t launch_fold(const Mamba2SpecParams& params, cudaStream_t stream) {
+cudaError_t launch_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
   auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
-  const size_t smem = FoldSmem<kP, kN, kAct>::bytes(params.buffer_len);  // <= 32 KiB at L = 64
-  int ctas_per_sm = 0;
-  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
+  const size_t smem = FoldSmem<kP, kN, kAct>::bytes(p.buffer_len);  // <= 32 KiB at L = 64
+  int device = 0, sms = 0, ctas_per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
   if (err != cudaSuccess) return err;
-  Mamba2SpecParams p = params;
-  p.heads_per_cta = mamba2::choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, kHeadsPerCtaKnob);
-  const dim3 grid(p.heads / p.heads_per_cta, p.batch < 65535 ? p.batch : 65535);
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  // One wave of persistent CTAs, never more than there are (row, head) items.
+  const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
+  const int64_t wave = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

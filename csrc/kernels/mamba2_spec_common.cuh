@@ -17,8 +17,8 @@ namespace mamba2_spec {
 
 constexpr int kThreads = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
-// Overrides the heads per CTA of verify and of the fold (commit, flush, materialize): see
-// mamba2::choose_heads_per_cta. Tests and benchmarks use it to run the multi-head paths at any batch.
+// Overrides the heads per CTA of verify: see mamba2::choose_heads_per_cta. Tests and benchmarks use it
+// to run the pipelined multi-head path at any batch.
 constexpr const char* kHeadsPerCtaKnob = "REPLAYSSM_SPEC_HEADS_PER_CTA";
 
 // ---- shared with the step kernel (one definition: mamba2_tile.cuh, bulk_copy.cuh) -----------------

@@ -145,10 +145,9 @@ SPEC_CONFIGS = [
 ]
 
 
-# A verify CTA pipelines several heads of a group through its ring, a fold CTA folds several one after
-# the other; at these small batches the launchers give each CTA one head, so the multi-head paths (ring
-# refills, x windows two heads ahead, the coefficient buffers alternating by head; the fold's B window
-# shared by its heads) are forced as well.
+# A verify CTA pipelines several heads of a group through its ring; at these small batches the launcher
+# gives each CTA one head, so the multi-head path (ring refills, x windows two heads ahead, the
+# coefficient buffers alternating by head) is forced as well.
 @pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("dims,ck,rc,L,Tmax,act", SPEC_CONFIGS)
 def test_spec_rounds_match_reference(dims, ck, rc, L, Tmax, act, heads_per_cta, monkeypatch):
@@ -235,6 +234,24 @@ def test_flush_and_materialize_match_reference(rc, heads_per_cta, monkeypatch):
         assert torch.equal(bits(copy), bits(gpu.read_copy))
         if scale is not None:
             assert torch.equal(scale, gpu.read_scale)
+
+
+def test_commit_over_several_row_chunks():
+    """The fold's CTAs find the folding rows 256 at a time: a batch over two chunks, rows in random slot
+    order with pads, folds in every round (L = 4, T = 2)."""
+    layer = Layer(ODD, seed=12)
+    num_slots, batch, L, T = 600, 520, 4, 2
+    gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=T)
+    ref = ref_cache(layer, num_slots, buffer_len=L, max_draft_tokens=T)
+    load_both(layer, gpu, ref, torch.float32, num_slots)
+    gen = torch.Generator().manual_seed(13)
+    slots = torch.randperm(num_slots, generator=gen)[:batch]
+    slots[::7] = -1
+    valid = [r for r in range(batch) if slots[r] >= 0]
+    for _ in range(4):
+        accepted = torch.randint(0, T + 1, (batch,), generator=gen, dtype=torch.int32)
+        spec_round(layer, gpu, ref, slots, T, accepted, OUT_TOL[None], valid)
+    assert rel_err(gpu.checkpoint, ref.checkpoint) < CKPT_TOL[torch.float32]
 
 
 def test_out_of_range_cursors_touch_nothing():
