@@ -115,8 +115,10 @@ def replay_skip_reason() -> str | None:
     return f"{', '.join(missing)} not compiled in this build ({ops.why_not_compiled(missing[0])})"
 
 
-def bench_verify_commit(s: Setup, read_copy_dtype):
-    """Seconds per lock-step round of verify(T) + commit(num_accepted) on an fp32 checkpoint."""
+def bench_verify_commit(s: Setup, read_copy_dtype, breakdown=False):
+    """Seconds per lock-step round of verify(T) + commit(num_accepted) on an fp32 checkpoint; with
+    breakdown, also (verify alone, commit alone): the same rounds with one op captured, timed after the
+    whole rounds so the cursors are spread as in them (commit alone moves them as it does there)."""
     k = s.groups(s.state_elems * 4)
     S = k * s.batch
     ck = torch.randn(S, s.H, s.P, s.N, device="cuda") * 0.1
@@ -146,7 +148,22 @@ def bench_verify_commit(s: Setup, read_copy_dtype):
         for acc in accepted:
             acc.random_(1, s.T + 1)
 
-    return time_graph(rounds, before_replay=draw_acceptance) / k
+    whole = time_graph(rounds, before_replay=draw_acceptance) / k
+    if not breakdown:
+        return whole
+
+    def commits():
+        for g in range(k):
+            ops.mamba2_commit(*cache, accepted[g], A, s.T, slots[g], -1, backend="cuda")
+
+    def verifies():
+        for g in range(k):
+            x, dt, B, C, z = inputs[g]
+            ops.mamba2_verify(*cache, x, dt, A, B, C, out, D, z, dt_bias, True, slots[g], -1, backend="cuda")
+
+    commit_only = time_graph(commits, before_replay=draw_acceptance) / k
+    verify_only = time_graph(verifies) / k
+    return whole, verify_only, commit_only
 
 
 def main(argv=None) -> int:
@@ -155,6 +172,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", nargs="*", type=int, default=[1, 8, 32, 64, 128, 256, 512])
     parser.add_argument("--tokens", type=int, default=4, help="draft tokens verified per round (T)")
     parser.add_argument("--buffer-len", type=int, default=16, help="ReplaySSM buffer length L of (b)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time verify alone and commit alone (verify's % copy BW: its state read + inputs)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mamba2_spec: needs a CUDA GPU", file=sys.stderr)
@@ -186,9 +205,17 @@ def main(argv=None) -> int:
                 if skip is not None:
                     print(f"| {dname} | {batch} | (b) replay verify(T={s.T}) + commit, {label} | skipped | | | | |")
                     continue
-                t_b = bench_verify_commit(s, rc)
+                t_b = bench_verify_commit(s, rc, args.breakdown)
+                if args.breakdown:
+                    t_b, t_v, t_c = t_b
                 print(f"| {dname} | {batch} | (b) replay verify(T={s.T}) + commit, {label} | {t_b * 1e6:.1f} | | | "
                       f"{s.tokens_per_round() / t_b:.3g} | {t_a / t_b:.2f}x |", flush=True)
+                if args.breakdown:
+                    # verify's byte model: the read state once (no fold) + the drafts' inputs and outputs
+                    b_v = s.batch * s.state_elems * (4 if rc is None else torch.finfo(rc).bits // 8) + s.io_bytes()
+                    print(f"| {dname} | {batch} | (b) verify alone, {label} | {t_v * 1e6:.1f} | {b_v / t_v / 1e9:.0f} | "
+                          f"{100 * b_v / t_v / bw:.1f} | | |", flush=True)
+                    print(f"| {dname} | {batch} | (b) commit alone, {label} | {t_c * 1e6:.1f} | | | | |", flush=True)
                 torch.cuda.empty_cache()
     return 0
 

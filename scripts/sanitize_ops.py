@@ -1,7 +1,8 @@
 """Every compiled op on a small config, for compute-sanitizer (scripts/sanitize.sh): a few steps and
 speculative rounds (verify, commit, flush, materialize) that cross folds, with and without read copies,
-pad rows and an out-of-range slot; the step once with one head per CTA and once with a whole group
-per CTA (its pipelined path)."""
+pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
+whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
+is refilled)."""
 
 import os
 
@@ -10,7 +11,7 @@ import torch
 from replayssm_cuda import ops
 
 torch.manual_seed(0)
-H, P, N, G, L, S = 4, 64, 64, 2, 4, 5
+H, P, N, G, L, S = 8, 64, 64, 1, 4, 5
 dev = "cuda"
 A = -(0.5 + torch.rand(H, device=dev))
 D = torch.randn(H, device=dev)
@@ -26,6 +27,7 @@ def inputs(batch, *T):
 
 for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (None, torch.bfloat16, torch.float8_e4m3fn)]:
     os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = heads_per_cta
+    os.environ["REPLAYSSM_SPEC_HEADS_PER_CTA"] = heads_per_cta
     ck = 0.1 * torch.randn(S, H, P, N, device=dev)
     rc = None if copy_dtype is None else torch.empty(S, H, P, N, device=dev, dtype=copy_dtype)
     rs = torch.empty(S, H, P, device=dev) if copy_dtype == torch.float8_e4m3fn else None

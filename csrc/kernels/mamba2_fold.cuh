@@ -1,4 +1,5 @@
-// Mamba-2 fold for commit, flush and materialize: one CTA of 256 threads per (row, head).
+// Mamba-2 fold for commit, flush and materialize: a persistent grid of 256-thread CTAs over the
+// (row, head) items of the rows that fold (fold_kernel says why).
 //
 // With n committed entries to fold (commit: the cursor after accepting; flush and materialize: the
 // cursor), Lambda_j = A sum_{i<=j} dt_i and wgt_j = dt_j exp(Lambda_{n-1} - Lambda_j):
@@ -8,10 +9,10 @@
 // in fp32 FFMA in entry order, the read copy made from the checkpoint as stored, like make_read_copy.
 // An fp32 checkpoint therefore stays at fp32 rounding however many folds it sees.
 //
-// Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule). Only the
-// folding CTAs load the state; the others read two integers and leave, since most commits fold few
-// rows. Flush and materialize load the state before the cursor is known. No CTA writes a cursor here
-// (the heads of a slot all read it): launch_mamba2_fold runs the cursor kernel after this one.
+// Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule); only the
+// folding rows' items are taken. Flush: the rows with committed entries; materialize: every row
+// (zeros for pads and out-of-range cursors). No CTA writes a cursor here (the heads of a slot all
+// read it): launch_mamba2_fold runs the cursor kernel after this one.
 #pragma once
 
 #include "mamba2_spec_common.cuh"
@@ -132,110 +133,169 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
   }
 }
 
+// Asks for the cache line holding `p` in L2; nothing waits for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// L2 prefetch of `rows` rows of `row_bytes` bytes, `stride_bytes` apart, by the CTA's threads: the next
+// head's checkpoint tile, x entries and dt while this head folds, so its loads hit L2.
+__device__ __forceinline__ void prefetch_rows_l2(const void* base, int rows, int row_bytes, int64_t stride_bytes) {
+  const int lines = row_bytes / 128 + 1;  // the row's first byte, every 128 bytes, and its last byte
+  for (int k = threadIdx.x; k < rows * lines; k += kThreads) {
+    const int r = k / lines;
+    const int l = k - r * lines;
+    const int off = l * 128 < row_bytes ? l * 128 : row_bytes - 1;
+    prefetch_l2(static_cast<const unsigned char*>(base) + r * stride_bytes + off);
+  }
+}
+
+// The rows of one chunk (kThreads consecutive batch rows) that have something to fold, in row order,
+// as every CTA finds them: thread t decides row chunk + t.
+struct FoldRow {
+  int64_t slot;  // -1: write a zero state (materialize of a pad row or an out-of-range cursor)
+  int32_t row;
+  int32_t n;     // entries to fold
+};
+
+// A persistent grid (as many CTAs as fit on the GPU) over the (row, head) items of the rows that fold:
+// commit folds few rows per call (about 1 in 5 at T = 4, L = 16), and a grid of one CTA per (row, head)
+// spent most of its time on CTAs that read two integers and left, holding the SM slots the folding
+// CTAs needed. Every CTA finds the folding rows of a chunk of rows itself (cursors and accepted counts
+// are L2-hot after the first), then takes every gridDim.x-th item of the chunk, the next one's
+// checkpoint tile requested into L2 while it folds the current one.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParams p) {
   using Tile = FoldTile<kP, kN>;
   using V = Vec4<kCkpt>;
+  using Act = typename Storage<kAct>::type;
   constexpr int R = Tile::kRowsPerThread;
   constexpr int kLanes = Tile::kLanesPerRow;
+  constexpr int kCkBytes = dtype_size(kCkpt);
+  constexpr int kWarps = kThreads / 32;
   extern __shared__ __align__(16) unsigned char smem_base[];
+  __shared__ FoldRow rows[kThreads];
+  __shared__ int warp_counts[kWarps];
 
-  const int head = blockIdx.x;
   const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
   const FoldSmem<kP, kN, kAct> sm(smem_base, p.buffer_len);
   const int col0 = Tile::col0();
+  const int tid = threadIdx.x;
+  const int64_t grid = gridDim.x;
+  int64_t items_before = 0;  // items of the earlier chunks: this CTA takes the items k with k % grid == blockIdx.x
 
-  for (int64_t row = blockIdx.y; row < p.batch; row += gridDim.y) {
-    const int64_t slot = resolve_slot(p, row);
-    if (slot < 0) {
-      if (materialize) write_zero_state<kP, kN>(p, row, head);
-      continue;
+  for (int64_t chunk = 0; chunk < p.batch; chunk += kThreads) {
+    // ---- the chunk's folding rows, compacted in row order ----
+    const int64_t row = chunk + tid;
+    int64_t slot = -1;
+    int n = -1;
+    if (row < p.batch) {
+      slot = resolve_slot(p, row);
+      if (slot >= 0) n = entries_to_fold(p, row, p.num_committed[slot]);
     }
-    const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
-    typename V::Raw ck[R];
-    // Flush and materialize fold (almost) every row: their loads go out before the cursor is known.
-    const bool early = p.mode != Mamba2FoldMode::kCommit;
-    if (early) {
+    const bool item = row < p.batch && (materialize || n >= 0);
+    const unsigned ballot = __ballot_sync(kFullMask, item);
+    __syncthreads();  // the previous chunk's readers of rows[] are done
+    if ((tid & 31) == 0) warp_counts[tid / 32] = __popc(ballot);
+    __syncthreads();
+    int before = __popc(ballot & ((1u << (tid & 31)) - 1u));
+    int count = 0;
 #pragma unroll
-      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
+    for (int k = 0; k < kWarps; ++k) {
+      if (k < tid / 32) before += warp_counts[k];
+      count += warp_counts[k];
     }
-    const int n = entries_to_fold(p, row, p.num_committed[slot]);
-    if (n < 0) {
-      if (materialize) write_zero_state<kP, kN>(p, row, head);
-      continue;
-    }
-    if (!early) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
-    }
-    const int group = head / (p.heads / p.groups);
-    const auto* x_buf = static_cast<const typename Storage<kAct>::type*>(p.x_buf) + slot * p.xb_slot_stride +
-                        head * p.xb_head_stride;
-    const auto* B_buf = static_cast<const typename Storage<kAct>::type*>(p.B_buf) + slot * p.Bb_slot_stride +
-                        group * p.Bb_group_stride;
-    __syncthreads();  // the previous row's readers of shared memory are done
-    stage_entries<kP>(sm.x, x_buf, p.xb_entry_stride, n);
-    stage_entries<kN>(sm.B, B_buf, p.Bb_entry_stride, n);
-    const FoldScalars fs = fold_scalars(p, slot, head, n);
-    cp_async_wait_all();
+    if (item) rows[before] = FoldRow{n >= 0 ? slot : -1, static_cast<int32_t>(row), n};
     __syncthreads();
 
-    float s[R][4];
-#pragma unroll
-    for (int r = 0; r < R; ++r) V::to_float(ck[r], s[r]);
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[r][i] *= fs.decay;
-    }
-    for (int j = 0; j < n; ++j) {
-      const float wj = fs.weight(j);
-      float b[4];
-      Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float coef = wj * to_float(sm.x[j * kP + Tile::row(r)]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[r][i] += coef * b[i];
+    const int64_t items = static_cast<int64_t>(count) * p.heads;
+    auto tile_of = [&](const FoldRow& fr, int head) { return fr.slot * p.ck_slot_stride + head * p.ck_head_stride; };
+    for (int64_t k = ((blockIdx.x - items_before) % grid + grid) % grid; k < items; k += grid) {
+      const FoldRow fr = rows[k / p.heads];
+      const int head = static_cast<int>(k % p.heads);
+      if (fr.slot < 0) {  // materialize only
+        write_zero_state<kP, kN>(p, fr.row, head);
+        continue;
       }
-    }
-
-    if (materialize) {
-      float* out = p.state_out + row * p.so_row_stride + head * p.so_head_stride;
+      const int64_t tile = tile_of(fr, head);
+      typename V::Raw ck[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        *reinterpret_cast<float4*>(out + Tile::row(r) * p.so_p_stride + col0) =
-            make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
-      }
-      continue;
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int pr = Tile::row(r);
-      V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[r]);
-      if constexpr (kCopy) {
-        // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
-        float v[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = V::round_trip(s[r][i]);
-        const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
-        if constexpr (kRead == DType::kFloat8E4M3) {
-          float amax = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) amax = max_keep_nan(amax, fabsf(v[i]));
-          amax = row_max_keep_nan<kLanes>(amax);
-          const bool nonzero = amax > 0.0f;
-          const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) v[i] = clamp_keep_nan(__fmul_rn(v[i], inv), -kFp8E4M3Max, kFp8E4M3Max);
-          if (Tile::lane_in_row() == 0) {
-            p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
-                nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
-          }
+      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
+      if (k + grid < items) {  // this CTA's next item of the chunk
+        const FoldRow& next = rows[(k + grid) / p.heads];
+        if (next.slot >= 0) {
+          prefetch_rows_l2(static_cast<const unsigned char*>(p.checkpoint) +
+                               tile_of(next, static_cast<int>((k + grid) % p.heads)) * kCkBytes,
+                           kP, kN * kCkBytes, p.ck_row_stride * kCkBytes);
         }
-        Vec4<kRead>::store(p.read_copy, rc, v);
+      }
+      const int n_fold = fr.n;
+      const int group = head / (p.heads / p.groups);
+      const Act* x_buf = static_cast<const Act*>(p.x_buf) + fr.slot * p.xb_slot_stride + head * p.xb_head_stride;
+      const Act* B_buf = static_cast<const Act*>(p.B_buf) + fr.slot * p.Bb_slot_stride + group * p.Bb_group_stride;
+      __syncthreads();  // the previous item's readers of shared memory are done
+      stage_entries<kP>(sm.x, x_buf, p.xb_entry_stride, n_fold);
+      stage_entries<kN>(sm.B, B_buf, p.Bb_entry_stride, n_fold);
+      const FoldScalars fs = fold_scalars(p, fr.slot, head, n_fold);
+      cp_async_wait_all();
+      __syncthreads();
+
+      float s[R][4];
+#pragma unroll
+      for (int r = 0; r < R; ++r) V::to_float(ck[r], s[r]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) s[r][q] *= fs.decay;
+      }
+      for (int j = 0; j < n_fold; ++j) {
+        const float wj = fs.weight(j);
+        float b[4];
+        Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float coef = wj * to_float(sm.x[j * kP + Tile::row(r)]);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) s[r][q] += coef * b[q];
+        }
+      }
+
+      if (materialize) {
+        float* out = p.state_out + fr.row * p.so_row_stride + head * p.so_head_stride;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          *reinterpret_cast<float4*>(out + Tile::row(r) * p.so_p_stride + col0) =
+              make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
+        }
+        continue;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int pr = Tile::row(r);
+        V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[r]);
+        if constexpr (kCopy) {
+          // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
+          float v[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) v[q] = V::round_trip(s[r][q]);
+          const int64_t rc = fr.slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
+          if constexpr (kRead == DType::kFloat8E4M3) {
+            float amax = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) amax = max_keep_nan(amax, fabsf(v[q]));
+            amax = row_max_keep_nan<kLanes>(amax);
+            const bool nonzero = amax > 0.0f;
+            const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) v[q] = clamp_keep_nan(__fmul_rn(v[q], inv), -kFp8E4M3Max, kFp8E4M3Max);
+            if (Tile::lane_in_row() == 0) {
+              p.read_scale[fr.slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
+                  nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+            }
+          }
+          Vec4<kRead>::store(p.read_copy, rc, v);
+        }
       }
     }
+    items_before += items;
   }
 }
 
@@ -243,8 +303,15 @@ template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 cudaError_t launch_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
   auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
   const size_t smem = FoldSmem<kP, kN, kAct>::bytes(p.buffer_len);  // <= 32 KiB at L = 64
-  const dim3 grid(p.heads, p.batch < 65535 ? p.batch : 65535);
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  int device = 0, sms = 0, ctas_per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
+  if (err != cudaSuccess) return err;
+  // One wave of persistent CTAs, never more than there are (row, head) items.
+  const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
+  const int64_t wave = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -104,6 +104,10 @@ struct Mamba2SpecParams {
 
   int64_t num_slots;
   int32_t batch, heads, groups, head_dim, state_dim;
+
+  // ---- verify: set by its launcher ----
+  int32_t heads_per_cta;  // the heads of one group a CTA pipelines
+  int32_t ring_stages;    // source tiles in flight per CTA (fewer than compiled where L and T are large)
 };
 
 // Outputs of T draft tokens per row; appends their entries at positions w .. w+T-1. One launch.

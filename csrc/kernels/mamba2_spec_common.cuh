@@ -17,6 +17,9 @@ namespace mamba2_spec {
 
 constexpr int kThreads = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
+// Overrides the heads per CTA of verify: see mamba2::choose_heads_per_cta. Tests and benchmarks use it
+// to run the pipelined multi-head path at any batch.
+constexpr const char* kHeadsPerCtaKnob = "REPLAYSSM_SPEC_HEADS_PER_CTA";
 
 // ---- shared with the step kernel (one definition: mamba2_tile.cuh, bulk_copy.cuh) -----------------
 
@@ -26,39 +29,7 @@ using mamba2::row_max_keep_nan;
 using mamba2::softplus;   // torch.nn.functional.softplus (beta 1, threshold 20), fp32, no fast math
 using mamba2::silu;
 using mamba2::store_act;
-
-// One element of any storage type as float (fp8-e4m3 through the exact half conversion).
-template <DType T>
-__device__ __forceinline__ float elem_to_float(typename Storage<T>::type e) {
-  if constexpr (T == DType::kFloat8E4M3) {
-    return __half2float(__half(__nv_cvt_fp8_to_halfraw(e, __NV_E4M3)));
-  } else {
-    return to_float(e);
-  }
-}
-
-// kE consecutive elements of a state row, loaded with the widest aligned vectors (16, 8 or 4 bytes)
-// and kept raw, so every load of a thread can be in flight before the first is used.
-template <DType T, int kE>
-struct StateChunk {
-  using S = typename Storage<T>::type;
-  static constexpr int kBytes = kE * dtype_size(T);
-  using Word = std::conditional_t<kBytes % 16 == 0, uint4, std::conditional_t<kBytes % 8 == 0, uint2, uint32_t>>;
-  static constexpr int kWords = kBytes / static_cast<int>(sizeof(Word));
-  static_assert(kBytes % 4 == 0, "a state chunk must be whole 4-byte words");
-  Word word[kWords];
-
-  __device__ void load(const void* base, int64_t offset) {
-    const Word* src = reinterpret_cast<const Word*>(static_cast<const S*>(base) + offset);
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) word[k] = __ldg(src + k);
-  }
-  __device__ void to_float(float (&v)[kE]) const {
-    const S* e = reinterpret_cast<const S*>(word);
-#pragma unroll
-    for (int i = 0; i < kE; ++i) v[i] = elem_to_float<T>(e[i]);
-  }
-};
+using mamba2::load_act;
 
 // 8 consecutive 16-bit activations at a 16-byte aligned address (shared or global) as floats.
 template <class Act>
@@ -68,15 +39,6 @@ __device__ __forceinline__ void act8_to_float(const Act* p, float (&v)[8]) {
   const Act* h = reinterpret_cast<const Act*>(&raw);
 #pragma unroll
   for (int i = 0; i < 8; ++i) v[i] = to_float(h[i]);
-}
-
-template <class Act>
-__device__ __forceinline__ void act4_to_float(const Act* p, float (&v)[4]) {
-  static_assert(sizeof(Act) == 2, "16-bit activations expected");
-  const uint2 raw = *reinterpret_cast<const uint2*>(p);
-  const Act* h = reinterpret_cast<const Act*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = to_float(h[i]);
 }
 
 // Slot of batch row `row`, or -1 when the row touches nothing (pad id or out of range).

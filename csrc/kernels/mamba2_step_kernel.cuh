@@ -32,8 +32,6 @@
 // shapes compile in parallel) and mamba2_step.cu picks the shape at run time.
 #pragma once
 
-#include <cstdlib>
-
 #include "bulk_copy.cuh"
 #include "mamba2.cuh"
 #include "mamba2_tile.cuh"
@@ -44,43 +42,6 @@ namespace mamba2 {
 constexpr int32_t kTicket = 1 << 16;
 constexpr int32_t kCursorMask = kTicket - 1;
 constexpr unsigned kFullMask = 0xffffffffu;
-
-// ---- The replay source in 16-byte chunks ----------------------------------------------------------
-// The replay read moves every storage type in 16-byte vectors: 4 fp32, 8 bf16/fp16 or 16 fp8
-// elements per load. (v3 loaded 4 elements of any type per load, so an fp8 copy cost as many load
-// instructions as an fp32 checkpoint.)
-template <DType T>
-struct Chunk16 {
-  static constexpr int kElems = 16 / dtype_size(T);
-  __device__ static uint4 load(const void* base, int64_t offset) {
-    return __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(base) + offset * dtype_size(T)));
-  }
-  __device__ static void to_float(const uint4& raw, float (&v)[kElems]) {
-    const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (T == DType::kFloat32) {
-        v[i] = __uint_as_float(word[i]);
-      } else if constexpr (T == DType::kBFloat16) {
-        v[2 * i] = __uint_as_float(word[i] << 16);  // bf16 -> fp32 is a shift
-        v[2 * i + 1] = __uint_as_float(word[i] & 0xffff0000u);
-      } else if constexpr (T == DType::kFloat16) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&word[i]));
-        v[2 * i] = f.x;
-        v[2 * i + 1] = f.y;
-      } else {
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-              static_cast<__nv_fp8x2_storage_t>((word[i] >> (16 * k)) & 0xffffu), __NV_E4M3);
-          const float2 f = __half22float2(__half2(h));
-          v[4 * i + 2 * k] = f.x;
-          v[4 * i + 2 * k + 1] = f.y;
-        }
-      }
-    }
-  }
-};
 
 // How the CTA covers a (P, N) tile of type T in 16-byte chunks: a row is N / kElems consecutive lanes,
 // a pass covers kThreads / that many rows, and the last pass may be partial (fp8, P = 80).
@@ -656,31 +617,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   }
 }
 
-// Heads per CTA: as many of a group's heads as keep at least kWaves waves of CTAs on the GPU (a CTA
-// pipelines its heads through the ring; small batches need more, smaller CTAs to fill the SMs).
-// REPLAYSSM_STEP_HEADS_PER_CTA=k overrides it with the largest divisor of the group size <= k (read
-// at every launch: tests and benchmarks use it to exercise and compare both ends).
-inline int choose_heads_per_cta(const Mamba2Params& p, int ctas_per_sm) {
-  constexpr int kWaves = 4;
-  const int heads_per_group = p.heads / p.groups;
-  if (const char* forced = std::getenv("REPLAYSSM_STEP_HEADS_PER_CTA")) {
-    const int k = std::atoi(forced);
-    if (k >= 1) {
-      for (int d = k < heads_per_group ? k : heads_per_group; d > 1; --d) {
-        if (heads_per_group % d == 0) return d;
-      }
-      return 1;
-    }
-  }
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t target = static_cast<int64_t>(kWaves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  for (int d = heads_per_group; d > 1; --d) {
-    if (heads_per_group % d == 0 && static_cast<int64_t>(p.batch) * (p.heads / d) >= target) return d;
-  }
-  return 1;
-}
-
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 cudaError_t launch_step(const Mamba2Params& params, cudaStream_t stream) {
   constexpr DType kSrc = kCopy ? kRead : kCkpt;
@@ -693,7 +629,7 @@ cudaError_t launch_step(const Mamba2Params& params, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   Mamba2Params p = params;
-  p.heads_per_cta = choose_heads_per_cta(p, ctas_per_sm);
+  p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA");
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "common.cuh"
 #include "mamba2.cuh"
@@ -128,6 +129,43 @@ template <> struct Vec4<DType::kFloat8E4M3> {
   }
 };
 
+// ---- The replay source in 16-byte chunks ----------------------------------------------------------
+// The replay read moves every storage type in 16-byte vectors: 4 fp32, 8 bf16/fp16 or 16 fp8
+// elements per load. (v3 loaded 4 elements of any type per load, so an fp8 copy cost as many load
+// instructions as an fp32 checkpoint.)
+template <DType T>
+struct Chunk16 {
+  static constexpr int kElems = 16 / dtype_size(T);
+  __device__ static uint4 load(const void* base, int64_t offset) {
+    return __ldg(reinterpret_cast<const uint4*>(static_cast<const unsigned char*>(base) + offset * dtype_size(T)));
+  }
+  __device__ static void to_float(const uint4& raw, float (&v)[kElems]) {
+    const uint32_t word[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (T == DType::kFloat32) {
+        v[i] = __uint_as_float(word[i]);
+      } else if constexpr (T == DType::kBFloat16) {
+        v[2 * i] = __uint_as_float(word[i] << 16);  // bf16 -> fp32 is a shift
+        v[2 * i + 1] = __uint_as_float(word[i] & 0xffff0000u);
+      } else if constexpr (T == DType::kFloat16) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&word[i]));
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+              static_cast<__nv_fp8x2_storage_t>((word[i] >> (16 * k)) & 0xffffu), __NV_E4M3);
+          const float2 f = __half22float2(__half2(h));
+          v[4 * i + 2 * k] = f.x;
+          v[4 * i + 2 * k + 1] = f.y;
+        }
+      }
+    }
+  }
+};
+
 // ---- activations: one element or 4 consecutive ones, any of bf16 / fp16 ----------------------------
 
 template <DType T>
@@ -201,6 +239,32 @@ __device__ __forceinline__ void write_zero_output(const Mamba2Params& p, int row
   for (int pr = threadIdx.x; pr < p.head_dim; pr += blockDim.x) {
     store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, 0.0f);
   }
+}
+
+// Heads per CTA of the kernels that pipeline a group's heads through a ring (step, verify): as many of
+// a group's heads as keep at least kWaves waves of CTAs on the GPU (small batches need more, smaller
+// CTAs to fill the SMs). The environment variable `knob` (REPLAYSSM_STEP_HEADS_PER_CTA,
+// REPLAYSSM_SPEC_HEADS_PER_CTA) = k overrides it with the largest divisor of the group size <= k
+// (read at every launch: tests and benchmarks use it to exercise and compare both ends).
+inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob) {
+  constexpr int kWaves = 4;
+  const int heads_per_group = heads / groups;
+  if (const char* forced = std::getenv(knob)) {
+    const int k = std::atoi(forced);
+    if (k >= 1) {
+      for (int d = k < heads_per_group ? k : heads_per_group; d > 1; --d) {
+        if (heads_per_group % d == 0) return d;
+      }
+      return 1;
+    }
+  }
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t target = static_cast<int64_t>(kWaves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  for (int d = heads_per_group; d > 1; --d) {
+    if (heads_per_group % d == 0 && batch * (heads / d) >= target) return d;
+  }
+  return 1;
 }
 
 }  // namespace mamba2

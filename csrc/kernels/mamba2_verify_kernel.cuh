@@ -1,21 +1,30 @@
 // Mamba-2 verify: outputs of T draft tokens per row from the read state and the buffer, their entries
-// appended at positions w .. w+T-1 (w = num_committed[slot]). One CTA of 256 threads per (row, head).
+// appended at positions w .. w+T-1 (w = num_committed[slot]). One CTA of 256 threads per (batch row,
+// group, block of the group's heads); it takes its heads one after the other, the step kernel's
+// design (mamba2_step_kernel.cuh) with T drafts instead of one token.
 //
 // With the window of E = w + T entries (committed history, then the drafts), Lambda_j = A sum_{i<=j} dt_i
 // and t = w + i the position of draft i:
-//   y_i = e^{Lambda_t} (S_read C_i) + sum_{j<=t} coef[i][j] x_j + D x_i  (times silu(z_i)),
-//   coef[i][j] = dt_j e^{Lambda_t - Lambda_j} (B_j . C_i).
-// Work split, so that nothing is computed twice inside the CTA and each phase is one pass:
-//   1. state loads (read copy or checkpoint) issued first, before the cursor is known; the window's
-//      x, B rows and the T C rows staged in shared memory with cp.async; warp 0 scans dt over the window.
-//   2. (one barrier) every thread takes (i, j) pairs for coef (a whole B_j . C_i from shared memory,
-//      16-byte reads, B rows padded so the lanes of a warp hit distinct banks); meanwhile every thread
-//      takes the T dot products S[p,:] . C_i of the state elements it holds (T FMAs per element while
-//      they sit in registers), reduced over the 16 lanes of a row.
-//   3. (one barrier) one thread per (i, p): the buffer term from shared memory, the epilogue and a
-//      coalesced store; the same threads append x; the group's first head appends B.
+//   y_i = e^{Lambda_t} s_p (S_read C_i)_p + sum_{j<=t} coef[j][i] x_j + D x_t  (times silu(z_i)),
+//   coef[j][i] = dt_j e^{Lambda_t - Lambda_j} (B_j . C_i).
+// Verify reads the state (read copy or checkpoint) once and writes none of it, so like the replay step
+// it is decided by latency and instruction count. Hence, as in the step:
+//   - a ring of source tiles filled by bulk copies (TMA) on one mbarrier per stage, the first ones issued
+//     before the cursor is known, a stage refilled right after the per-head barrier that ends its use;
+//   - what depends only on the group is done once per CTA: the B window and the drafts' C rows staged
+//     in shared memory, B_j . C_i for every (draft, entry) pair, the C values a thread multiplies kept
+//     in registers;
+//   - the x windows staged two heads ahead (cp.async, three buffers), the coefficients and decays of a
+//     head derived by the last warp while the others reduce (dt one head ahead), double-buffered;
+//   - per head, each thread reduces its 8 elements of a state row against 4 drafts at a time (32 FMA
+//     per row) and sums the 4 dot products over the row's lanes in one reduce-scatter (the lanes of a
+//     row end up holding different drafts: 2 + 1 + log2(lanes / 4) shuffles instead of 4 log2(lanes)),
+//     one barrier, then the first warps (two threads per row where P <= 96) form the outputs from
+//     shared memory and store them coalesced.
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
-// for T tokens (or a pad row) gets zero output and touches no cache memory.
+// for T tokens (or a pad row) gets zero output and touches no cache memory. It appends the drafts'
+// x and dt (every CTA, its heads) and B (the group's first CTA).
+// docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured.
 #pragma once
 
 #include "mamba2_spec_common.cuh"
@@ -23,62 +32,135 @@
 namespace replayssm {
 namespace mamba2_spec {
 
-// Verify's state tile: 16 lanes per state row with N/16 consecutive elements each, 16 rows per pass
-// (16 divides every compiled P), so a row's dot product needs only 4 shuffle steps.
-template <int kP, int kN>
-struct VerifyTile {
-  static constexpr int kLanesPerRow = 16;
-  static constexpr int kElems = kN / kLanesPerRow;
-  static constexpr int kRowsPerPass = kThreads / kLanesPerRow;
-  static constexpr int kRowsPerThread = kP / kRowsPerPass;
-  static_assert(kN % (8 * kLanesPerRow / 2) == 0 && kElems >= 4, "state_dim must be a multiple of 64");
-  static_assert(kP % kRowsPerPass == 0, "head_dim must be a multiple of 16");
+using mamba2::Chunk16;
 
-  __device__ static int lane_in_row() { return threadIdx.x % kLanesPerRow; }
-  __device__ static int row(int r) { return threadIdx.x / kLanesPerRow + r * kRowsPerPass; }
-  __device__ static int col0() { return lane_in_row() * kElems; }
+// Drafts reduced together against a state row: their C values sit in registers (4 x 8 floats).
+constexpr int kDraftBatch = 4;
+
+// The 8 elements of a state row a verify thread multiplies (kN / 8 lanes per row, so a row's sums need
+// few shuffles and the C values of 4 drafts fit in 32 registers). fp32: two 16-byte vectors half a row
+// apart (each load instruction of a warp then reads whole rows, no bank conflicts); 16-bit: one 16-byte
+// vector; fp8: one 8-byte vector.
+template <int kN, DType T>
+struct VerifyChunk {
+  static constexpr int kElems = 8;
+  static constexpr int kLanes = kN / kElems;
+  static_assert(kLanes >= 4 && kLanes <= 32 && 32 % kLanes == 0, "a state row must sit inside one warp");
+
+  // Column of element e of lane `lane`.
+  __device__ static int col(int lane, int e) {
+    if constexpr (T == DType::kFloat32) {
+      return (e < 4 ? 0 : kN / 2) + lane * 4 + (e & 3);
+    } else {
+      return lane * 8 + e;
+    }
+  }
+  // Elements of the row at `row` (shared memory, the row's first byte) as floats.
+  __device__ static void load(const unsigned char* row, int lane, float (&v)[kElems]) {
+    if constexpr (T == DType::kFloat32) {
+      const uint4 lo = *reinterpret_cast<const uint4*>(row + lane * 16);
+      const uint4 hi = *reinterpret_cast<const uint4*>(row + kN * 2 + lane * 16);
+      const uint32_t word[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = __uint_as_float(word[e]);
+    } else if constexpr (T == DType::kFloat8E4M3) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(row + lane * 8);
+      const uint32_t word[2] = {raw.x, raw.y};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+            static_cast<__nv_fp8x2_storage_t>((word[i / 2] >> (16 * (i % 2))) & 0xffffu), __NV_E4M3);
+        const float2 f = __half22float2(__half2(h));
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+      }
+    } else {
+      Chunk16<T>::to_float(*reinterpret_cast<const uint4*>(row + lane * 16), v);
+    }
+  }
 };
 
-template <int kP, int kN, DType kAct>
-struct VerifySmem {
-  using Act = typename Storage<kAct>::type;
-  // B rows padded by 16 bytes: lane-per-entry 16-byte reads of consecutive rows then fall into
-  // distinct bank groups.
-  static constexpr int kBStride = kN + 16 / static_cast<int>(sizeof(Act));
-  static size_t bytes(int L, int T) {
-    return sizeof(Act) * (static_cast<size_t>(L) * kP + static_cast<size_t>(L) * kBStride + static_cast<size_t>(T) * kN) +
-           sizeof(float) * (2 * static_cast<size_t>(kMamba2SpecMaxBufferLen) + static_cast<size_t>(T) * L +
-                            static_cast<size_t>(T) * kP);
-  }
-  Act* x;       // [L][P]    window x rows (entries >= w are the drafts)
-  Act* B;       // [L][kBStride]
-  Act* C;       // [T][N]
-  float* dt;    // [64]      dt_j
-  float* cum;   // [64]      sum_{i<=j} dt_i
-  float* coef;  // [T][L]
-  float* sdot;  // [T][P]    S_read[p,:] . C_i (read scale applied)
-  __device__ VerifySmem(void* base, int L, int T) {
-    x = static_cast<Act*>(base);
-    B = x + static_cast<size_t>(L) * kP;
-    C = B + static_cast<size_t>(L) * kBStride;
-    dt = reinterpret_cast<float*>(C + static_cast<size_t>(T) * kN);
-    cum = dt + kMamba2SpecMaxBufferLen;
-    coef = cum + kMamba2SpecMaxBufferLen;
-    sdot = coef + static_cast<size_t>(T) * L;
-  }
-};
-
-__device__ __forceinline__ float load_draft_dt(const Mamba2SpecParams& p, int64_t row, int token, int head) {
-  const int64_t off = row * p.dt_row_stride + token * p.dt_token_stride + head * p.dt_head_stride;
-  float dt;
-  switch (p.dt_dtype) {
-    case DType::kFloat32: dt = __ldg(static_cast<const float*>(p.dt) + off); break;
-    case DType::kBFloat16: dt = to_float(__ldg(static_cast<const __nv_bfloat16*>(p.dt) + off)); break;
-    default: dt = to_float(__ldg(static_cast<const __half*>(p.dt) + off)); break;
-  }
-  if (p.dt_bias != nullptr) dt += __ldg(p.dt_bias + head);
-  return p.dt_softplus ? softplus(dt) : dt;
+// The 4 partial dot products (one per draft of a batch) of each lane, summed over the kLanes lanes of a
+// row. Lane l ends with the sum of draft draft_of(l): half the values cross at the first two steps
+// (reduce-scatter), one at each later step.
+template <int kLanes>
+__device__ __forceinline__ float reduce_scatter4(const float (&d)[4], int lane) {
+  constexpr int kHalf = kLanes / 2, kQuarter = kLanes / 4;
+  const bool hi = (lane & kHalf) != 0;
+  float keep0 = hi ? d[2] : d[0], keep1 = hi ? d[3] : d[1];
+  keep0 += __shfl_xor_sync(kFullMask, hi ? d[0] : d[2], kHalf);
+  keep1 += __shfl_xor_sync(kFullMask, hi ? d[1] : d[3], kHalf);
+  const bool odd = (lane & kQuarter) != 0;
+  float v = odd ? keep1 : keep0;
+  v += __shfl_xor_sync(kFullMask, odd ? keep0 : keep1, kQuarter);
+#pragma unroll
+  for (int offset = kQuarter / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
 }
+template <int kLanes>
+__device__ __forceinline__ int draft_of(int lane) {
+  return 2 * ((lane / (kLanes / 2)) & 1) + ((lane / (kLanes / 4)) & 1);
+}
+
+// ---- Shared memory of a verify CTA -------------------------------------------------------------
+// The mbarriers, the ring of source tiles (its stage count chosen at launch), then what grows with L
+// and T: B_j . C_i, the per-head coefficients, decays and state dot products (double-buffered by head
+// parity, so head i+1's may be written while head i's epilogue reads), three x windows, the B window
+// and the drafts' C rows.
+template <int kP, int kN, DType kSrc, DType kAct>
+struct VerifyLayout {
+  using Act = typename Storage<kAct>::type;
+  static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
+  // As many stages as fit in about 64 KB, at least two (as the step).
+  static constexpr int kStages = kTileBytes >= 32 * 1024 ? 2 : (64 * 1024 / kTileBytes > 8 ? 8 : 64 * 1024 / kTileBytes);
+  static constexpr int kWindows = 3;
+  static constexpr size_t kRingOffset = 128;  // uint64_t barriers[kStages] before it
+  static_assert(kStages * sizeof(uint64_t) <= kRingOffset, "barriers fit before the ring");
+  static_assert(kTileBytes % 128 == 0, "tiles keep the ring 128-byte aligned");
+
+  __host__ __device__ static constexpr int padded(int T) { return (T + kDraftBatch - 1) / kDraftBatch * kDraftBatch; }
+  __host__ __device__ static constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+  __host__ __device__ static constexpr size_t dots(int stages) { return kRingOffset + static_cast<size_t>(stages) * kTileBytes; }
+  __host__ __device__ static constexpr size_t coef(int stages, int L, int T) { return dots(stages) + align16(4 * static_cast<size_t>(T) * L); }
+  __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(L) * padded(T); }
+  __host__ __device__ static constexpr size_t sdot(int stages, int L, int T) { return decay(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)); }
+  __host__ __device__ static constexpr size_t window(int stages, int L, int T) { return sdot(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)) * kP; }
+  __host__ __device__ static constexpr size_t window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
+  __host__ __device__ static constexpr size_t B_window(int stages, int L, int T) { return window(stages, L, T) + kWindows * window_bytes(L); }
+  __host__ __device__ static constexpr size_t C_rows(int stages, int L, int T) { return B_window(stages, L, T) + sizeof(Act) * static_cast<size_t>(L) * kN; }
+  __host__ __device__ static constexpr size_t bytes(int stages, int L, int T) { return C_rows(stages, L, T) + sizeof(Act) * static_cast<size_t>(T) * kN; }
+  // CTAs per SM the shared memory allows at L = 16, T = 4 (228 KB per SM, 1 KB reserved per CTA), at
+  // most 2: the register budget is sized to match, so that registers never limit occupancy below it.
+  // (At 3 CTAs, 80 registers, the 4-draft reduction spills; 2 CTAs of a 2-8 stage ring keep 80 KB or
+  // more in flight per SM.)
+  static constexpr int kSmemCtas = static_cast<int>(228 * 1024 / (bytes(kStages, 16, 4) + 1024));
+  static constexpr int kCtasPerSm = kSmemCtas > 2 ? 2 : (kSmemCtas < 1 ? 1 : kSmemCtas);
+};
+
+template <int kP, int kN, DType kSrc, DType kAct>
+struct VerifySmem {
+  using Layout = VerifyLayout<kP, kN, kSrc, kAct>;
+  using Act = typename Storage<kAct>::type;
+  unsigned char* base;
+  int stages, L, T, Tp;
+  __device__ VerifySmem(unsigned char* b, int s, int buffer_len, int tokens)
+      : base(b), stages(s), L(buffer_len), T(tokens), Tp(Layout::padded(tokens)) {}
+  __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base) + s; }
+  __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
+  __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::dots(stages)); }  // [T][L]
+  __device__ float* coef(int b) const {  // [L][Tp]
+    return reinterpret_cast<float*>(base + Layout::coef(stages, L, T)) + static_cast<size_t>(b) * L * Tp;
+  }
+  __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::decay(stages, L, T)) + b * Tp; }
+  __device__ float* sdot(int b) const {  // [Tp][P]
+    return reinterpret_cast<float*>(base + Layout::sdot(stages, L, T)) + static_cast<size_t>(b) * Tp * kP;
+  }
+  __device__ Act* x_window(int k) const {  // [L][P]
+    return reinterpret_cast<Act*>(base + Layout::window(stages, L, T) + k * Layout::window_bytes(L));
+  }
+  __device__ Act* B_window() const { return reinterpret_cast<Act*>(base + Layout::B_window(stages, L, T)); }  // [L][N]
+  __device__ Act* C_rows() const { return reinterpret_cast<Act*>(base + Layout::C_rows(stages, L, T)); }      // [T][N]
+};
 
 template <DType kAct>
 __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, int64_t row, int head) {
@@ -90,192 +172,416 @@ __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, in
   }
 }
 
-// Copy the window's rows of one kind (x or B) to shared memory: entries < w from the buffer, the
-// drafts from the inputs. All 16-byte chunks of the thread are in flight at once.
-template <int kElems, int kDstStride, class Act>
-__device__ __forceinline__ void stage_window(Act* dst, const Act* buffer, int64_t entry_stride, const Act* drafts,
-                                             int64_t token_stride, int w, int E) {
+// Copy window rows first .. last-1 of one kind (x or B) to shared memory with cp.async (no commit):
+// entries < w from the buffer, the drafts from the inputs. From the CTA's last thread down: the
+// epilogue warps, first in the CTA, have the most other work.
+template <int kElems, class Act>
+__device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t entry_stride, const Act* drafts,
+                                           int64_t token_stride, int w, int count) {
   constexpr int kPerChunk = 16 / sizeof(Act);
   constexpr int kChunks = kElems / kPerChunk;
   static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
-  const int total = E * kChunks;
-  for (int k = threadIdx.x; k < total; k += kThreads) {
+  const int total = count * kChunks;
+  for (int k = kThreads - 1 - static_cast<int>(threadIdx.x); k < total; k += kThreads) {
     const int j = k / kChunks;
     const int c = (k - j * kChunks) * kPerChunk;
     const Act* src = j < w ? buffer + j * entry_stride : drafts + (j - w) * token_stride;
-    cp_async16(dst + j * kDstStride + c, src + c);
+    cp_async16(dst + j * kElems + c, src + c);
   }
 }
 
-template <int kP, int kN, DType kSrc, DType kAct>
-__global__ void __launch_bounds__(kThreads, 2) verify_kernel(const Mamba2SpecParams p) {
-  using Tile = VerifyTile<kP, kN>;
-  using Smem = VerifySmem<kP, kN, kAct>;
-  using Act = typename Storage<kAct>::type;
-  constexpr int R = Tile::kRowsPerThread;
-  constexpr int kE = Tile::kElems;
-  extern __shared__ __align__(16) unsigned char smem_base[];
+// What the scalar warp (the last) needs of a head, loaded one head ahead and kept raw (no instruction
+// consumes a load before the next head: a conversion or softplus right after it would stall the warp
+// on the load's latency every head): the bits of dt_j for its lanes' entries j = lane, lane + 32
+// (fp32 from the buffer below w, the drafts' dt in dt's dtype from w to E - 1), A and dt_bias.
+struct WindowDt {
+  uint32_t bits[kMamba2SpecMaxBufferLen / 32];
+  float A;
+  float bias;
+};
 
-  const int head = blockIdx.x;
-  const int64_t row = blockIdx.y;
-  const int T = p.num_tokens;
+__device__ __forceinline__ WindowDt load_window_dt(const Mamba2SpecParams& p, int64_t row, int64_t slot, int head,
+                                                   int w, int E) {
+  const int lane = threadIdx.x & 31;
+  const uint32_t* dt_buf = reinterpret_cast<const uint32_t*>(p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride);
+  WindowDt d;
+#pragma unroll
+  for (int h = 0; h < kMamba2SpecMaxBufferLen / 32; ++h) {
+    const int j = lane + 32 * h;
+    uint32_t bits = 0;
+    if (j < w) {
+      bits = dt_buf[j];
+    } else if (j < E) {
+      const int64_t off = row * p.dt_row_stride + (j - w) * p.dt_token_stride + head * p.dt_head_stride;
+      bits = p.dt_dtype == DType::kFloat32 ? __ldg(static_cast<const uint32_t*>(p.dt) + off)
+                                           : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
+    }
+    d.bits[h] = bits;
+  }
+  d.A = __ldg(p.A + head);
+  d.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
+  return d;
+}
+
+// dt_j of the window: the buffer's as stored, a draft's after bias and softplus.
+__device__ __forceinline__ float window_dt(const Mamba2SpecParams& p, const WindowDt& d, int h, int j, int w, int E) {
+  if (j < w) return __uint_as_float(d.bits[h]);
+  if (j >= E) return 0.0f;
+  float dt;
+  switch (p.dt_dtype) {
+    case DType::kFloat32: dt = __uint_as_float(d.bits[h]); break;
+    case DType::kBFloat16: dt = __uint_as_float(d.bits[h] << 16); break;
+    default: dt = __half2float(__ushort_as_half(static_cast<unsigned short>(d.bits[h]))); break;
+  }
+  dt += d.bias;
+  return p.dt_softplus ? softplus(dt) : dt;
+}
+
+// The scalar warp: coef[j][i] = dt_j exp(Lambda_{w+i} - Lambda_j) (B_j . C_i) for j <= w + i (0 above
+// and in the padding drafts), and decay[i] = exp(Lambda_{w+i}), into shared memory.
+// dt[h] returns the window's dt_j of the lane's entries, for the drafts' entries to append.
+__device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int w, int T,
+                                              int E, int L, int Tp, const float* dots, float* coef, float* decay) {
+  constexpr int kEntriesPerLane = kMamba2SpecMaxBufferLen / 32;
+  const int lane = threadIdx.x & 31;
+  float prefix[kEntriesPerLane] = {};
+  float carry = 0.0f;
+#pragma unroll
+  for (int h = 0; h < kEntriesPerLane; ++h) {
+    if (h * 32 >= E) break;  // warp-uniform: no entry of this half is in the window
+    float v = dt[h];
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const float other = __shfl_up_sync(kFullMask, v, offset);
+      if (lane >= offset) v += other;
+    }
+    prefix[h] = v + carry;
+    carry += __shfl_sync(kFullMask, v, 31);
+  }
+  for (int i = 0; i < Tp; ++i) {
+    const int t = w + i;
+    const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
+    const float total = A * at_t;  // Lambda_t
+#pragma unroll
+    for (int h = 0; h < kEntriesPerLane; ++h) {
+      const int j = lane + 32 * h;
+      if (j < E) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
+    }
+    if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
+  }
+}
+
+// B_j . C_i for every draft i and window entry j, once per CTA: a group of N/8 lanes per pair (one
+// 16-byte vector of B_j and of C_i each), the groups splitting the pairs.
+template <int kN, class Act>
+__device__ __forceinline__ void window_dots(const Act* B_window, const Act* C_rows, int T, int E, int L, float* dots) {
+  constexpr int kLanes = kN / 8;
+  constexpr int kGroups = kThreads / kLanes;
+  const int lane = threadIdx.x % kLanes;
+  const int first = threadIdx.x / kLanes;
+  const int pairs = T * E;
+  for (int k0 = 0; k0 < pairs; k0 += kGroups) {  // CTA-uniform trip count: the sums shuffle
+    const int k = k0 + first;
+    float d = 0.0f;
+    int i = 0, j = 0;
+    if (k < pairs) {
+      i = k / E;
+      j = k - i * E;
+      float b[8], c[8];
+      act8_to_float(B_window + j * kN + lane * 8, b);
+      act8_to_float(C_rows + i * kN + lane * 8, c);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) d += b[e] * c[e];
+    }
+    d = row_sum<kLanes>(d);
+    if (lane == 0 && k < pairs) dots[i * L + j] = d;
+  }
+}
+
+// What an epilogue thread needs of a head for its row, loaded one head ahead and kept raw until used:
+// z of the drafts of the first batch it stores, D, and the fp8 read copy's row scale.
+template <DType kAct, int kSplit>
+struct DraftRowOperands {
+  typename Storage<kAct>::type z[kDraftBatch / kSplit];
+  float skip;
+  float scale;
+};
+
+template <DType kAct, bool kScaled, int kSplit>
+__device__ __forceinline__ DraftRowOperands<kAct, kSplit> load_draft_row(const Mamba2SpecParams& p, int64_t row,
+                                                                         int64_t slot, int head, int pr, int part) {
+  using Act = typename Storage<kAct>::type;
+  DraftRowOperands<kAct, kSplit> o;
+#pragma unroll
+  for (int m = 0; m < kDraftBatch / kSplit; ++m) {
+    const int i = part + m * kSplit;
+    o.z[m] = p.z != nullptr && i < p.num_tokens
+                 ? __ldg(static_cast<const Act*>(p.z) + row * p.z_row_stride + i * p.z_token_stride + head * p.z_head_stride + pr)
+                 : Act{};
+  }
+  o.skip = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
+  o.scale = kScaled ? __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr) : 1.0f;
+  return o;
+}
+
+template <int kP, int kN, DType kSrc, DType kAct>
+__global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::kCtasPerSm)) verify_kernel(const Mamba2SpecParams p) {
+  using Act = typename Storage<kAct>::type;
+  using Layout = VerifyLayout<kP, kN, kSrc, kAct>;
+  using Chunk = VerifyChunk<kN, kSrc>;
+  constexpr int kLanes = Chunk::kLanes;
+  constexpr int kRowsPerPass = kThreads / kLanes;
+  constexpr int kPasses = (kP + kRowsPerPass - 1) / kRowsPerPass;
+  constexpr int kSrcBytes = dtype_size(kSrc);
+  constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
+  // Roles, spread as in the step so that no warp arrives late at the per-head barrier: the last warp
+  // derives each head's coefficients, warp 6's first lane refills the ring, the first kP * kSplit
+  // threads (whole warps, never warps 6 and 7) form the outputs, kSplit threads per row, and the
+  // windows are staged from the top.
+  constexpr int kSplit = 2 * kP <= kThreads - 64 ? 2 : 1;
+  static_assert(kP * kSplit % 32 == 0 && kP * kSplit <= kThreads - 64, "epilogue threads are whole warps below warp 6");
+  extern __shared__ __align__(128) unsigned char smem_base[];
+
   const int L = p.buffer_len;
+  const int T = p.num_tokens;
+  const int S = p.ring_stages;
+  const VerifySmem<kP, kN, kSrc, kAct> sm(smem_base, S, L, T);
+  const int Tp = sm.Tp;
+  const int64_t row = blockIdx.y;
+  const int tid = threadIdx.x;
+  const bool scalar_warp = tid >= kThreads - 32;
+  const bool producer = tid == kThreads - 64;
+  const bool epilogue_thread = tid < kP * kSplit;
+  const int epilogue_row = tid / kSplit;
+  const int epilogue_part = tid % kSplit;
+  const int heads_per_group = p.heads / p.groups;
+  const int num_heads = p.heads_per_cta;  // this CTA's heads: head0 .. head0 + num_heads - 1, one group
+  const int ctas_per_group = heads_per_group / num_heads;
+  const int group = blockIdx.x / ctas_per_group;
+  const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;
   const int64_t slot = resolve_slot(p, row);
   if (slot < 0) {
-    write_zero_outputs<kAct>(p, row, head);
+    for (int i = 0; i < num_heads; ++i) write_zero_outputs<kAct>(p, row, head0 + i);
     return;
   }
 
-  // ---- the state loads, issued before anything that depends on the cursor ----
+  // ---- issued before the cursor is known: the first source tiles, by bulk copy ----
   const bool copy = p.read_copy != nullptr;
-  const void* src = copy ? p.read_copy : p.checkpoint;
-  const int64_t src_tile = copy ? slot * p.rc_slot_stride + head * p.rc_head_stride
-                                : slot * p.ck_slot_stride + head * p.ck_head_stride;
+  const unsigned char* src = static_cast<const unsigned char*>(copy ? p.read_copy : p.checkpoint);
+  const int64_t src_slot = copy ? slot * p.rc_slot_stride : slot * p.ck_slot_stride;
+  const int64_t src_head_stride = copy ? p.rc_head_stride : p.ck_head_stride;
   const int64_t src_row_stride = copy ? p.rc_row_stride : p.ck_row_stride;
-  StateChunk<kSrc, kE> raw[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) raw[r].load(src, src_tile + Tile::row(r) * src_row_stride + Tile::col0());
-  float row_scale[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    row_scale[r] = kSrc == DType::kFloat8E4M3
-                       ? __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + Tile::row(r))
-                       : 1.0f;
+  auto issue_tile = [&](int stage, int head) {
+    unsigned char* dst = sm.tile(stage);
+    const unsigned char* from = src + (src_slot + head * src_head_stride) * kSrcBytes;
+    mbarrier_arrive_expect_tx(sm.full(stage), Layout::kTileBytes);
+    if (src_row_stride == kN) {
+      bulk_copy_to_shared(dst, from, Layout::kTileBytes, sm.full(stage));
+    } else {
+      for (int r = 0; r < kP; ++r) {
+        bulk_copy_to_shared(dst + r * kN * kSrcBytes, from + r * src_row_stride * kSrcBytes, kN * kSrcBytes, sm.full(stage));
+      }
+    }
+  };
+  const int first_stages = num_heads < S ? num_heads : S;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
+    fence_barrier_init();
+    for (int s = 0; s < first_stages; ++s) issue_tile(s, head0 + s);
   }
-
   const int w = p.num_committed[slot];
-  if (w < 0 || w > L - T) {  // no room for T entries: touch nothing
-    write_zero_outputs<kAct>(p, row, head);
+  __syncthreads();  // the barriers are initialised; every thread has read the cursor
+
+  if (w < 0 || w > L - T) {  // no room for T entries: touch nothing (but let the copies land first)
+    if (tid == 0) {
+      for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
+    }
+    for (int i = 0; i < num_heads; ++i) write_zero_outputs<kAct>(p, row, head0 + i);
     return;
   }
   const int E = w + T;
-  const int heads_per_group = p.heads / p.groups;
-  const int group = head / heads_per_group;
-  const Smem sm(smem_base, L, T);
-
-  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride;
+  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride;
   const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-  const Act* x_in = static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride;
   const Act* B_in = static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride;
   const Act* C_in = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
-  stage_window<kP, kP>(sm.x, x_buf, p.xb_entry_stride, x_in, p.x_token_stride, w, E);
-  stage_window<kN, Smem::kBStride>(sm.B, B_buf, p.Bb_entry_stride, B_in, p.B_token_stride, w, E);
-  stage_window<kN, kN>(sm.C, C_in, 0, C_in, p.C_token_stride, 0, T);
+  auto stage_x_window = [&](int k, int head) {
+    stage_rows<kP>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride,
+                   static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride, p.x_token_stride, w, E);
+  };
 
-  // Warp 0: dt over the window and its inclusive prefix sum; the drafts' dt go into the buffer.
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
-    float carry = 0.0f;
-#pragma unroll
-    for (int h = 0; h < kMamba2SpecMaxBufferLen / 32; ++h) {
-      const int j = lane + 32 * h;
-      const float dt = j < w ? dt_buf[j] : (j < E ? load_draft_dt(p, row, j - w, head) : 0.0f);
-      float v = dt;
-#pragma unroll
-      for (int offset = 1; offset < 32; offset <<= 1) {
-        const float other = __shfl_up_sync(kFullMask, v, offset);
-        if (lane >= offset) v += other;
-      }
-      if (j < E) {
-        sm.dt[j] = dt;
-        sm.cum[j] = v + carry;
-        if (j >= w) dt_buf[j] = dt;
-      }
-      carry += __shfl_sync(kFullMask, v, 31);
-    }
-  }
-  cp_async_wait_all();
+  // ---- once per CTA: the B window, the drafts' C rows, B_j . C_i; two x windows ahead ----
+  stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_in, p.B_token_stride, w, E);
+  stage_rows<kN>(sm.C_rows(), C_in, 0, C_in, p.C_token_stride, 0, T);
+  stage_x_window(0, head0);
+  cp_async_commit();
+  if (num_heads > 1) stage_x_window(1, head0 + 1);
+  cp_async_commit();
+  DraftRowOperands<kAct, kSplit> next_row{};
+  WindowDt next_dt{};
+  if (epilogue_thread) next_row = load_draft_row<kAct, kScaled, kSplit>(p, row, slot, head0, epilogue_row, epilogue_part);
+  if (scalar_warp) next_dt = load_window_dt(p, row, slot, head0, w, E);
+  cp_async_wait<1>();  // the B window, the C rows and the first x window
   __syncthreads();
-
-  const float A = __ldg(p.A + head);
-  // coef[i][j], one (i, j) pair per thread; j runs fastest, so a warp shares C_i (a broadcast).
-  for (int k = threadIdx.x; k < T * E; k += kThreads) {
-    const int i = k / E;
-    const int j = k - i * E;
-    const int t = w + i;
-    float c = 0.0f;
-    if (j <= t) {
-      const Act* Bj = sm.B + j * Smem::kBStride;
-      const Act* Ci = sm.C + i * kN;
-      float dot = 0.0f;
-#pragma unroll 4
-      for (int n = 0; n < kN; n += 8) {
-        float b[8], cc[8];
-        act8_to_float(Bj + n, b);
-        act8_to_float(Ci + n, cc);
+  window_dots<kN>(sm.B_window(), sm.C_rows(), T, E, L, sm.dots());
+  const int lane = tid % kLanes;
+  auto load_c = [&](int i0, float (&c)[kDraftBatch][Chunk::kElems]) {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dot += b[e] * cc[e];
+    for (int k = 0; k < kDraftBatch; ++k) {
+#pragma unroll
+      for (int e = 0; e < Chunk::kElems; ++e) {
+        c[k][e] = i0 + k < T ? to_float(sm.C_rows()[(i0 + k) * kN + Chunk::col(lane, e)]) : 0.0f;
       }
-      c = sm.dt[j] * expf(A * sm.cum[t] - A * sm.cum[j]) * dot;
     }
-    sm.coef[i * L + j] = c;
-  }
+  };
+  float c0[kDraftBatch][Chunk::kElems];  // the first batch's C values, for every head
+  load_c(0, c0);
+  __syncthreads();  // B_j . C_i is in shared memory
 
-  // S_read[p,:] . C_i for every draft while the state elements sit in registers.
-  float s[R][kE];
+  // S_read[p, :] . C_i for the drafts i0 .. i0 + 3 of the tile into sdot[i][p].
+  auto reduce_tile = [&](const unsigned char* tile, const float (&c)[kDraftBatch][Chunk::kElems], int i0, float* sdot) {
 #pragma unroll
-  for (int r = 0; r < R; ++r) raw[r].to_float(s[r]);
-  for (int i = 0; i < T; ++i) {
-    float c[kE];
-    if constexpr (kE == 8) {
-      act8_to_float(sm.C + i * kN + Tile::col0(), c);
-    } else {
-      act4_to_float(sm.C + i * kN + Tile::col0(), c);
+    for (int r = 0; r < kPasses; ++r) {
+      const int pr = tid / kLanes + r * kRowsPerPass;
+      const bool valid = kP % kRowsPerPass == 0 || pr < kP;
+      float d[kDraftBatch] = {};
+      if (valid) {
+        float v[Chunk::kElems];
+        Chunk::load(tile + pr * kN * kSrcBytes, lane, v);
+#pragma unroll
+        for (int k = 0; k < kDraftBatch; ++k) {
+#pragma unroll
+          for (int e = 0; e < Chunk::kElems; ++e) d[k] += v[e] * c[k][e];
+        }
+      }
+      const float sum = reduce_scatter4<kLanes>(d, lane);
+      const int i = i0 + draft_of<kLanes>(lane);
+      if (valid && lane % (kLanes / 4) == 0 && i < T) sdot[i * kP + pr] = sum;
     }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float d = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) d += s[r][e] * c[e];
-      d = row_sum<Tile::kLanesPerRow>(d);
-      if (Tile::lane_in_row() == 0) sm.sdot[i * kP + Tile::row(r)] = d * row_scale[r];
-    }
-  }
-  __syncthreads();
+  };
 
-  // One thread per (draft i, row p): buffer term, epilogue, coalesced store; append x_t.
-  const float skip = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
-  Act* x_dst = static_cast<Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride;
-  for (int k = threadIdx.x; k < T * kP; k += kThreads) {
-    const int i = k / kP;
-    const int pr = k - i * kP;
-    const int t = w + i;
-    float y = expf(A * sm.cum[t]) * sm.sdot[k];
-    const float* coef = sm.coef + i * L;
-    for (int j = 0; j <= t; ++j) y += coef[j] * to_float(sm.x[j * kP + pr]);
-    const Act x_t = sm.x[t * kP + pr];
-    y += skip * to_float(x_t);
-    if (p.z != nullptr) {
-      y *= silu(to_float(__ldg(static_cast<const Act*>(p.z) + row * p.z_row_stride + i * p.z_token_stride +
-                               head * p.z_head_stride + pr)));
+  for (int h = 0; h < num_heads; ++h) {
+    const int head = head0 + h;
+    const int stage = h % S;
+    const int b = h & 1;
+    const DraftRowOperands<kAct, kSplit> cur = next_row;
+    const WindowDt cur_dt = next_dt;
+    if (h + 1 < num_heads) {
+      if (epilogue_thread) next_row = load_draft_row<kAct, kScaled, kSplit>(p, row, slot, head + 1, epilogue_row, epilogue_part);
+      if (scalar_warp) next_dt = load_window_dt(p, row, slot, head + 1, w, E);
     }
-    store_act<kAct>(p.out, row * p.out_row_stride + i * p.out_token_stride + head * p.out_head_stride + pr, y);
-    x_dst[t * p.xb_entry_stride + pr] = x_t;
+    if (scalar_warp) {
+      float dt[kMamba2SpecMaxBufferLen / 32];
+#pragma unroll
+      for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) dt[k] = window_dt(p, cur_dt, k, (tid & 31) + 32 * k, w, E);
+      draft_weights(dt, cur_dt.A, w, T, E, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
+      // The drafts' dt become entries w .. E - 1 of this head's buffer.
+      float* dt_dst = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+#pragma unroll
+      for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) {
+        const int j = (tid & 31) + 32 * k;
+        if (j >= w && j < E) dt_dst[j] = dt[k];
+      }
+    }
+
+    mbarrier_wait(sm.full(stage), (h / S) & 1);
+    const unsigned char* tile = sm.tile(stage);
+    reduce_tile(tile, c0, 0, sm.sdot(b));
+    for (int i0 = kDraftBatch; i0 < T; i0 += kDraftBatch) {  // T > 4: the further batches' C from shared memory
+      float c[kDraftBatch][Chunk::kElems];
+      load_c(i0, c);
+      reduce_tile(tile, c, i0, sm.sdot(b));
+    }
+    cp_async_wait<1>();  // this head's x window (the next head's may still be in flight)
+    __syncthreads();
+
+    // Stage `stage` and x window (h + 2) % 3 (last read by head h - 1) are free again.
+    if (producer && h + S < num_heads) {
+      fence_proxy_async();
+      issue_tile(stage, head + S);
+    }
+    if (h + 2 < num_heads) stage_x_window((h + 2) % 3, head + 2);
+    cp_async_commit();
+
+    if (epilogue_thread) {
+      const int pr = epilogue_row;
+      const Act* xw = sm.x_window(h % 3);
+      const float* coef = sm.coef(b);
+      const float* decay = sm.decay(b);
+      const float* sdot = sm.sdot(b);
+      Act* x_dst = static_cast<Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride + pr;
+      for (int i0 = 0; i0 < T; i0 += kDraftBatch) {
+        float y[kDraftBatch] = {};
+        for (int j = epilogue_part; j < E; j += kSplit) {
+          const float xj = to_float(xw[j * kP + pr]);
+          const float4 cf = *reinterpret_cast<const float4*>(coef + j * Tp + i0);
+          y[0] += cf.x * xj;
+          y[1] += cf.y * xj;
+          y[2] += cf.z * xj;
+          y[3] += cf.w * xj;
+        }
+        if constexpr (kSplit == 2) {
+#pragma unroll
+          for (int k = 0; k < kDraftBatch; ++k) y[k] += __shfl_xor_sync(kFullMask, y[k], 1);
+        }
+#pragma unroll
+        for (int m = 0; m < kDraftBatch / kSplit; ++m) {
+          const int i = i0 + epilogue_part + m * kSplit;
+          if (i >= T) break;
+          // y[epilogue_part + m * kSplit], with constant indices (a run-time index would put y in local memory)
+          const float y_i = kSplit == 2 && epilogue_part != 0 ? y[m * kSplit + kSplit - 1] : y[m * kSplit];
+          const int t = w + i;
+          const Act x_t = xw[t * kP + pr];
+          float out = y_i + decay[i] * cur.scale * sdot[i * kP + pr] + cur.skip * to_float(x_t);
+          if (p.z != nullptr) {
+            const float z = i0 == 0 ? to_float(cur.z[m])
+                                    : load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride +
+                                                              head * p.z_head_stride + pr);
+            out *= silu(z);
+          }
+          store_act<kAct>(p.out, row * p.out_row_stride + i * p.out_token_stride + head * p.out_head_stride + pr, out);
+          x_dst[t * p.xb_entry_stride] = x_t;
+        }
+      }
+    }
   }
-  // The drafts' B rows, once per group (other heads of the group read only entries < w).
-  if (head % heads_per_group == 0) {
+  // The drafts' B rows, once per group, by its first head's CTA (the others read only entries < w).
+  if (head0 == group * heads_per_group) {
     constexpr int kPerChunk = 16 / sizeof(Act);
     constexpr int kChunks = kN / kPerChunk;
     Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-    for (int k = threadIdx.x; k < T * kChunks; k += kThreads) {
+    for (int k = tid; k < T * kChunks; k += kThreads) {
       const int i = k / kChunks;
       const int c = (k - i * kChunks) * kPerChunk;
       *reinterpret_cast<uint4*>(B_dst + (w + i) * p.Bb_entry_stride + c) =
-          *reinterpret_cast<const uint4*>(sm.B + (w + i) * Smem::kBStride + c);
+          *reinterpret_cast<const uint4*>(sm.B_window() + (w + i) * kN + c);
     }
   }
 }
 
 template <int kP, int kN, DType kSrc, DType kAct>
-cudaError_t launch_verify(const Mamba2SpecParams& p, cudaStream_t stream) {
+cudaError_t launch_verify(const Mamba2SpecParams& params, cudaStream_t stream) {
+  using Layout = VerifyLayout<kP, kN, kSrc, kAct>;
   auto kernel = verify_kernel<kP, kN, kSrc, kAct>;
-  const size_t smem = VerifySmem<kP, kN, kAct>::bytes(p.buffer_len, p.num_tokens);
-  if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-  }
-  const dim3 grid(p.heads, p.batch);
+  int device = 0, max_smem = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return err;
+  // The compiled ring depth, fewer stages where a long buffer and many drafts need the room.
+  int stages = Layout::kStages;
+  while (stages > 1 && Layout::bytes(stages, params.buffer_len, params.num_tokens) > static_cast<size_t>(max_smem)) --stages;
+  const size_t smem = Layout::bytes(stages, params.buffer_len, params.num_tokens);
+  if (smem > static_cast<size_t>(max_smem)) return cudaErrorInvalidValue;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  int ctas_per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
+  if (err != cudaSuccess) return err;
+  if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
+  Mamba2SpecParams p = params;
+  p.heads_per_cta = mamba2::choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, kHeadsPerCtaKnob);
+  p.ring_stages = stages;
+  const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

@@ -19,6 +19,7 @@ FP8 = torch.float8_e4m3fn
 NANO4B = (96, 80, 128, 8)
 SUPER120B = (128, 64, 128, 8)
 ODD = (6, 64, 64, 3)           # 2 heads per group, N = 64
+WIDE = (8, 128, 128, 2)        # P = N = 128: the largest verify tiles and shared memory at L = 64, T = 16
 
 OUT_TOL = {None: 8e-3, torch.bfloat16: 2e-2, torch.float16: 1e-2, FP8: 8e-2}
 CKPT_TOL = {torch.float32: 5e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
@@ -140,11 +141,18 @@ SPEC_CONFIGS = [
     (ODD, torch.bfloat16, FP8, 8, 4, torch.bfloat16),
     (ODD, torch.float16, None, 6, 2, torch.float16),
     (ODD, torch.float32, None, 64, 16, torch.bfloat16),
+    (WIDE, torch.float32, None, 64, 16, torch.bfloat16),
 ]
 
 
+# A verify CTA pipelines several heads of a group through its ring; at these small batches the launcher
+# gives each CTA one head, so the multi-head path (ring refills, x windows two heads ahead, the
+# coefficient buffers alternating by head) is forced as well.
+@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("dims,ck,rc,L,Tmax,act", SPEC_CONFIGS)
-def test_spec_rounds_match_reference(dims, ck, rc, L, Tmax, act):
+def test_spec_rounds_match_reference(dims, ck, rc, L, Tmax, act, heads_per_cta, monkeypatch):
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_SPEC_HEADS_PER_CTA", heads_per_cta)
     layer = Layer(dims, act, seed=31 * L + Tmax)
     num_slots = 7
     gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=Tmax, checkpoint_dtype=ck, read_copy_dtype=rc)
@@ -181,8 +189,11 @@ def test_spec_rounds_match_reference(dims, ck, rc, L, Tmax, act):
     assert err < CKPT_TOL[ck], f"materialize error {err:.3g}"
 
 
+@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("rc", [None, torch.bfloat16, FP8])
-def test_flush_and_materialize_match_reference(rc):
+def test_flush_and_materialize_match_reference(rc, heads_per_cta, monkeypatch):
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_SPEC_HEADS_PER_CTA", heads_per_cta)
     layer = Layer(SUPER120B, seed=5)
     num_slots, L, Tmax = 6, 8, 4
     gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=Tmax, read_copy_dtype=rc)
@@ -225,6 +236,24 @@ def test_flush_and_materialize_match_reference(rc):
             assert torch.equal(scale, gpu.read_scale)
 
 
+def test_commit_over_several_row_chunks():
+    """The fold's CTAs find the folding rows 256 at a time: a batch over two chunks, rows in random slot
+    order with pads, folds in every round (L = 4, T = 2)."""
+    layer = Layer(ODD, seed=12)
+    num_slots, batch, L, T = 600, 520, 4, 2
+    gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=T)
+    ref = ref_cache(layer, num_slots, buffer_len=L, max_draft_tokens=T)
+    load_both(layer, gpu, ref, torch.float32, num_slots)
+    gen = torch.Generator().manual_seed(13)
+    slots = torch.randperm(num_slots, generator=gen)[:batch]
+    slots[::7] = -1
+    valid = [r for r in range(batch) if slots[r] >= 0]
+    for _ in range(4):
+        accepted = torch.randint(0, T + 1, (batch,), generator=gen, dtype=torch.int32)
+        spec_round(layer, gpu, ref, slots, T, accepted, OUT_TOL[None], valid)
+    assert rel_err(gpu.checkpoint, ref.checkpoint) < CKPT_TOL[torch.float32]
+
+
 def test_out_of_range_cursors_touch_nothing():
     layer = Layer(ODD, seed=6)
     num_slots, L, T = 6, 8, 3
@@ -259,7 +288,10 @@ def test_out_of_range_cursors_touch_nothing():
         assert torch.equal(t_before, bits(t[[1, 3]])), "commit/flush touched an out-of-range cursor's slot"
 
 
-def test_cuda_graph_verify_commit_is_bitwise_eager():
+@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+def test_cuda_graph_verify_commit_is_bitwise_eager(heads_per_cta, monkeypatch):
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_SPEC_HEADS_PER_CTA", heads_per_cta)
     layer = Layer(NANO4B, seed=3)
     T, batch = 3, 4
     caches = [gpu_cache(layer, 5, buffer_len=8, max_draft_tokens=4, read_copy_dtype=FP8) for _ in range(2)]
