@@ -11,10 +11,12 @@
 // Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule). Only the
 // folding CTAs load the state; the others read two integers and leave, since most commits fold few
 // rows. Flush and materialize load the state before the cursor is known. No CTA writes a cursor here
-// (the heads of a slot all read it): launch_mamba2_fold runs the cursor kernel after this one.
+// (the heads of a slot all read it): launch_mamba2_fold runs the cursor kernel after this one, which
+// also advances the stochastic-rounding offset when there is one (stochastic_rounding.cuh).
 #pragma once
 
 #include "mamba2_spec_common.cuh"
+#include "stochastic_rounding.cuh"
 
 namespace replayssm {
 namespace mamba2_spec {
@@ -132,8 +134,11 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
   }
 }
 
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+// kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
+// kernel as it was before rounding existed.
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
 __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParams p) {
+  static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   using Tile = FoldTile<kP, kN>;
   using V = Vec4<kCkpt>;
   constexpr int R = Tile::kRowsPerThread;
@@ -209,9 +214,17 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
       }
       continue;
     }
+    RoundingKey key{};
+    RoundingWords words;
+    if constexpr (kRound) key = RoundingKey::load(p.rounding_seed);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int pr = Tile::row(r);
+      if constexpr (kRound) {  // the read copy below is then made from the stochastically rounded value
+        uint32_t w[2];
+        words.get<R>(key, slot, head, r, [](int k) { return Tile::row(k); }, col0, w);
+        stochastic_round4<kCkpt>(s[r], w);
+      }
       V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[r]);
       if constexpr (kCopy) {
         // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
@@ -241,10 +254,15 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
 
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 cudaError_t launch_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
-  auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
   const size_t smem = FoldSmem<kP, kN, kAct>::bytes(p.buffer_len);  // <= 32 KiB at L = 64
   const dim3 grid(p.heads, p.batch < 65535 ? p.batch : 65535);
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  if constexpr (kCkpt != DType::kFloat32) {
+    if (p.rounding_seed != nullptr) {
+      fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true><<<grid, kThreads, smem, stream>>>(p);
+      return cudaGetLastError();
+    }
+  }
+  fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false><<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
