@@ -10,7 +10,8 @@
 // inf becomes +-65504. bf16: the fp32 bits plus r, truncated to the top 16 (exact: 16 bits are
 // discarded). fp16: the same with the fp32 mantissa bits below the fp16 spacing (13 for normal fp16,
 // up to 23 in its subnormal range, where r is scaled up, so the probability there is the fraction
-// truncated to 16 bits); below 2^-24, |v| becomes 2^-24 when r < floor(2^16 |v| / 2^-24), else 0.
+// truncated to 16 bits); below 2^-24, |v| becomes 2^-24 when r + floor(2^16 |v| / 2^-24) >= 2^16,
+// else 0. In every case a larger r rounds away from zero, never a smaller one.
 //
 // Random bits: Philox4x32-10 (philox.cuh). One draw covers 8 consecutive elements of a state row:
 //   key     (seed mod 2^32, seed >> 32)                          from rounding_seed[0]
@@ -78,7 +79,7 @@ REPLAYSSM_HD float stochastic_round_fp16(float v, uint32_t r) {
     const uint32_t sig = e == 0 ? m : ((m & 0x7fffffu) | 0x800000u);
     const uint32_t d = 126u - (e == 0 ? 1u : e);  // |v| / 2^-24 = sig / 2^d, d >= 24
     const uint32_t shift = d - 16 < 31 ? d - 16 : 31u;
-    q = r < (sig >> shift) ? 0x33800000u : 0u;  // 2^-24
+    q = r + (sig >> shift) >= 0x10000u ? 0x33800000u : 0u;  // 2^-24; a carry, as in the branch above
   }
   return bits_to_float(sign | q);
 }
