@@ -153,10 +153,26 @@ struct RoundingWords {
 template <DType T>
 __device__ __forceinline__ void stochastic_round4(float (&v)[4], const uint32_t (&w)[2]) {
   static_assert(T == DType::kBFloat16 || T == DType::kFloat16, "stochastic rounding is for 16-bit checkpoints");
+  uint32_t r[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t r = (w[i >> 1] >> (16 * (i & 1))) & 0xffffu;
-    v[i] = T == DType::kBFloat16 ? stochastic_round_bf16(v[i], r) : stochastic_round_fp16(v[i], r);
+  for (int i = 0; i < 4; ++i) r[i] = (w[i >> 1] >> (16 * (i & 1))) & 0xffffu;
+  if constexpr (T == DType::kBFloat16) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = stochastic_round_bf16(v[i], r[i]);
+  } else {
+    // The common case on its own: all four in fp16's normal range and within +-65504, where the rule
+    // is bf16's with 13 discarded bits (stochastic_round_fp16 with e >= 113, no clamp), a third of its
+    // instructions. Subnormal, tiny, saturating, inf and NaN values take the general rule.
+    bool normal = true;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) normal &= (float_to_bits(v[i]) & 0x7fffffffu) - 0x38800000u <= 0x477fe000u - 0x38800000u;
+    if (normal) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = bits_to_float((float_to_bits(v[i]) + (r[i] >> 3)) & 0xffffe000u);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = stochastic_round_fp16(v[i], r[i]);
+    }
   }
 }
 
