@@ -19,6 +19,9 @@ about batch / L rows, and the bytes of a step are the mean of the per-row model 
 
     python bench/bench_mamba2.py                       # full table
     python bench/bench_mamba2.py --batches 256 --dims nano4b
+    python bench/bench_mamba2.py --no-stagger          # without the per-step lock-step / staggered rows
+    python bench/bench_mamba2.py --stochastic-rounding # only: bf16 / fp16 checkpoints, round-to-nearest
+                                                       # vs stochastic rounding (same byte model, s = 2)
 """
 
 from __future__ import annotations
@@ -79,10 +82,13 @@ def make_inputs(s: Setup, steps: int):
     return out
 
 
-def bench_conventional(s: Setup):
-    """Seconds per step of mamba2_update (fp32 state) and the bytes it moves per step."""
-    k = s.groups(s.state_elems * 4)
-    state = torch.randn(k * s.batch, s.H, s.P, s.N, device="cuda") * 0.1
+def bench_conventional(s: Setup, state_dtype=torch.float32, rounding=False):
+    """Seconds per step of mamba2_update (fp32 state unless given; `rounding`: stochastic rounding of a
+    16-bit state, its offset launch included) and the bytes it moves per step."""
+    s_bytes = torch.finfo(state_dtype).bits // 8
+    k = s.groups(s.state_elems * s_bytes)
+    state = (torch.randn(k * s.batch, s.H, s.P, s.N, device="cuda") * 0.1).to(state_dtype)
+    seed = torch.tensor([1, 0], dtype=torch.int64, device="cuda") if rounding else None
     A, D, dt_bias = weights(s)
     inputs = make_inputs(s, k)
     slots = [torch.arange(g * s.batch, (g + 1) * s.batch, device="cuda", dtype=torch.int32) for g in range(k)]
@@ -91,22 +97,25 @@ def bench_conventional(s: Setup):
     def steps():
         for g in range(k):
             x, dt, B, C, z = inputs[g]
-            torch.ops.replayssm.mamba2_update(state, x, dt, A, B, C, out, D, z, dt_bias, True, slots[g], -1)
+            torch.ops.replayssm.mamba2_update(state, x, dt, A, B, C, out, D, z, dt_bias, True, slots[g], -1, seed)
 
     t = time_graph(steps) / k
-    return t, s.batch * 2 * s.state_elems * 4 + s.io_bytes()
+    return t, s.batch * 2 * s.state_elems * s_bytes + s.io_bytes()
 
 
 class ReplayPool:
-    """A rotating pool of replay caches (fp32 checkpoint, optional read copy) for one setup: k slot
-    groups of `batch` slots, random checkpoints and full random buffers, and the step launch."""
+    """A rotating pool of replay caches (fp32 checkpoint unless given, optional read copy; `rounding`:
+    stochastic rounding of a 16-bit checkpoint) for one setup: k slot groups of `batch` slots, random
+    checkpoints and full random buffers, and the step launch."""
 
-    def __init__(self, s: Setup, read_copy_dtype):
+    def __init__(self, s: Setup, read_copy_dtype, checkpoint_dtype=torch.float32, rounding=False):
         self.s, self.rc_dtype = s, read_copy_dtype
-        self.r_bytes = {None: 4, torch.bfloat16: 2, torch.float16: 2, torch.float8_e4m3fn: 1}[read_copy_dtype]
-        self.k = k = s.groups(s.state_elems * 4)
+        self.c_bytes = torch.finfo(checkpoint_dtype).bits // 8
+        self.r_bytes = self.c_bytes if read_copy_dtype is None else torch.finfo(read_copy_dtype).bits // 8
+        self.k = k = s.groups(s.state_elems * self.c_bytes)
         S = k * s.batch
-        self.ck = torch.randn(S, s.H, s.P, s.N, device="cuda") * 0.1
+        self.ck = (torch.randn(S, s.H, s.P, s.N, device="cuda") * 0.1).to(checkpoint_dtype)
+        self.seed = torch.tensor([1, 0], dtype=torch.int64, device="cuda") if rounding else None
         self.rc = self.rs = None
         if read_copy_dtype is not None:
             self.rc = torch.empty(S, s.H, s.P, s.N, device="cuda", dtype=read_copy_dtype)
@@ -127,22 +136,24 @@ class ReplayPool:
         for i, (x, dt, B, C, z) in enumerate(inputs):
             torch.ops.replayssm.mamba2_step(self.ck, self.rc, self.rs, self.x_buf, self.B_buf, self.dt_buf,
                                             self.cursors, x, dt, self.A, B, C, self.out, self.D, z, self.dt_bias,
-                                            True, 1, self.slots[i % self.k], -1)
+                                            True, 1, self.slots[i % self.k], -1, self.seed)
 
     def step_bytes(self, w):
         """Bytes one step at cursor w moves for the whole batch (the byte model in the module doc)."""
         s, fold = self.s, w + 1 >= self.s.L
         fp8 = self.rc_dtype == torch.float8_e4m3fn
-        per_elem = (8 + self.r_bytes) if fold and self.rc is not None else 8 if fold else self.r_bytes
+        ck_rw = 2 * self.c_bytes   # a fold reads and writes the checkpoint
+        per_elem = (ck_rw + self.r_bytes) if fold and self.rc is not None else ck_rw if fold else self.r_bytes
         scales = 4 * s.batch * s.H * s.P if fold and fp8 else 0
         entries = w if fold else w + 1
         return s.batch * s.state_elems * per_elem + scales + entries * s.entry_bytes() + s.io_bytes()
 
 
-def bench_replay(s: Setup, read_copy_dtype, phase=None):
-    """Seconds per step of mamba2_step (fp32 checkpoint) over whole L-step cycles (phase None), or of
-    steps at one cursor position (phase = w, cursors reset before every replay). Returns (s, bytes)."""
-    pool = ReplayPool(s, read_copy_dtype)
+def bench_replay(s: Setup, read_copy_dtype, phase=None, checkpoint_dtype=torch.float32, rounding=False):
+    """Seconds per step of mamba2_step (fp32 checkpoint unless given; `rounding`: stochastic rounding of
+    a 16-bit one) over whole L-step cycles (phase None), or of steps at one cursor position (phase = w,
+    cursors reset before every replay). Returns (s, bytes)."""
+    pool = ReplayPool(s, read_copy_dtype, checkpoint_dtype, rounding)
     per_graph = pool.k * (s.L if phase is None else 1)
     inputs = make_inputs(s, per_graph)
     reset = None if phase is None else (lambda: pool.cursors.fill_(phase))
@@ -179,6 +190,8 @@ def main(argv=None) -> int:
     parser.add_argument("--buffer-len", type=int, default=16)
     parser.add_argument("--stagger", action=argparse.BooleanOptionalAction, default=True,
                         help="time every step of lock-step and staggered-flush cycles (slowest vs mean)")
+    parser.add_argument("--stochastic-rounding", action="store_true",
+                        help="instead of the main table: the cost of stochastic rounding of bf16 / fp16 checkpoints")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mamba2: needs a CUDA GPU", file=sys.stderr)
@@ -186,6 +199,8 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     name = torch.cuda.get_device_name()
     bw = measure_copy_bandwidth()
+    if args.stochastic_rounding:
+        return rounding_table(args, name, bw)
     print(f"# {name}; device-to-device copy: {bw / 1e12:.2f} TB/s (read + write); L = {args.buffer_len}; "
           f"bf16 activations, z gate, D, dt_bias, softplus; fp32 checkpoint; CUDA-graph replay, cold L2, medians")
     print("| dims | batch | kernel | us/step | GB/s | % copy BW | speedup vs conventional |")
@@ -216,6 +231,33 @@ def main(argv=None) -> int:
                 print(f"| {dname} | {batch} | {label} | {t * 1e6:.1f} | {b / t / 1e9:.0f} | "
                       f"{100 * b / t / bw:.1f} | {t_conv / t:.2f}x |", flush=True)
             torch.cuda.empty_cache()
+    return 0
+
+
+def rounding_table(args, name, bw) -> int:
+    """Round-to-nearest vs stochastic rounding of 16-bit checkpoints, side by side: the conventional
+    update (which rounds every step), the whole replay cycle and the fold step (which round once per
+    cycle). Same byte model as the main table with 2-byte checkpoints; the SR rows include the launch
+    that advances the offset (update, step)."""
+    print(f"# {name}; device-to-device copy: {bw / 1e12:.2f} TB/s; L = {args.buffer_len}; bf16 activations; "
+          f"no read copy; CUDA-graph replay, cold L2, medians; SR = stochastic rounding (Philox4x32-10)")
+    print("| dims | batch | checkpoint | kernel | RNE us | SR us | SR cost | SR % copy BW |")
+    print("|---|---|---|---|---|---|---|---|")
+    for dname in args.dims:
+        H, P, N, G = DIMS[dname]
+        for batch in args.batches:
+            s = Setup(H, P, N, G, batch, args.buffer_len)
+            for ck in (torch.bfloat16, torch.float16):
+                cases = [("conventional update", lambda r: bench_conventional(s, ck, r)),
+                         ("replay cycle", lambda r: bench_replay(s, None, None, ck, r)),
+                         ("fold step (all rows)", lambda r: bench_replay(s, None, s.L - 1, ck, r))]
+                for label, run in cases:
+                    t_rne, _ = run(False)
+                    t_sr, b = run(True)
+                    print(f"| {dname} | {batch} | {str(ck).replace('torch.', '')} | {label} | {t_rne * 1e6:.1f} | "
+                          f"{t_sr * 1e6:.1f} | {100 * (t_sr / t_rne - 1):+.1f}% | {100 * b / t_sr / bw:.1f} |",
+                          flush=True)
+                torch.cuda.empty_cache()
     return 0
 
 

@@ -203,7 +203,17 @@ class Mamba2Cache(_ReplayCache):
                  weights: Mamba2Weights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
                  checkpoint_dtype=torch.float32, read_copy_dtype=None, activation_dtype=torch.bfloat16,
                  pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None,
-                 staggered_flush: bool = False):
+                 staggered_flush: bool = False, stochastic_rounding: bool = False, seed: int = 0):
+        """stochastic_rounding: a bf16 / fp16 checkpoint rounds its folds (and the L=1 update)
+        stochastically, unbiased, instead of to nearest (reference.stochastic_round); the cache owns the
+        device tensor `rounding_seed` = [seed, offset] that the ops advance. Give each layer its own seed."""
+        if not isinstance(stochastic_rounding, bool):
+            raise ValueError(f"Mamba2Cache: `stochastic_rounding` must be a bool, got {stochastic_rounding!r}")
+        if stochastic_rounding and checkpoint_dtype not in (torch.bfloat16, torch.float16):
+            raise ValueError(f"Mamba2Cache: stochastic_rounding=True needs checkpoint_dtype bfloat16 or float16, "
+                             f"got {_dtype_name(checkpoint_dtype)}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or not -2**63 <= seed < 2**63:
+            raise ValueError(f"Mamba2Cache: `seed` must be an int in [-2**63, 2**63), got {seed!r}")
         super().__init__(num_slots, {"num_heads": num_heads, "head_dim": head_dim, "state_dim": state_dim},
                          buffer_len=buffer_len, max_draft_tokens=max_draft_tokens,
                          checkpoint_dtype=checkpoint_dtype, read_copy_dtype=read_copy_dtype,
@@ -224,6 +234,9 @@ class Mamba2Cache(_ReplayCache):
         self.x_buf = torch.zeros(S, num_heads, L, head_dim, dtype=activation_dtype, device=self.device)
         self.B_buf = torch.zeros(S, num_groups, L, state_dim, dtype=activation_dtype, device=self.device)
         self.dt_buf = torch.zeros(S, num_heads, L, dtype=self.aux_dtype, device=self.device)
+        # Per cache, not per slot: the random bits already depend on the slot.
+        self.rounding_seed = (torch.tensor([seed, 0], dtype=torch.int64, device=self.device)
+                              if stochastic_rounding else None)
         self._stagger(None)
 
     def _buffers(self):
@@ -239,9 +252,10 @@ class Mamba2Cache(_ReplayCache):
         out = torch.empty_like(x) if out is None else out
         if self.buffer_len == 1:   # nothing to buffer: the conventional update is the L=1 replay
             return ops.mamba2_update(self.checkpoint, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
-                                     slots, self.pad_slot_id, backend=self.backend)
+                                     slots, self.pad_slot_id, self.rounding_seed, backend=self.backend)
         return ops.mamba2_step(*self._cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
-                               self.max_draft_tokens, slots, self.pad_slot_id, backend=self.backend)
+                               self.max_draft_tokens, slots, self.pad_slot_id, self.rounding_seed,
+                               backend=self.backend)
 
     def verify(self, x, dt, B, C, z=None, slots=None, out=None):
         """Outputs of T draft tokens per row (x (batch, T, H, P) ...); commits nothing."""
@@ -254,11 +268,12 @@ class Mamba2Cache(_ReplayCache):
     def commit(self, num_accepted, slots=None):
         """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
         ops.mamba2_commit(*self._cache_args(), num_accepted, self.weights.A, self.max_draft_tokens, slots,
-                          self.pad_slot_id, backend=self.backend)
+                          self.pad_slot_id, self.rounding_seed, backend=self.backend)
 
     def flush(self, slots=None):
         """Fold all committed tokens of the slots (all when None) into their checkpoints."""
-        ops.mamba2_flush(*self._cache_args(), self.weights.A, slots, self.pad_slot_id, backend=self.backend)
+        ops.mamba2_flush(*self._cache_args(), self.weights.A, slots, self.pad_slot_id, self.rounding_seed,
+                         backend=self.backend)
 
     def materialize(self, slots=None, out=None):
         """Full-precision state (batch, H, P, N) at each row's committed position; cache unchanged."""

@@ -84,6 +84,17 @@ def _expect_read_copy(op: str, checkpoint, read_copy, read_scale):
                          f"{str(read_copy.dtype).replace('torch.', '')} read copy with a scale")
 
 
+def _expect_rounding_seed(op: str, checkpoint, rounding_seed, checkpoint_name: str = "checkpoint"):
+    """rounding_seed: None, or an int64 (2,) tensor [seed, offset] on the cache's device, and only for a
+    bf16 / fp16 checkpoint (stochastic rounding of its stores; reference.stochastic_round)."""
+    if rounding_seed is None:
+        return
+    if checkpoint.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"{op}: `rounding_seed` (stochastic rounding) is only for a bfloat16 or float16 "
+                         f"{checkpoint_name}, got a {_dtype_text(checkpoint.dtype)} {checkpoint_name}; pass None")
+    expect(op, "rounding_seed", rounding_seed, shape=(2,), dtypes=(torch.int64,), device=checkpoint.device)
+
+
 def _expect_positive_int(op: str, name: str, value, upper=None):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (upper is not None and value > upper):
         bound = f"in [1, {upper}]" if upper is not None else ">= 1"
@@ -222,14 +233,16 @@ def _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt
 
 
 def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
-                  slots=None, pad_slot_id: int = -1, *, backend="auto"):
-    """Conventional T=1 Mamba-2 decode (read, update and write the state). See reference.mamba2_update."""
+                  slots=None, pad_slot_id: int = -1, rounding_seed=None, *, backend="auto"):
+    """Conventional T=1 Mamba-2 decode (read, update and write the state). See reference.mamba2_update.
+    rounding_seed: int64 (2,) [seed, offset] for stochastic rounding of a bf16 / fp16 state, or None."""
     op = "mamba2_update"
     expect(op, "state", state, shape=(None, None, None, None), dtypes=CHECKPOINT_DTYPES, last_dim_contiguous=True)
     _expect_mamba2_inputs(op, state, x, dt, A, B, C, out, D, z, dt_bias, (x.shape[0],) if x is not None else (0,))
     _expect_slots(op, slots, x.shape[0], state.shape[0], state.device)
+    _expect_rounding_seed(op, state, rounding_seed, "state")
     _run(op, backend, state.device, reference.mamba2_update,
-                state, x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id,
+                state, x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id, rounding_seed,
                 kernel_limit=mamba2_kernel_limit(state, None, x))
     return out  # the compiled ops return nothing
 
@@ -288,8 +301,10 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
 
 def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
-                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, *, backend="auto"):
-    """T=1 replay decode with the fold fused in. See reference.mamba2_step."""
+                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, rounding_seed=None, *,
+                backend="auto"):
+    """T=1 replay decode with the fold fused in. See reference.mamba2_step. rounding_seed: int64 (2,)
+    [seed, offset] for stochastic rounding of a bf16 / fp16 checkpoint's folds, or None."""
     op = "mamba2_step"
     L = _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
     _expect_positive_int(op, "max_draft_tokens", max_draft_tokens, L)
@@ -298,39 +313,45 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
     if G != B_buf.shape[1]:
         raise ValueError(f"{op}: `B` has {G} groups but `B_buf` holds {B_buf.shape[1]}")
     _expect_slots(op, slots, x.shape[0], checkpoint.shape[0], checkpoint.device)
+    _expect_rounding_seed(op, checkpoint, rounding_seed)
     _run(op, backend, checkpoint.device, reference.mamba2_step,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), max_draft_tokens, slots, pad_slot_id,
-                kernel_limit=mamba2_kernel_limit(checkpoint, read_copy, x))
+                rounding_seed, kernel_limit=mamba2_kernel_limit(checkpoint, read_copy, x))
     return out  # the compiled ops return nothing
 
 
 def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
-                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1, *, backend="auto"):
-    """Accept verified entries (a device-side cursor move) and fold where the next verify would not fit."""
+                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1, rounding_seed=None, *,
+                  backend="auto"):
+    """Accept verified entries (a device-side cursor move) and fold where the next verify would not fit.
+    rounding_seed: as in mamba2_step."""
     op = "mamba2_commit"
     L = _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
     _expect_positive_int(op, "max_draft_tokens", max_draft_tokens, L)
     expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
     expect(op, "A", A, shape=(checkpoint.shape[1],), dtypes=(torch.float32, torch.float64), device=checkpoint.device)
     _expect_slots(op, slots, num_accepted.shape[0], checkpoint.shape[0], checkpoint.device)
+    _expect_rounding_seed(op, checkpoint, rounding_seed)
     return _run(op, backend, checkpoint.device, reference.mamba2_commit,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
-                A, max_draft_tokens, slots, pad_slot_id,
+                A, max_draft_tokens, slots, pad_slot_id, rounding_seed,
                 kernel_limit=mamba2_spec_kernel_limit(checkpoint, read_copy, x_buf, dt_buf))
 
 
 def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A,
-                 slots=None, pad_slot_id: int = -1, *, backend="auto"):
-    """Fold everything committed into the checkpoints of the named slots (all when None)."""
+                 slots=None, pad_slot_id: int = -1, rounding_seed=None, *, backend="auto"):
+    """Fold everything committed into the checkpoints of the named slots (all when None).
+    rounding_seed: as in mamba2_step."""
     op = "mamba2_flush"
     _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
     expect(op, "A", A, shape=(checkpoint.shape[1],), dtypes=(torch.float32, torch.float64), device=checkpoint.device)
     if slots is not None:
         expect(op, "slots", slots, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
+    _expect_rounding_seed(op, checkpoint, rounding_seed)
     return _run(op, backend, checkpoint.device, reference.mamba2_flush,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, slots, pad_slot_id,
-                kernel_limit=mamba2_spec_kernel_limit(checkpoint, read_copy, x_buf, dt_buf))
+                rounding_seed, kernel_limit=mamba2_spec_kernel_limit(checkpoint, read_copy, x_buf, dt_buf))
 
 
 def mamba2_materialize(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out,

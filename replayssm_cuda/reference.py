@@ -111,6 +111,127 @@ def _window_masks(num_committed_rows, offset: int, length: int, device):
 
 
 # --------------------------------------------------------------------------------------------------
+# Stochastic rounding of 16-bit checkpoints (Philox4x32-10, seed and offset in a device tensor)
+# --------------------------------------------------------------------------------------------------
+#
+# The spec of csrc/kernels/philox.cuh and stochastic_rounding.cuh, bit for bit. A bf16 / fp16
+# checkpoint written from fp32 (the update, every fold) may round stochastically instead of to nearest:
+# a value between two neighbouring 16-bit values goes to the one farther from zero with probability
+# equal to its fractional distance from the one nearer zero (16 random bits per element), so
+# E[SR(v)] = v and small increments that round-to-nearest would drop forever survive on average.
+# `rounding_seed` is an int64 tensor (2,) = [seed, offset]; every call that may round advances the
+# offset by one. The bits of element (slot, head, p, n) are those of one Philox draw covering
+# 8 consecutive elements of a row:
+#     key = (seed mod 2^32, seed >> 32 mod 2^32)
+#     counter = ((p << 16) | (n >> 3), head, slot mod 2^32, offset mod 2^32)
+#     bits = 16-bit half (n % 2, low half first) of word (n % 8) // 2
+# so they depend on (seed, offset, slot, head, p, n) only, never on the batch row or batch size.
+# `load` keeps round-to-nearest-even (it writes given states; nothing accumulates there).
+
+_MASK32 = 0xFFFFFFFF
+_PHILOX_MUL = (0xD2511F53, 0xCD9E8D57)
+_PHILOX_WEYL = (0x9E3779B9, 0xBB67AE85)
+
+
+def _mulhilo32(a: torch.Tensor, b: int):
+    """(a * b) >> 32 and (a * b) mod 2^32 for int64 tensors a in [0, 2^32) and a 32-bit constant b,
+    without int64 overflow (a is split into 16-bit halves)."""
+    lo_part = (a & 0xFFFF) * b                    # < 2^48
+    hi_part = (a >> 16) * b                       # < 2^48
+    lo = (lo_part + ((hi_part & 0xFFFF) << 16)) & _MASK32
+    hi = (hi_part + (lo_part >> 16)) >> 16
+    return hi, lo
+
+
+def philox4x32_10(counter, key):
+    """Philox4x32-10 (Random123 constants) of int64 tensors: counter = (c0, c1, c2, c3), key = (k0, k1),
+    every word in [0, 2^32), broadcast together. Returns the 4 output words as int64 tensors."""
+    c0, c1, c2, c3 = (torch.as_tensor(c, dtype=torch.int64) & _MASK32 for c in counter)
+    k0, k1 = (torch.as_tensor(k, dtype=torch.int64) & _MASK32 for k in key)
+    for i in range(10):
+        if i > 0:
+            k0 = (k0 + _PHILOX_WEYL[0]) & _MASK32
+            k1 = (k1 + _PHILOX_WEYL[1]) & _MASK32
+        hi0, lo0 = _mulhilo32(c0, _PHILOX_MUL[0])
+        hi1, lo1 = _mulhilo32(c2, _PHILOX_MUL[1])
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def rounding_bits(seed: int, offset: int, slots, heads: int, rows: int, cols: int, device=None):
+    """The 16 random bits (int64 in [0, 2^16)) of every element of checkpoint[slots], shape
+    (len(slots), heads, rows, cols), for one call with this seed and offset."""
+    slots = torch.as_tensor(slots, dtype=torch.int64, device=device)
+    device = slots.device
+    blocks = (cols + 7) // 8
+    p = torch.arange(rows, dtype=torch.int64, device=device)
+    c0 = ((p[:, None] << 16) | torch.arange(blocks, dtype=torch.int64, device=device)[None, :])[None, None]
+    c1 = torch.arange(heads, dtype=torch.int64, device=device)[None, :, None, None]
+    c2 = (slots & _MASK32)[:, None, None, None]
+    c3 = torch.tensor(offset & _MASK32, dtype=torch.int64, device=device)
+    words = philox4x32_10((c0, c1, c2, c3), (seed & _MASK32, (seed >> 32) & _MASK32))
+    words = torch.stack([torch.broadcast_to(w, (slots.numel(), heads, rows, blocks)) for w in words], dim=-1)
+    halves = torch.stack([words & 0xFFFF, words >> 16], dim=-1)     # (..., blocks, 4 words, 2 halves)
+    return halves.reshape(slots.numel(), heads, rows, blocks * 8)[..., :cols]
+
+
+def stochastic_round(values: torch.Tensor, dtype: torch.dtype, bits: torch.Tensor) -> torch.Tensor:
+    """Stochastic rounding of `values` (rounded to fp32 first when wider) to bf16 / fp16 with 16 random
+    bits per element (`bits`, int64 in [0, 2^16), same shape). Representable values stay; NaN goes
+    through as in a round-to-nearest cast; fp16 saturates to +-65504 first, like make_read_copy and the
+    kernels' fp16 stores (so inf becomes +-65504). bf16: the fp32 bits plus the random bits, truncated to
+    the top 16. fp16: the same on the fp32 mantissa bits below the fp16 spacing (13 in fp16's normal
+    range, up to 23 below it, where the 16 random bits are scaled up, so the probability is the fraction
+    truncated to 16 bits); below 2^-24, |v| becomes 2^-24 when bits + floor(2^16 |v| / 2^-24) >= 2^16,
+    else 0. A larger bits value never rounds toward zero where a smaller one rounds away."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"stochastic_round: dtype must be bfloat16 or float16, got {dtype}")
+    v = values.to(torch.float32)
+    if dtype == torch.float16:
+        v = v.clamp(-FP16_MAX, FP16_MAX)
+    a = v.contiguous().view(torch.int32).to(torch.int64) & _MASK32
+    r = bits.to(device=v.device, dtype=torch.int64)
+    if dtype == torch.bfloat16:
+        out = (a + r) & 0xFFFF0000
+    else:
+        sign = a & 0x80000000
+        m = a ^ sign
+        e = m >> 23
+        s = torch.where(e >= 113, 13, 126 - e).clamp(13, 23)             # used where e >= 103 only
+        add = torch.where(s <= 16, r >> (16 - s).clamp(min=0), r << (s - 16).clamp(min=0))
+        grid = (m + add) & (_MASK32 ^ ((torch.ones_like(s) << s) - 1))
+        sig = torch.where(e == 0, m, (m & 0x7FFFFF) | 0x800000)
+        shift = (126 - e.clamp(min=1) - 16).clamp(max=31)
+        tiny = torch.where(r + (sig >> shift) >= 0x10000, 0x33800000, 0)  # 2^-24 or 0, a carry again
+        out = sign | torch.where(e >= 103, grid, tiny)
+    out = torch.where(out >= 2**31, out - 2**32, out).to(torch.int32).view(torch.float32)
+    return torch.where(torch.isnan(v), v, out).to(dtype)
+
+
+def _check_rounding_seed(checkpoint, rounding_seed):
+    if rounding_seed is not None and checkpoint.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"rounding_seed (stochastic rounding) is only for a bfloat16 or float16 checkpoint, "
+                         f"got a {str(checkpoint.dtype).replace('torch.', '')} checkpoint")
+
+
+def _store_checkpoint(checkpoint, idx, values, rounding_seed) -> None:
+    """checkpoint[idx] = values in the checkpoint dtype: round to nearest even, or stochastically with
+    the bits of this call's (seed, offset) when rounding_seed is given."""
+    if rounding_seed is None or idx.numel() == 0:
+        checkpoint[idx] = values.to(checkpoint.dtype)
+        return
+    seed, offset = (int(v) for v in rounding_seed.tolist())
+    bits = rounding_bits(seed, offset, idx.to(torch.int64), *checkpoint.shape[1:], device=checkpoint.device)
+    checkpoint[idx] = stochastic_round(values, checkpoint.dtype, bits)
+
+
+def _advance_rounding_offset(rounding_seed) -> None:
+    """Every call with a rounding seed moves its offset by one (the kernels do it on the device)."""
+    if rounding_seed is not None:
+        rounding_seed[1] += 1
+
+
+# --------------------------------------------------------------------------------------------------
 # Read copies
 # --------------------------------------------------------------------------------------------------
 
@@ -244,13 +365,15 @@ def _mamba2_finish_output(y, x, D, z, cd):
 
 
 def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-                  slots=None, pad_slot_id: int = -1):
+                  slots=None, pad_slot_id: int = -1, rounding_seed=None):
     """Conventional T=1 Mamba-2 decode: read the state, update it, write it, return the output.
 
     state (slots, H, P, N); x, z, out (batch, H, P); dt (batch, H); A, D, dt_bias (H,); B, C (batch, G, N).
         dt = softplus(dt + dt_bias) if dt_softplus ; a = exp(dt * A)
         S  = a * S + dt * x (outer) B ;  y = S C + D x ;  y *= silu(z)
+    rounding_seed: stochastic rounding of a bf16 / fp16 state (see stochastic_round); offset += 1.
     """
+    _check_rounding_seed(state, rounding_seed)
     cd = _compute_dtype(state, x)
     H = state.shape[1]
     idx, valid = _resolve_rows(slots, x.shape[0], state.shape[0], pad_slot_id, state.device)
@@ -262,7 +385,8 @@ def mamba2_update(state, x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_s
     s = state[idx].to(cd)
     s = decay[..., None, None] * s + (dts[..., None] * xs)[..., None] * Bh[:, :, None, :]
     y = _mamba2_finish_output((s * Ch[:, :, None, :]).sum(-1), xs, D, z, cd)
-    state[idx[valid]] = s[valid].to(state.dtype)
+    _store_checkpoint(state, idx[valid], s[valid], rounding_seed)
+    _advance_rounding_offset(rounding_seed)
     out.copy_(torch.where(valid[:, None, None], y, torch.zeros_like(y)))
     return out
 
@@ -303,13 +427,16 @@ def _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, idx, 
     return s + torch.einsum("bhl,bhlp,bhln->bhpn", weight, xb, Bb)
 
 
-def _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold):
-    """Fold the buffers of rows `fold` into their checkpoints, refresh their read copies, empty them."""
+def _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold,
+                 rounding_seed=None):
+    """Fold the buffers of rows `fold` into their checkpoints, refresh their read copies (from the
+    checkpoint as stored, so after any stochastic rounding), empty them."""
     idx = idx[fold]
     if idx.numel() == 0:
         return
     cd = _compute_dtype(checkpoint)
-    checkpoint[idx] = _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, idx, cd).to(checkpoint.dtype)
+    state = _mamba2_fold_state(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, idx, cd)
+    _store_checkpoint(checkpoint, idx, state, rounding_seed)
     num_committed[idx] = 0
     if read_copy is not None:
         make_read_copy(checkpoint, read_copy, read_scale, idx)
@@ -359,11 +486,15 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
 
 
 def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
-                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1) -> None:
+                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1, rounding_seed=None) -> None:
     """Accept the first num_accepted[r] verified entries of each row (a cursor move), then fold the
-    slots where the next verify of max_draft_tokens would not fit (flush-early rule)."""
+    slots where the next verify of max_draft_tokens would not fit (flush-early rule).
+    rounding_seed: stochastic rounding of a bf16 / fp16 checkpoint's folds; offset += 1 per call."""
+    _check_rounding_seed(checkpoint, rounding_seed)
     idx, fold = _commit_cursors(num_committed, num_accepted, x_buf.shape[2], max_draft_tokens, slots, pad_slot_id)
-    _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold)
+    _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold,
+                 rounding_seed)
+    _advance_rounding_offset(rounding_seed)
 
 
 def _rows_folding_after_append(num_committed, x_buf, slots, batch, pad_slot_id, max_draft_tokens):
@@ -379,13 +510,15 @@ def _rows_folding_after_append(num_committed, x_buf, slots, batch, pad_slot_id, 
 
 def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1):
+                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, rounding_seed=None):
     """T=1 decode: output from the read state + buffer + token, append, fold when the buffer is full.
     x, z, out (batch, H, P); dt (batch, H); B, C (batch, G, N).
 
     verify(T=1) followed by commit(1), with one difference: on a step that folds, the output comes
     from the freshly folded full-precision state, y = S_new C + D x (the fused kernel reads the
-    checkpoint for the fold anyway, so this output is the more exact one and costs nothing)."""
+    checkpoint for the fold anyway, so this output is the more exact one and costs nothing).
+    rounding_seed: as in mamba2_commit (the step's fold rounds with it; offset += 1 per call)."""
+    _check_rounding_seed(checkpoint, rounding_seed)
     mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                   x[:, None], dt[:, None], A, B[:, None], C[:, None], out[:, None], D,
                   None if z is None else z[:, None], dt_bias, dt_softplus, slots, pad_slot_id)
@@ -401,15 +534,19 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
         out[rows] = y.to(out.dtype)
     ones = torch.ones(x.shape[0], dtype=torch.int32, device=x.device)
     mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, ones, A,
-                  max_draft_tokens, slots, pad_slot_id)
+                  max_draft_tokens, slots, pad_slot_id, rounding_seed)
     return out
 
 
 def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A,
-                 slots=None, pad_slot_id: int = -1) -> None:
-    """Fold everything committed into the checkpoint of the named slots (all when None)."""
+                 slots=None, pad_slot_id: int = -1, rounding_seed=None) -> None:
+    """Fold everything committed into the checkpoint of the named slots (all when None).
+    rounding_seed: as in mamba2_commit."""
+    _check_rounding_seed(checkpoint, rounding_seed)
     idx, fold = _rows_to_flush(num_committed, x_buf.shape[2], slots, pad_slot_id)
-    _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold)
+    _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold,
+                 rounding_seed)
+    _advance_rounding_offset(rounding_seed)
 
 
 def mamba2_materialize(checkpoint, x_buf, B_buf, dt_buf, num_committed, A, out,

@@ -95,6 +95,19 @@ int64_t fill_buffers(Params& p, const Expect& expect, const char* op, const at::
   return L;
 }
 
+// The optional [seed, offset] of stochastic rounding: only where a bf16 / fp16 checkpoint is written.
+template <class Params>
+void fill_rounding_seed(Params& p, const Expect& expect, const char* op, const char* checkpoint_name,
+                        const at::Tensor& checkpoint, const std::optional<at::Tensor>& rounding_seed) {
+  p.rounding_seed = nullptr;
+  if (!rounding_seed) return;
+  const auto ck = checkpoint.scalar_type();
+  TORCH_CHECK(ck == at::kBFloat16 || ck == at::kHalf, checks::cat(op, ": rounding_seed (stochastic rounding) is only for a bfloat16 or float16 ", checkpoint_name, ", got a ", checks::dtype_str(ck), " ", checkpoint_name, "; pass None"));
+  expect("rounding_seed", *rounding_seed, {2}, {at::kLong});
+  checks::writable(op, "rounding_seed", *rounding_seed);
+  p.rounding_seed = rounding_seed->data_ptr<int64_t>();
+}
+
 void fill_slots(Mamba2SpecParams& p, const Expect& expect, const char* op, const std::optional<at::Tensor>& slots,
                 int64_t batch, int64_t pad_slot_id, int64_t num_slots) {
   if (slots) {
@@ -185,7 +198,8 @@ void launch_checked(const char* op, const at::Tensor& on, cudaError_t (*launcher
 void mamba2_update(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
                    const at::Tensor& B, const at::Tensor& C, const at::Tensor& out, const std::optional<at::Tensor>& D,
                    const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
-                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                   const std::optional<at::Tensor>& rounding_seed) {
   constexpr const char* op = "mamba2_update";
   const Expect expect{op, state};
   expect("state", state, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
@@ -195,6 +209,7 @@ void mamba2_update(const at::Tensor& state, const at::Tensor& x, const at::Tenso
   Mamba2Params p{};
   fill_checkpoint(p, state);
   fill_inputs(p, expect, op, H, P, N, x, dt, A, B, C, out, D, z, dt_bias, dt_softplus, slots, pad_slot_id, state.size(0));
+  fill_rounding_seed(p, expect, op, "state", state, rounding_seed);
   launch_checked(op, state, launch_mamba2_update, p);
 }
 
@@ -204,7 +219,8 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
                  const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const at::Tensor& out,
                  const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
                  const std::optional<at::Tensor>& dt_bias, bool dt_softplus, int64_t max_draft_tokens,
-                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                 const std::optional<at::Tensor>& rounding_seed) {
   constexpr const char* op = "mamba2_step";
   const Expect expect{op, checkpoint};
   expect("checkpoint", checkpoint, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
@@ -222,6 +238,7 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
 
   fill_inputs(p, expect, op, H, P, N, x, dt, A, B, C, out, D, z, dt_bias, dt_softplus, slots, pad_slot_id, S);
   TORCH_CHECK(B_buf.size(1) == p.groups, checks::cat(op, ": B has ", p.groups, " groups but B_buf holds ", B_buf.size(1)));
+  fill_rounding_seed(p, expect, op, "checkpoint", checkpoint, rounding_seed);
   launch_checked(op, checkpoint, launch_mamba2_step, p);
 }
 
@@ -314,7 +331,7 @@ void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
                    const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_accepted,
                    const at::Tensor& A, int64_t max_draft_tokens, const std::optional<at::Tensor>& slots,
-                   int64_t pad_slot_id) {
+                   int64_t pad_slot_id, const std::optional<at::Tensor>& rounding_seed) {
   constexpr const char* op = "mamba2_commit";
   const Expect expect{op, checkpoint};
   expect("num_accepted", num_accepted, {-1}, {at::kInt, at::kLong});
@@ -326,13 +343,15 @@ void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>
   p.num_accepted = num_accepted.data_ptr();
   p.num_accepted_dtype = kernel_dtype(num_accepted.scalar_type());
   p.num_accepted_stride = num_accepted.stride(0);
+  fill_rounding_seed(p, expect, op, "checkpoint", checkpoint, rounding_seed);
   launch_checked(op, checkpoint, launch_mamba2_fold, p);
 }
 
 void mamba2_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                   const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& A,
-                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                  const std::optional<at::Tensor>& rounding_seed) {
   constexpr const char* op = "mamba2_flush";
   const Expect expect{op, checkpoint};
   if (slots) expect("slots", *slots, {-1}, {at::kInt, at::kLong});
@@ -340,6 +359,7 @@ void mamba2_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>&
   Mamba2SpecParams p = fold_params(op, expect, checkpoint, /*written=*/true, read_copy, read_scale, x_buf, B_buf,
                                    dt_buf, num_committed, A, slots, batch, pad_slot_id);
   p.mode = Mamba2FoldMode::kFlush;
+  fill_rounding_seed(p, expect, op, "checkpoint", checkpoint, rounding_seed);
   launch_checked(op, checkpoint, launch_mamba2_fold, p);
 }
 

@@ -7,19 +7,21 @@
 
 #include <ATen/core/Tensor.h>
 
-// X(name, schema)
+// X(name, schema). rounding_seed (int64 (2,) [seed, offset], optional, last so existing calls stay
+// valid): stochastic rounding of a bf16 / fp16 checkpoint's stores; the op advances the offset.
 #define REPLAYSSM_CUDA_OPS(X)                                                                      \
   X(make_read_copy,                                                                                \
     "make_read_copy(Tensor checkpoint, Tensor(a!) read_copy, Tensor(b!)? read_scale, Tensor? slots, " \
     "int pad_slot_id) -> ()")                                                                     \
   X(mamba2_update,                                                                                 \
     "mamba2_update(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(b!) out, " \
-    "Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, int pad_slot_id) -> ()") \
+    "Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, int pad_slot_id, "     \
+    "Tensor(c!)? rounding_seed=None) -> ()")                                                     \
   X(mamba2_step,                                                                                   \
     "mamba2_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) x_buf, " \
     "Tensor(e!) B_buf, Tensor(f!) dt_buf, Tensor(g!) num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
     "Tensor C, Tensor(h!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, int max_draft_tokens, " \
-    "Tensor? slots, int pad_slot_id) -> ()")                                                    \
+    "Tensor? slots, int pad_slot_id, Tensor(i!)? rounding_seed=None) -> ()")                                                    \
   X(mamba2_verify,                                                                                 \
     "mamba2_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) x_buf, "   \
     "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
@@ -28,10 +30,11 @@
   X(mamba2_commit,                                                                                 \
     "mamba2_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, " \
     "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor num_accepted, Tensor A, "        \
-    "int max_draft_tokens, Tensor? slots, int pad_slot_id) -> ()")                                \
+    "int max_draft_tokens, Tensor? slots, int pad_slot_id, Tensor(e!)? rounding_seed=None) -> ()")                                \
   X(mamba2_flush,                                                                                  \
     "mamba2_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, " \
-    "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor A, Tensor? slots, int pad_slot_id) -> ()") \
+    "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor A, Tensor? slots, int pad_slot_id, "  \
+    "Tensor(e!)? rounding_seed=None) -> ()")                                                     \
   X(mamba2_materialize,                                                                            \
     "mamba2_materialize(Tensor checkpoint, Tensor x_buf, Tensor B_buf, Tensor dt_buf, Tensor num_committed, " \
     "Tensor A, Tensor(a!) out, Tensor? slots, int pad_slot_id) -> ()")                             \
@@ -60,7 +63,8 @@ void make_read_copy(const at::Tensor& checkpoint, const at::Tensor& read_copy,
 void mamba2_update(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
                    const at::Tensor& B, const at::Tensor& C, const at::Tensor& out, const std::optional<at::Tensor>& D,
                    const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
-                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                   const std::optional<at::Tensor>& rounding_seed);
 
 void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                  const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
@@ -68,7 +72,8 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
                  const at::Tensor& A, const at::Tensor& B, const at::Tensor& C, const at::Tensor& out,
                  const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
                  const std::optional<at::Tensor>& dt_bias, bool dt_softplus, int64_t max_draft_tokens,
-                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                 const std::optional<at::Tensor>& rounding_seed);
 
 void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
@@ -82,12 +87,13 @@ void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
                    const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_accepted,
                    const at::Tensor& A, int64_t max_draft_tokens, const std::optional<at::Tensor>& slots,
-                   int64_t pad_slot_id);
+                   int64_t pad_slot_id, const std::optional<at::Tensor>& rounding_seed);
 
 void mamba2_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                   const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& A,
-                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                  const std::optional<at::Tensor>& rounding_seed);
 
 void mamba2_materialize(const at::Tensor& checkpoint, const at::Tensor& x_buf, const at::Tensor& B_buf,
                         const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& A,

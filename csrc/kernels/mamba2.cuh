@@ -14,6 +14,7 @@
 //   dt              (batch, H)              activation or fp32
 //   B, C            (batch, G, N)           activation
 //   A, D, dt_bias   (H,)                    fp32                       D, dt_bias optional
+//   rounding_seed   (2,)                    int64                      [seed, offset]; optional, 16-bit checkpoint
 //
 // Exactness: fp32 arithmetic throughout, no fast math; the fold is plain FFMA in fp32, so an fp32
 // checkpoint stays at fp32 rounding level however many folds it sees.
@@ -82,6 +83,10 @@ struct Mamba2Params {
   int64_t num_slots;
   int32_t batch, heads, groups, head_dim, state_dim;
   int32_t heads_per_cta;  // step: set by the launcher (the heads of one group a CTA pipelines)
+
+  // [seed, offset] (int64, device): stochastic rounding of a bf16 / fp16 checkpoint's stores
+  // (stochastic_rounding.cuh); nullptr: round to nearest even. The launch advances the offset.
+  int64_t* rounding_seed;
 };
 
 // Conventional T=1 update of `checkpoint` (the state), one launch.

@@ -12,10 +12,12 @@
 // Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule); only the
 // folding rows' items are taken. Flush: the rows with committed entries; materialize: every row
 // (zeros for pads and out-of-range cursors). No CTA writes a cursor here (the heads of a slot all
-// read it): launch_mamba2_fold runs the cursor kernel after this one.
+// read it): launch_mamba2_fold runs the cursor kernel after this one, which also advances the
+// stochastic-rounding offset when there is one (stochastic_rounding.cuh).
 #pragma once
 
 #include "mamba2_spec_common.cuh"
+#include "stochastic_rounding.cuh"
 
 namespace replayssm {
 namespace mamba2_spec {
@@ -162,8 +164,11 @@ struct FoldRow {
 // CTAs needed. Every CTA finds the folding rows of a chunk of rows itself (cursors and accepted counts
 // are L2-hot after the first), then takes every gridDim.x-th item of the chunk, the next one's
 // checkpoint tile requested into L2 while it folds the current one.
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+// kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
+// kernel as it was before rounding existed.
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
 __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParams p) {
+  static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   using Tile = FoldTile<kP, kN>;
   using V = Vec4<kCkpt>;
   using Act = typename Storage<kAct>::type;
@@ -267,9 +272,17 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
         }
         continue;
       }
+      RoundingKey key{};
+      RoundingWords words;
+      if constexpr (kRound) key = RoundingKey::load(p.rounding_seed);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int pr = Tile::row(r);
+        if constexpr (kRound) {  // the read copy below is then made from the stochastically rounded value
+          uint32_t w[2];
+          words.get<R>(key, fr.slot, head, r, [](int k) { return Tile::row(k); }, col0, w);
+          stochastic_round4<kCkpt>(s[r], w);
+        }
         V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[r]);
         if constexpr (kCopy) {
           // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
@@ -299,9 +312,9 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
   }
 }
 
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-cudaError_t launch_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
-  auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
+cudaError_t launch_fold_kernel(const Mamba2SpecParams& p, cudaStream_t stream) {
+  auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
   const size_t smem = FoldSmem<kP, kN, kAct>::bytes(p.buffer_len);  // <= 32 KiB at L = 64
   int device = 0, sms = 0, ctas_per_sm = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -313,6 +326,14 @@ cudaError_t launch_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
   const int64_t wave = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
   kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+cudaError_t launch_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
+  if constexpr (kCkpt != DType::kFloat32) {
+    if (p.rounding_seed != nullptr) return launch_fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true>(p, stream);
+  }
+  return launch_fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false>(p, stream);
 }
 
 template <int kP, int kN, DType kAct>

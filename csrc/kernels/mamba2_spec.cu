@@ -2,6 +2,7 @@
 // the verify and fold kernels (mamba2_verify_kernel.cuh, mamba2_fold.cuh), and the cursor kernel that
 // commit and flush launch after their fold.
 #include "mamba2_spec_common.cuh"
+#include "stochastic_rounding.cuh"
 
 namespace replayssm {
 namespace mamba2_spec {
@@ -15,8 +16,11 @@ namespace {
 // One thread per row. Runs after the fold kernel, which read the cursors as they were, so this is the
 // only writer: commit moves the cursor past the accepted entries (0 where the row folded), flush
 // empties the folded slots. The rules are the fold kernel's (entries_to_fold), restated per row.
+// Every fold CTA has also read the rounding offset by now, so the first thread advances it: the
+// stochastic rounding of commit and flush costs no launch of its own.
 __global__ void cursor_kernel(const Mamba2SpecParams p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row == 0 && p.rounding_seed != nullptr) p.rounding_seed[1] += 1;
   if (row >= p.batch) return;
   const int64_t slot = resolve_slot(p, row);
   if (slot < 0) return;
@@ -65,10 +69,15 @@ cudaError_t launch_mamba2_verify(const Mamba2SpecParams& p, cudaStream_t stream)
 }
 
 cudaError_t launch_mamba2_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
-  if (p.batch == 0) return cudaSuccess;
-  if (!mamba2_spec::common_params_ok(p)) return cudaErrorInvalidValue;
   const bool commit = p.mode == Mamba2FoldMode::kCommit;
   const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
+  if (p.rounding_seed != nullptr && (materialize || p.checkpoint_dtype == DType::kFloat32)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.batch == 0) {  // nothing to fold; a launch with a seed still moves the offset, like the reference
+    return p.rounding_seed != nullptr ? launch_rounding_offset_advance(p.rounding_seed, stream) : cudaSuccess;
+  }
+  if (!mamba2_spec::common_params_ok(p)) return cudaErrorInvalidValue;
   if ((commit && (p.num_accepted == nullptr || p.max_draft_tokens < 1 || p.max_draft_tokens > p.buffer_len)) ||
       (materialize && p.state_out == nullptr)) {
     return cudaErrorInvalidValue;

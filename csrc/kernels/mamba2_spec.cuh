@@ -18,6 +18,7 @@
 //   A, D, dt_bias   (H,)                    fp32                       D, dt_bias optional
 //   num_accepted    (batch,)                int32 / int64              commit
 //   state_out       (batch, H, P, N)        fp32                       materialize
+//   rounding_seed   (2,)                    int64                      commit / flush, optional: [seed, offset]
 //
 // Cursors: verify reads num_committed and never writes it. Commit and flush are two launches: the
 // fold kernel (one CTA per (row, head)) reads the cursors as they were, then a one-thread-per-row
@@ -108,6 +109,11 @@ struct Mamba2SpecParams {
   // ---- verify: set by its launcher ----
   int32_t heads_per_cta;  // the heads of one group a CTA pipelines
   int32_t ring_stages;    // source tiles in flight per CTA (fewer than compiled where L and T are large)
+
+  // commit / flush: [seed, offset] (int64, device) for stochastic rounding of a bf16 / fp16
+  // checkpoint's stores (stochastic_rounding.cuh); nullptr: round to nearest even. The cursor kernel
+  // advances the offset.
+  int64_t* rounding_seed;
 };
 
 // Outputs of T draft tokens per row; appends their entries at positions w .. w+T-1. One launch.

@@ -35,6 +35,7 @@
 #include "bulk_copy.cuh"
 #include "mamba2.cuh"
 #include "mamba2_tile.cuh"
+#include "stochastic_rounding.cuh"
 
 namespace replayssm {
 namespace mamba2 {
@@ -271,8 +272,12 @@ __device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int
   store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
 }
 
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+// kRound: the fold rounds a 16-bit checkpoint stochastically (p.rounding_seed, stochastic_rounding.cuh).
+// A template flag, not a branch, so that kernels without it compile exactly as before: inlined in a
+// run-time branch, or called out of line, the Philox draw spilled the P = 80 kernels' other paths.
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
 __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct>::kCtasPerSm)) step_kernel(const Mamba2Params p) {
+  static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   using Act = typename Storage<kAct>::type;
   constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what a replay step reads
   using Tile = ChunkTile<kP, kN, kSrc>;
@@ -442,6 +447,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     constexpr uint32_t kCkTileBytes = kP * kN * kCkBytes;
     static_assert(kCkTileBytes <= S * Layout::kTileBytes, "a checkpoint tile fits in the ring");
     const int col0 = Shape::col0();
+    RoundingKey rounding_key{};
+    if constexpr (kRound) rounding_key = RoundingKey::load(p.rounding_seed);
     const unsigned char* checkpoint = static_cast<const unsigned char*>(p.checkpoint);
     auto checkpoint_tile = [&](int head) {
       return checkpoint + (slot * p.ck_slot_stride + head * p.ck_head_stride) * kCkBytes;
@@ -533,6 +540,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       const Act* Bw = sm.B_window();
       const unsigned char* ck_smem = sm.tile(stage);
       const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
+      RoundingWords rounding_words;  // kRound: rows drawn in pairs, which kBatch (even) never splits
 #pragma unroll
       for (int r0 = 0; r0 < RF; r0 += kBatch) {
         float s[kBatch][4];
@@ -565,6 +573,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           float y = 0.0f;
 #pragma unroll
           for (int k = 0; k < 4; ++k) y += s[rb][k] * c4[k];
+          if constexpr (kRound) {  // stochastic rounding; the read copy below is made from the rounded value
+            uint32_t rw[2];
+            rounding_words.get<RF>(rounding_key, slot, head, r, [](int k) { return Shape::row(k); }, col0, rw);
+            stochastic_round4<kCkpt>(s[rb], rw);
+          }
           V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
           if constexpr (kCopy) {
             // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
@@ -617,10 +630,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   }
 }
 
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-cudaError_t launch_step(const Mamba2Params& params, cudaStream_t stream) {
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
+cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) {
   constexpr DType kSrc = kCopy ? kRead : kCkpt;
-  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct>;
+  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
   const size_t smem = StepLayout<kP, kN, kSrc, kAct>::bytes(params.buffer_len);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
@@ -633,6 +646,14 @@ cudaError_t launch_step(const Mamba2Params& params, cudaStream_t stream) {
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
+  if constexpr (kCkpt != DType::kFloat32) {
+    if (p.rounding_seed != nullptr) return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true>(p, stream);
+  }
+  return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false>(p, stream);
 }
 
 template <int kP, int kN, DType kAct>
