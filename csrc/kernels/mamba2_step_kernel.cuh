@@ -162,12 +162,18 @@ __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t 
   }
 }
 
-// What thread p < P needs of head h for output row p, loaded one head ahead.
+// Operands loaded one head ahead are kept raw: an instruction that consumes a load (a conversion, a
+// softplus) right after it would stall its warp for the load's latency at every head, which is
+// where the per-head time of the bf16 / fp8 steps went (the verify kernel found it first).
+
+// What thread p < P needs of head h for output row p.
 template <DType kAct>
 struct RowOperands {
-  typename Storage<kAct>::type x{};
-  float z = 0.0f;
+  using Act = typename Storage<kAct>::type;
+  Act x{};
+  Act z{};
   float scale = 1.0f;  // fp8 read copy: the row's dequantisation scale
+  float D = 0.0f;
 };
 
 template <DType kAct, bool kScaled>
@@ -176,42 +182,67 @@ __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Param
   using Act = typename Storage<kAct>::type;
   RowOperands<kAct> o;
   o.x = static_cast<const Act*>(p.x)[row * p.x_row_stride + head * p.x_head_stride + pr];
-  if (p.z != nullptr) o.z = load_act<kAct>(p.z, row * p.z_row_stride + head * p.z_head_stride + pr);
+  if (p.z != nullptr) o.z = static_cast<const Act*>(p.z)[row * p.z_row_stride + head * p.z_head_stride + pr];
   if constexpr (kScaled) o.scale = __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr);
+  if (p.D != nullptr) o.D = __ldg(p.D + head);
   return o;
 }
 
-// What the scalar warp (the last) needs of head h for the window weights: dt of its lanes' entries
-// (j = lane, lane + 32; entry w is the current token's), loaded one head ahead.
+// What the scalar warp (the last) needs of head h for the window weights: the buffered dt of its
+// lanes' entries (j = lane, lane + 32, j < w), the bits of the current token's raw dt, A and dt_bias.
 struct HeadDt {
-  float dt[kMamba2MaxBufferLen / 32];
-  float now;
+  float buffered[kMamba2MaxBufferLen / 32];
+  uint32_t now_bits;
+  float A;
+  float bias;
 };
 
 __device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, int64_t slot, int head, int w) {
   const int lane = threadIdx.x & 31;
   const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
   HeadDt d;
-  d.now = load_dt(p, row, head);
 #pragma unroll
   for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) {
     const int j = lane + 32 * h;
-    d.dt[h] = j < w ? dt_buf[j] : (j == w ? d.now : 0.0f);
+    d.buffered[h] = j < w ? dt_buf[j] : 0.0f;
   }
+  const int64_t off = row * p.dt_row_stride + head * p.dt_head_stride;
+  d.now_bits = p.dt_dtype == DType::kFloat32 ? __ldg(static_cast<const uint32_t*>(p.dt) + off)
+                                             : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
+  d.A = __ldg(p.A + head);
+  d.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
   return d;
+}
+
+// The current token's dt of a head: bias and softplus on the raw value (load_dt's arithmetic).
+__device__ __forceinline__ float current_dt(const Mamba2Params& p, const HeadDt& d) {
+  float dt;
+  switch (p.dt_dtype) {
+    case DType::kFloat32: dt = __uint_as_float(d.now_bits); break;
+    case DType::kBFloat16: dt = __uint_as_float(d.now_bits << 16); break;
+    default: dt = __half2float(__ushort_as_half(static_cast<unsigned short>(d.now_bits))); break;
+  }
+  if (p.dt_bias != nullptr) dt += d.bias;
+  return p.dt_softplus ? softplus(dt) : dt;
 }
 
 // The scalar warp: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared
 // memory.
-__device__ __forceinline__ void window_weights(const HeadDt& d, float A, int w, float* wgt, float* decay) {
+// Returns the current token's dt (entry w), which the replay step appends.
+__device__ __forceinline__ float window_weights(const Mamba2Params& p, const HeadDt& d, int w, float* wgt, float* decay) {
   constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
+  const float now = current_dt(p, d);
+  const float A = d.A;
+  float dts[kEntriesPerLane];
+#pragma unroll
+  for (int h = 0; h < kEntriesPerLane; ++h) dts[h] = lane + 32 * h == w ? now : d.buffered[h];
   float prefix[kEntriesPerLane] = {};
   float carry = 0.0f;
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     if (h * 32 > w) break;  // warp-uniform: no entry of this half is in the window
-    float v = d.dt[h];
+    float v = dts[h];
 #pragma unroll
     for (int offset = 1; offset < 32; offset <<= 1) {
       const float other = __shfl_up_sync(kFullMask, v, offset);
@@ -225,9 +256,10 @@ __device__ __forceinline__ void window_weights(const HeadDt& d, float A, int w, 
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     const int j = lane + 32 * h;
-    if (j <= w) wgt[j] = d.dt[h] * expf(total - A * prefix[h]);
+    if (j <= w) wgt[j] = dts[h] * expf(total - A * prefix[h]);
   }
   if (lane == 0) *decay = expf(total);
+  return now;
 }
 
 // B_j . C for the window entries 0..w, once per CTA: a group of N/8 lanes per entry (one 16-byte
@@ -265,10 +297,10 @@ __device__ __forceinline__ void window_dots(const typename Storage<kAct>::type* 
 
 // Output row p of the step: y + D x, times silu(z) when gated.
 template <DType kAct>
-__device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int head, int pr, float y, float x,
-                                             float z) {
-  if (p.D != nullptr) y += __ldg(p.D + head) * x;
-  if (p.z != nullptr) y *= silu(z);
+__device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int head, int pr, float y,
+                                             const RowOperands<kAct>& o) {
+  if (p.D != nullptr) y += o.D * to_float(o.x);
+  if (p.z != nullptr) y *= silu(to_float(o.z));
   store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
 }
 
@@ -384,7 +416,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head + 1, epilogue_row);
         if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
       }
-      if (scalar_warp) window_weights(cur_dt, __ldg(p.A + head), w, sm.wgt(b), sm.decay(b));
+      float dt_now = 0.0f;
+      if (scalar_warp) dt_now = window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
 
       mbarrier_wait(sm.full(stage), (i / S) & 1);
       const unsigned char* tile = sm.tile(stage);
@@ -421,12 +454,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if constexpr (kSplit == 2) y += __shfl_xor_sync(kFullMask, y, 1);
         if (epilogue_part == 0) {
           y += *sm.decay(b) * cur.scale * sm.ydot(b)[pr];
-          store_output<kAct>(p, row, head, pr, y, to_float(cur.x), cur.z);
+          store_output<kAct>(p, row, head, pr, y, cur);
           // Append the current token as entry w.
           static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] = cur.x;
         }
       }
-      if (scalar_warp && (tid & 31) == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = cur_dt.now;
+      if (scalar_warp && (tid & 31) == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
     }
     if (head0 == group * heads_per_group && tid < kN / 8) {  // B once per group, by its first head's CTA
       Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride + w * p.Bb_entry_stride;
@@ -509,7 +542,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (row_owner) next_row = load_row_operands<kAct, false>(p, row, slot, head + 1, tid);
         if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
       }
-      if (scalar_warp) window_weights(cur_dt, __ldg(p.A + head), w, sm.wgt(b), sm.decay(b));
+      if (scalar_warp) window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
       mbarrier_wait(sm.full(stage), kCopy ? (i + 1) & 1 : (i / S) & 1);
       cp_async_wait<0>();  // the B window (head 0)
       __syncthreads();     // the window weights of this head are in; the previous head's fold is done
@@ -619,7 +652,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           issue_tile(stage, head + S);
         }
       }
-      if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(b)[tid], to_float(cur.x), cur.z);
+      if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(b)[tid], cur);
     }
   }
 
