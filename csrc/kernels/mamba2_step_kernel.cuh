@@ -470,8 +470,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // 4 columns per thread (TileShape), rows in batches of 4, the checkpoint tile read from shared
     // memory. Without a read copy the ring already holds checkpoint tiles, S heads ahead. With one,
     // the ring's read-copy tiles (issued before the cursor was known) are drained and its memory
-    // holds one checkpoint tile at a time, the next head's requested into L2 a head earlier. The x
-    // windows are staged two heads ahead and the window weights one head ahead, as in the replay.
+    // holds one checkpoint tile at a time, the next head's requested into L2 a head earlier. The
+    // window weights come one head ahead, as in the replay; the coefficients wgt_j x_j[p] are written
+    // once per head (FoldCoef) from x rows requested into L2 a head earlier.
     using Shape = TileShape<kP, kN>;
     using V = Vec4<kCkpt>;
     constexpr int RF = Shape::kRowsPerThread;
