@@ -107,3 +107,21 @@ def test_stagger_cursors_errors():
     fam = family("mamba2")
     with pytest.raises(ValueError, match="`staggered_flush` must be a bool, got 1"):
         fam.make_cache(2, staggered_flush=1)
+
+
+@pytest.mark.parametrize("buffer_len,max_draft_tokens", [(1, 1), (4, 4)])
+def test_period_one_is_lock_step(buffer_len, max_draft_tokens):
+    """A fold period of one token (L = 1: every step is the conventional update; or max_draft_tokens = L:
+    every commit folds) leaves nothing to stagger: cursors start at 0 and the cache decodes as without it."""
+    fam = family("mamba2", seed=12)
+    a = fam.make_cache(5, buffer_len=buffer_len, max_draft_tokens=max_draft_tokens, staggered_flush=True)
+    b = fam.make_cache(5, buffer_len=buffer_len, max_draft_tokens=max_draft_tokens)
+    assert a.flush_period == 1 and a.num_committed.tolist() == [0] * 5
+    init = random_states(fam, 5)
+    a.load(init)
+    b.load(init)
+    slots = torch.tensor([4, 0, 2])
+    for _ in range(6):
+        inputs = fam.inputs(3)
+        assert torch.equal(a.step(*inputs, slots=slots), b.step(*inputs, slots=slots))
+    assert torch.equal(a.checkpoint, b.checkpoint) and torch.equal(a.num_committed, b.num_committed)
