@@ -210,12 +210,7 @@ __device__ __forceinline__ void window_weights(const HeadDt& d, float A, int w, 
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     if (h * 32 > w) break;  // warp-uniform: no entry of this half is in the window
-    float v = d.dt[h];
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const float other = __shfl_up_sync(kFullMask, v, offset);
-      if (lane >= offset) v += other;
-    }
+    const float v = warp_inclusive_sum(d.dt[h]);
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }
