@@ -87,12 +87,7 @@ __device__ __forceinline__ FoldScalars fold_scalars(const Mamba2SpecParams& p, i
   for (int h = 0; h < kPerLane; ++h) {
     const int j = lane + 32 * h;
     dt[h] = j < n ? __ldg(dt_buf + j) : 0.0f;
-    float v = dt[h];
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const float other = __shfl_up_sync(kFullMask, v, offset);
-      if (lane >= offset) v += other;
-    }
+    const float v = warp_inclusive_sum(dt[h]);
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }

@@ -242,12 +242,7 @@ __device__ __forceinline__ float window_weights(const Mamba2Params& p, const Hea
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     if (h * 32 > w) break;  // warp-uniform: no entry of this half is in the window
-    float v = dts[h];
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const float other = __shfl_up_sync(kFullMask, v, offset);
-      if (lane >= offset) v += other;
-    }
+    const float v = warp_inclusive_sum(dts[h]);
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }

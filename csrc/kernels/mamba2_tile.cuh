@@ -44,6 +44,17 @@ __device__ __forceinline__ float row_sum(float v) {
   return v;
 }
 
+// Inclusive prefix sum over the 32 lanes of a warp (all lanes call).
+__device__ __forceinline__ float warp_inclusive_sum(float v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const float other = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += other;
+  }
+  return v;
+}
+
 template <int kLanes>
 __device__ __forceinline__ float row_max_keep_nan(float v) {
 #pragma unroll

@@ -249,12 +249,7 @@ __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBu
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     if (h * 32 >= E) break;  // warp-uniform: no entry of this half is in the window
-    float v = dt[h];
-#pragma unroll
-    for (int offset = 1; offset < 32; offset <<= 1) {
-      const float other = __shfl_up_sync(kFullMask, v, offset);
-      if (lane >= offset) v += other;
-    }
+    const float v = warp_inclusive_sum(dt[h]);
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }
