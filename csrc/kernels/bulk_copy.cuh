@@ -58,6 +58,21 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
       : "memory");
 }
 
+// A kRows x kRowBytes tile from global memory (rows `row_stride_bytes` apart) to contiguous shared
+// memory, counted on `bar` (which this thread arms for the whole tile): one bulk copy when the rows
+// are contiguous, one per row otherwise (strided slot pools).
+template <int kRows, int kRowBytes>
+__device__ __forceinline__ void bulk_copy_tile_to_shared(unsigned char* dst, const unsigned char* src,
+                                                         int64_t row_stride_bytes, uint64_t* bar) {
+  constexpr uint32_t kBytes = static_cast<uint32_t>(kRows) * kRowBytes;
+  mbarrier_arrive_expect_tx(bar, kBytes);
+  if (row_stride_bytes == kRowBytes) {
+    bulk_copy_to_shared(dst, src, kBytes, bar);
+  } else {
+    for (int r = 0; r < kRows; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
+  }
+}
+
 // Asks the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2; nothing waits.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");

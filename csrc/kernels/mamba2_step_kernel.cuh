@@ -347,16 +347,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   const int64_t src_head_stride = kCopy ? p.rc_head_stride : p.ck_head_stride;
   const int64_t src_row_stride = kCopy ? p.rc_row_stride : p.ck_row_stride;
   auto issue_tile = [&](int stage, int head) {
-    unsigned char* dst = sm.tile(stage);
-    const unsigned char* from = src + (src_slot + head * src_head_stride) * kSrcBytes;
-    mbarrier_arrive_expect_tx(sm.full(stage), Layout::kTileBytes);
-    if (src_row_stride == kN) {
-      bulk_copy_to_shared(dst, from, Layout::kTileBytes, sm.full(stage));
-    } else {
-      for (int r = 0; r < kP; ++r) {
-        bulk_copy_to_shared(dst + r * kN * kSrcBytes, from + r * src_row_stride * kSrcBytes, kN * kSrcBytes, sm.full(stage));
-      }
-    }
+    bulk_copy_tile_to_shared<kP, kN * kSrcBytes>(sm.tile(stage), src + (src_slot + head * src_head_stride) * kSrcBytes,
+                                                 src_row_stride * kSrcBytes, sm.full(stage));
   };
   const int first_stages = num_heads < S ? num_heads : S;
   if (tid == 0) {
@@ -483,15 +475,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       return checkpoint + (slot * p.ck_slot_stride + head * p.ck_head_stride) * kCkBytes;
     };
     auto issue_checkpoint = [&](int head) {  // into the ring's start, counted on barrier 0
-      mbarrier_arrive_expect_tx(sm.full(0), kCkTileBytes);
-      if (p.ck_row_stride == kN) {
-        bulk_copy_to_shared(sm.tile(0), checkpoint_tile(head), kCkTileBytes, sm.full(0));
-      } else {
-        for (int r = 0; r < kP; ++r) {
-          bulk_copy_to_shared(sm.tile(0) + r * kN * kCkBytes, checkpoint_tile(head) + r * p.ck_row_stride * kCkBytes,
-                              kN * kCkBytes, sm.full(0));
-        }
-      }
+      bulk_copy_tile_to_shared<kP, kN * kCkBytes>(sm.tile(0), checkpoint_tile(head), p.ck_row_stride * kCkBytes, sm.full(0));
     };
     auto prefetch_checkpoint = [&](int head) {
       if (p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint_tile(head), kCkTileBytes);

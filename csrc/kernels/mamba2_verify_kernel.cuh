@@ -367,16 +367,8 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   const int64_t src_head_stride = copy ? p.rc_head_stride : p.ck_head_stride;
   const int64_t src_row_stride = copy ? p.rc_row_stride : p.ck_row_stride;
   auto issue_tile = [&](int stage, int head) {
-    unsigned char* dst = sm.tile(stage);
-    const unsigned char* from = src + (src_slot + head * src_head_stride) * kSrcBytes;
-    mbarrier_arrive_expect_tx(sm.full(stage), Layout::kTileBytes);
-    if (src_row_stride == kN) {
-      bulk_copy_to_shared(dst, from, Layout::kTileBytes, sm.full(stage));
-    } else {
-      for (int r = 0; r < kP; ++r) {
-        bulk_copy_to_shared(dst + r * kN * kSrcBytes, from + r * src_row_stride * kSrcBytes, kN * kSrcBytes, sm.full(stage));
-      }
-    }
+    bulk_copy_tile_to_shared<kP, kN * kSrcBytes>(sm.tile(stage), src + (src_slot + head * src_head_stride) * kSrcBytes,
+                                                 src_row_stride * kSrcBytes, sm.full(stage));
   };
   const int first_stages = num_heads < S ? num_heads : S;
   if (tid == 0) {
