@@ -84,6 +84,23 @@ uint32_t float_bits(float v) {
 
 cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
+// fill_slots over the tensors in p, for the named slots (every slot when slots is None), on ref's device.
+void launch_fill(const char* op, SlotOpsParams& p, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                 const at::Tensor& ref) {
+  if (slots) {
+    check_index_list(op, "slots", *slots, ref);
+    p.dst = slots->data_ptr();
+    p.dst_dtype = kernel_dtype(slots->scalar_type());
+    p.dst_stride = slots->stride(0);
+    p.num_entries = slots->size(0);
+  } else {
+    p.num_entries = p.num_slots;
+  }
+  p.pad_slot_id = pad_slot_id;
+  const c10::cuda::CUDAGuard device_guard(ref.device());
+  checks::launched(op, launch_fill_slots(p, stream_of(ref)));
+}
+
 }  // namespace
 
 void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const at::Tensor& dst_slots,
@@ -142,18 +159,7 @@ void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_c
   }
   checks::dtype_in(op, "num_committed", num_committed, {at::kInt});
   add_tensor(op, p, slot_tensor(op, "num_committed", num_committed, checkpoint, p.num_slots));
-  if (slots) {
-    check_index_list(op, "slots", *slots, checkpoint);
-    p.dst = slots->data_ptr();
-    p.dst_dtype = kernel_dtype(slots->scalar_type());
-    p.dst_stride = slots->stride(0);
-    p.num_entries = slots->size(0);
-  } else {
-    p.num_entries = p.num_slots;
-  }
-  p.pad_slot_id = pad_slot_id;
-  const c10::cuda::CUDAGuard device_guard(checkpoint.device());
-  checks::launched(op, launch_fill_slots(p, stream_of(checkpoint)));
+  launch_fill(op, p, slots, pad_slot_id, checkpoint);
 }
 
 void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, const std::optional<at::Tensor>& slots,
@@ -173,18 +179,7 @@ void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, co
   SlotTensor cursors = slot_tensor(op, "num_committed", num_committed, num_committed, p.num_slots);
   cursors.fill_slot_period = static_cast<uint32_t>(period);
   add_tensor(op, p, cursors);
-  if (slots) {
-    check_index_list(op, "slots", *slots, num_committed);
-    p.dst = slots->data_ptr();
-    p.dst_dtype = kernel_dtype(slots->scalar_type());
-    p.dst_stride = slots->stride(0);
-    p.num_entries = slots->size(0);
-  } else {
-    p.num_entries = p.num_slots;
-  }
-  p.pad_slot_id = pad_slot_id;
-  const c10::cuda::CUDAGuard device_guard(num_committed.device());
-  checks::launched(op, launch_fill_slots(p, stream_of(num_committed)));
+  launch_fill(op, p, slots, pad_slot_id, num_committed);
 }
 
 void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
