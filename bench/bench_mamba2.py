@@ -27,19 +27,15 @@ about batch / L rows, and the bytes of a step are the mean of the per-row model 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass
 
 import torch
 
-from timing import measure_copy_bandwidth, time_graph, weights  # bench/, the script's folder
+from timing import DIMS, cold_groups, measure_copy_bandwidth, time_graph, weights  # bench/, the script's folder
 
 from replayssm_cuda import ops
 
-DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8)}
-L2_BYTES = 60 * 2**20
-COLD_FACTOR = 4          # rotate over at least this many L2s worth of state
 
 
 @dataclass
@@ -66,7 +62,7 @@ class Setup:
 
     def groups(self, bytes_per_slot):
         """Slot groups to rotate over so the state touched is well over L2 (at least 2 groups)."""
-        return max(2, math.ceil(COLD_FACTOR * L2_BYTES / (self.batch * bytes_per_slot)))
+        return cold_groups(self.batch, bytes_per_slot)
 
 
 def make_inputs(s: Setup, steps: int):

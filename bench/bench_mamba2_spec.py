@@ -27,19 +27,15 @@ tokens/s = batch * (T + 1) / 2 / (seconds per round) and (b)/(a) is the ratio of
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass
 
 import torch
 
-from timing import measure_copy_bandwidth, time_graph, weights  # bench/, the script's folder
+from timing import DIMS, cold_groups, measure_copy_bandwidth, time_graph, weights  # bench/, the script's folder
 
 from replayssm_cuda import _extension, ops
 
-DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8)}
-L2_BYTES = 60 * 2**20
-COLD_FACTOR = 4          # rotate over at least this many L2s worth of state
 REPLAY_OPS = ("mamba2_verify", "mamba2_commit")
 
 
@@ -64,7 +60,7 @@ class Setup:
 
     def groups(self, bytes_per_row):
         """Slot groups to rotate over so the bytes touched are well over L2 (at least 2 groups)."""
-        return max(2, math.ceil(COLD_FACTOR * L2_BYTES / (self.batch * bytes_per_row)))
+        return cold_groups(self.batch, bytes_per_row)
 
     def tokens_per_round(self):
         return self.batch * (self.T + 1) / 2

@@ -1,9 +1,22 @@
-"""What every benchmark here shares: the copy-bandwidth ceiling, random Mamba-2 weights, and the
-CUDA-graph timing loop (capture once, replay, median of the replays)."""
+"""What every benchmark here shares: the reference dims, the cold-L2 slot rotation, the copy-bandwidth
+ceiling, random Mamba-2 weights, and the CUDA-graph timing loop (capture once, replay, median of the
+replays)."""
 
+import math
 import statistics
 
 import torch
+
+
+# (H, P, N, G) of the reference Mamba-2 layers (SPEC.md section 6).
+DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8)}
+L2_BYTES = 60 * 2**20
+COLD_FACTOR = 4          # rotate over at least this many L2s worth of state
+
+
+def cold_groups(batch: int, bytes_per_row: int) -> int:
+    """Slot groups to rotate over so the bytes a graph touches are well over L2 (at least 2 groups)."""
+    return max(2, math.ceil(COLD_FACTOR * L2_BYTES / (batch * bytes_per_row)))
 
 
 def measure_copy_bandwidth() -> float:

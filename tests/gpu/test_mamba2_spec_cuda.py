@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from replayssm_cuda import Mamba2Cache, Mamba2Weights, ops
+from test_mamba2_cuda import bits, rel_err
 
 FP8 = torch.float8_e4m3fn
 # (H, P, N, G)
@@ -23,15 +24,6 @@ WIDE = (8, 128, 128, 2)        # P = N = 128: the largest verify tiles and share
 
 OUT_TOL = {None: 8e-3, torch.bfloat16: 2e-2, torch.float16: 1e-2, FP8: 8e-2}
 CKPT_TOL = {torch.float32: 5e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
-
-
-def rel_err(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
-
-
-def bits(t):
-    return t.view(torch.uint8) if t.dtype == FP8 else t.contiguous().view(torch.uint8)
 
 
 class Layer:

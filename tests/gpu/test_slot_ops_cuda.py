@@ -10,16 +10,13 @@ import pytest
 import torch
 
 from replayssm_cuda import DeltaRuleWeights, KDACache, ops
+from test_mamba2_cuda import bits
 
 FP8 = torch.float8_e4m3fn
 # (H, P, N, G)
 NANO4B = (96, 80, 128, 8)
 SUPER120B = (128, 64, 128, 8)
 ODD = (6, 80, 64, 3)
-
-
-def bits(t):
-    return t.view(torch.uint8) if t.dtype == FP8 else t.contiguous().view(torch.uint8)
 
 
 def random_fill(t, gen):

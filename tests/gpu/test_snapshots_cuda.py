@@ -7,17 +7,13 @@ import pytest
 import torch
 
 from replayssm_cuda import ops
+from test_mamba2_cuda import rel_err
 
 # (H, P, N, G)
 NANO4B = (96, 80, 128, 8)
 SUPER120B = (128, 64, 128, 8)
 ODD = (24, 80, 64, 8)          # 3 heads per group; bf16 state: 32 rows a pass over P = 80
 SMALL = (8, 128, 64, 2)
-
-
-def rel_err(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
 class Problem:
