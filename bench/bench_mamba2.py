@@ -211,10 +211,12 @@ def main(argv=None) -> int:
                               ("replay cycle, fp8 copy", torch.float8_e4m3fn)]:
                 t, b = bench_replay(s, rc)
                 rows.append((label, t, b))
-            t, b = bench_replay(s, None, phase=s.L // 2)
-            rows.append((f"replay step at w={s.L // 2} (no fold), no copy", t, b))
-            t, b = bench_replay(s, None, phase=s.L - 1)
-            rows.append(("fold step (all rows), no copy", t, b))
+            # The two kinds of step a cycle is made of, per source: where a cycle's time goes.
+            for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16), ("fp8 copy", torch.float8_e4m3fn)]:
+                t, b = bench_replay(s, rc, phase=s.L // 2)
+                rows.append((f"replay step at w={s.L // 2} (no fold), {rc_label}", t, b))
+                t, b = bench_replay(s, rc, phase=s.L - 1)
+                rows.append((f"fold step (all rows), {rc_label}", t, b))
             if args.stagger:
                 for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16)]:
                     for kind, staggered in [("lock-step", False), ("staggered", True)]:

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Nsight Compute on the replay step (GPU machine, after the in-place build of scripts/gpu_check.sh):
+# scripts/profile_mamba2.py launches one conventional update and three non-fold steps (no copy, bf16
+# copy, fp8 copy; nano4b, batch 256). Profiles the step launches picked by NCU_SKIP / NCU_COUNT
+# (default: the bf16 and the fp8 step), full set with per-instruction source counters, and writes
+# the report plus its text pages to $OUT: ncu_step_details.txt (sections), ncu_step_sass.csv
+# (per-SASS-instruction samples and stall reasons, for finding the instructions a warp waits on).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT="${OUT:-./results}"
+mkdir -p "$OUT"
+ncu --profile-from-start off --clock-control none --set full --import-source no \
+  -k regex:step_kernel --launch-skip "${NCU_SKIP:-1}" --launch-count "${NCU_COUNT:-2}" \
+  -f -o "$OUT/ncu_step" python3 scripts/profile_mamba2.py > "$OUT/ncu_step_log.txt" 2>&1
+ncu -i "$OUT/ncu_step.ncu-rep" --page details > "$OUT/ncu_step_details.txt"
+ncu -i "$OUT/ncu_step.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_step_sass.csv"
