@@ -7,6 +7,7 @@
 // with ordinary loads is handed back to it only after a CTA barrier and fence_proxy_async().
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace replayssm {
@@ -32,6 +33,12 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
                : "memory");
+}
+
+// One plain arrival (release: this thread's earlier shared-memory writes are visible to whoever waits
+// for the phase it completes).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 
 // Blocks until the phase with the given parity has completed.
@@ -76,6 +83,14 @@ __device__ __forceinline__ void bulk_copy_tile_to_shared(unsigned char* dst, con
 // Asks the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2; nothing waits.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
+// bulk_prefetch_l2 where the copy engine allows it (16-byte aligned, a non-zero multiple of 16 bytes);
+// a hint only, so anything else is simply not prefetched.
+__device__ __forceinline__ void prefetch_l2_if_aligned(const void* src, size_t bytes) {
+  if (bytes > 0 && bytes % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    bulk_prefetch_l2(src, static_cast<uint32_t>(bytes));
+  }
 }
 
 // Per-thread 16-byte asynchronous copies (cp.async, sm_80+), in commit groups: a thread can keep

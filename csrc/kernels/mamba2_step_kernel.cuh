@@ -34,6 +34,7 @@
 
 #include "bulk_copy.cuh"
 #include "mamba2.cuh"
+#include "mamba2_mma.cuh"
 #include "mamba2_tile.cuh"
 #include "stochastic_rounding.cuh"
 
@@ -105,14 +106,18 @@ struct StepLayout {
   // As many stages as fit in about 64 KB, at least two.
   static constexpr int kStages = kTileBytes >= 32 * 1024 ? 2 : (64 * 1024 / kTileBytes > 8 ? 8 : 64 * 1024 / kTileBytes);
   static constexpr int kWindows = 3;
-  static constexpr size_t kBarrierOffset = 0;  // uint64_t[kStages]
-  static constexpr size_t kDotsOffset = 64;    // float[L_max]
+  // The tensor-core replay (replay_on_tensor_cores) also has a barrier per stage for "tile consumed",
+  // and two pairs for the window weights (written / read, double-buffered).
+  static constexpr bool kTensorReplay = replay_on_tensor_cores(kSrc, kAct);
+  static constexpr size_t kBarrierOffset = 0;  // uint64_t[kStages] full, then (tensor) [kStages] empty, [2] + [2]
+  static constexpr size_t kDotsOffset = kTensorReplay ? 256 : 64;  // float[L_max]
   static constexpr size_t kWgtOffset = kDotsOffset + 4 * kMamba2MaxBufferLen;      // float[2][L_max]
   static constexpr size_t kDecayOffset = kWgtOffset + 2 * 4 * kMamba2MaxBufferLen;  // float[2]
   static constexpr size_t kYdotOffset = kDecayOffset + 16;                          // float[2][P]
   static constexpr size_t kRingOffset = (kYdotOffset + 2 * 4 * kP + 127) / 128 * 128;
   static constexpr size_t kXwinOffset = kRingOffset + static_cast<size_t>(kStages) * kTileBytes;
-  static_assert(kStages * sizeof(uint64_t) <= kDotsOffset, "barriers fit before the scalars");
+  static_assert((kTensorReplay ? 2 * kStages + 4 : kStages) * sizeof(uint64_t) <= kDotsOffset,
+                "barriers fit before the scalars");
 
   __host__ __device__ static constexpr size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static constexpr size_t B_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kN; }
@@ -136,9 +141,16 @@ struct StepSmem {
   int L;
   __device__ StepSmem(unsigned char* b, int buffer_len) : base(b), L(buffer_len) {}
   __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base + Layout::kBarrierOffset) + s; }
+  // Tensor-core replay only: stage s consumed; window weights of buffer b written / read.
+  __device__ uint64_t* empty(int s) const { return full(Layout::kStages + s); }
+  __device__ uint64_t* weights_written(int b) const { return full(2 * Layout::kStages + b); }
+  __device__ uint64_t* weights_read(int b) const { return full(2 * Layout::kStages + 2 + b); }
   __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::kDotsOffset); }
   __device__ float* wgt(int b) const { return reinterpret_cast<float*>(base + Layout::kWgtOffset) + b * kMamba2MaxBufferLen; }
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + b; }
+  // Tensor-core replay only: the head's D next to its decay, and C's mma fragments in the ydot area.
+  __device__ float* head_D(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + 2 + b; }
+  __device__ uint32_t* c_frags() const { return reinterpret_cast<uint32_t*>(base + Layout::kYdotOffset); }
   __device__ float* ydot(int b) const { return reinterpret_cast<float*>(base + Layout::kYdotOffset) + b * kP; }
   __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
   __device__ Act* x_window(int k) const { return reinterpret_cast<Act*>(base + Layout::kXwinOffset + k * Layout::x_window_bytes(L)); }
@@ -176,7 +188,8 @@ struct RowOperands {
   float D = 0.0f;
 };
 
-template <DType kAct, bool kScaled>
+// kWithD = false: D is left 0 (the tensor-core replay takes it from shared memory).
+template <DType kAct, bool kScaled, bool kWithD = true>
 __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Params& p, int row, int64_t slot, int head,
                                                               int pr) {
   using Act = typename Storage<kAct>::type;
@@ -184,7 +197,9 @@ __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Param
   o.x = static_cast<const Act*>(p.x)[row * p.x_row_stride + head * p.x_head_stride + pr];
   if (p.z != nullptr) o.z = static_cast<const Act*>(p.z)[row * p.z_row_stride + head * p.z_head_stride + pr];
   if constexpr (kScaled) o.scale = __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr);
-  if (p.D != nullptr) o.D = __ldg(p.D + head);
+  if constexpr (kWithD) {
+    if (p.D != nullptr) o.D = __ldg(p.D + head);
+  }
   return o;
 }
 
@@ -195,8 +210,10 @@ struct HeadDt {
   uint32_t now_bits;
   float A;
   float bias;
+  float D;  // only the tensor-core replay reads it here (load_head_dt<true>)
 };
 
+template <bool kWithD = false>
 __device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, int64_t slot, int head, int w) {
   const int lane = threadIdx.x & 31;
   const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
@@ -211,6 +228,8 @@ __device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, i
                                              : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
   d.A = __ldg(p.A + head);
   d.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
+  d.D = 0.0f;
+  if constexpr (kWithD) d.D = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
   return d;
 }
 
@@ -227,9 +246,11 @@ __device__ __forceinline__ float current_dt(const Mamba2Params& p, const HeadDt&
 }
 
 // The scalar warp: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared
-// memory.
+// memory; kTimesDots: wgt_j (B_j . C) instead (the tensor-core replay's epilogue, one load per entry).
 // Returns the current token's dt (entry w), which the replay step appends.
-__device__ __forceinline__ float window_weights(const Mamba2Params& p, const HeadDt& d, int w, float* wgt, float* decay) {
+template <bool kTimesDots = false>
+__device__ __forceinline__ float window_weights(const Mamba2Params& p, const HeadDt& d, int w, float* wgt, float* decay,
+                                                const float* dots = nullptr) {
   constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
   const float now = current_dt(p, d);
@@ -251,7 +272,14 @@ __device__ __forceinline__ float window_weights(const Mamba2Params& p, const Hea
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     const int j = lane + 32 * h;
-    if (j <= w) wgt[j] = dts[h] * expf(total - A * prefix[h]);
+    if (j <= w) {
+      const float v = dts[h] * expf(total - A * prefix[h]);
+      if constexpr (kTimesDots) {
+        wgt[j] = v * dots[j];
+      } else {
+        wgt[j] = v;
+      }
+    }
   }
   if (lane == 0) *decay = expf(total);
   return now;
@@ -298,6 +326,21 @@ __device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int
   if (p.z != nullptr) y *= silu(to_float(o.z));
   store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
 }
+
+// Warp roles of the tensor-core replay (replay_on_tensor_cores): the first kConsumers warps each own
+// kTilesPerWarp tiles of 16 output rows (reduction on tensor cores, their rows' x windows, epilogue);
+// one thread of warp 6 refills the ring; warp 7 derives the window weights. No CTA barrier per head:
+// each hand-over is an mbarrier (tile landed / consumed, weights written / read), so a consumer warp
+// waits only for its own inputs, never for the slowest warp of the CTA.
+template <int kP>
+struct TensorReplay {
+  static constexpr int kMTiles = kP / 16;
+  static constexpr int kTilesPerWarp = kMTiles > 6 ? 2 : 1;
+  static constexpr int kConsumers = kMTiles / kTilesPerWarp;
+  static constexpr int kRowsPerWarp = 16 * kTilesPerWarp;
+  static constexpr int kProducerThread = kThreads - 64;
+  static_assert(kP % 16 == 0 && kMTiles % kTilesPerWarp == 0 && kConsumers <= 6, "P: a multiple of 16, <= 192");
+};
 
 // kRound: the fold rounds a 16-bit checkpoint stochastically (p.rounding_seed, stochastic_rounding.cuh).
 // A template flag, not a branch, so that kernels without it compile exactly as before: inlined in a
@@ -353,6 +396,15 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   const int first_stages = num_heads < S ? num_heads : S;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
+    if constexpr (Layout::kTensorReplay) {
+      // Every lane that read or wrote arrives itself (no elected lane after __syncwarp): each lane's own
+      // arrive releases its own accesses, which is also what compute-sanitizer's racecheck can follow.
+      for (int s = 0; s < S; ++s) mbarrier_init(sm.empty(s), 32 * TensorReplay<kP>::kConsumers);
+      for (int b = 0; b < 2; ++b) {
+        mbarrier_init(sm.weights_written(b), 32);  // the scalar warp
+        mbarrier_init(sm.weights_read(b), 32 * TensorReplay<kP>::kConsumers);
+      }
+    }
     fence_barrier_init();
     for (int s = 0; s < first_stages; ++s) issue_tile(s, head0 + s);
   }
@@ -380,73 +432,207 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // y_p = e^{Lambda_w} s_p (S_read C)_p + sum_{j<=w} wgt_j (B_j . C) x_j[p] + D x_p, head after head:
     // the source tiles S - 1 heads ahead in the ring, the x windows two heads ahead.
     window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
-    float c[E];
-    load_act_n<kAct, E>(C_now, Tile::col0(), c);
-    stage_x_window(0, head0);
-    cp_async_commit();
-    if (num_heads > 1) stage_x_window(1, head0 + 1);
-    cp_async_commit();
-    constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
-    const bool loads_row = epilogue_thread && epilogue_part == 0;
-    RowOperands<kAct> next_row;
-    HeadDt next_dt{};
-    if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head0, epilogue_row);
-    if (scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
-
-    for (int i = 0; i < num_heads; ++i) {
-      const int head = head0 + i;
-      const int stage = i % S;
-      const int b = i & 1;
-      const RowOperands<kAct> cur = next_row;
-      const HeadDt cur_dt = next_dt;
-      if (i + 1 < num_heads) {
-        if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head + 1, epilogue_row);
-        if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
-      }
-      float dt_now = 0.0f;
-      if (scalar_warp) dt_now = window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
-
-      mbarrier_wait(sm.full(stage), (i / S) & 1);
-      const unsigned char* tile = sm.tile(stage);
+    if constexpr (Layout::kTensorReplay) {
+      using Roles = TensorReplay<kP>;
+      using Dot = TensorDot<kN, kSrc, kAct>;
+      static_assert(Dot::kCWords * 4 <= 2 * 4 * kP, "C's fragments fit in the ydot area");
+      if (tid < 32) Dot::write_c(C_now, sm.c_frags());
+      __syncthreads();  // the dots and C's fragments are in
+      constexpr int kTiles = Roles::kTilesPerWarp;
+      constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
+      const int warp = tid / 32;
+      const int lane = tid & 31;
+      if (warp < Roles::kConsumers) {
+        // Rows first_row .. first_row + kRowsPerWarp - 1; in the epilogue two lanes per row.
+        const int first_row = warp * Roles::kRowsPerWarp;
+        const int row_in_tile = lane >> 1;
+        const int part = lane & 1;
+        const uint32_t* cfrag = sm.c_frags();
+        const float c_unscale = Dot::c_unscale(cfrag);
+        // This warp's rows of entries 0..w of a head's x window, by cp.async (16 bytes = 8 rows).
+        auto stage_own_x = [&](int k, int head) {
+          constexpr int kChunksPerEntry = Roles::kRowsPerWarp * static_cast<int>(sizeof(Act)) / 16;
+          Act* dst = sm.x_window(k) + first_row;
+          const Act* buffered = x_buf + head * p.xb_head_stride + first_row;
+          const Act* current = x_now(head) + first_row;
+          for (int i = lane; i < (w + 1) * kChunksPerEntry; i += 32) {
+            const int j = i / kChunksPerEntry;
+            const int e = (i - j * kChunksPerEntry) * (16 / static_cast<int>(sizeof(Act)));
+            cp_async16(dst + j * kP + e, (j < w ? buffered + j * p.xb_entry_stride : current) + e);
+          }
+        };
+        stage_own_x(0, head0);
+        cp_async_commit();
+        if (num_heads > 1) stage_own_x(1, head0 + 1);
+        cp_async_commit();
+        RowOperands<kAct> next_row[kTiles];
+        auto load_rows = [&](int head) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        float d = 0.0f;
-        if (Tile::valid(r)) {
-          float v[E];
-          Src::to_float(*reinterpret_cast<const uint4*>(tile + (Tile::row(r) * kN + Tile::col0()) * kSrcBytes), v);
+          for (int t = 0; t < kTiles; ++t) {
+            if (part == 0) {
+              next_row[t] = load_row_operands<kAct, kScaled, false>(p, row, slot, head, first_row + 16 * t + row_in_tile);
+            }
+          }
+        };
+        load_rows(head0);
+
+        for (int i = 0; i < num_heads; ++i) {
+          const int head = head0 + i;
+          const int stage = i % S;
+          const int b = i & 1;
+          RowOperands<kAct> cur[kTiles];
 #pragma unroll
-          for (int k = 0; k < E; ++k) d += v[k] * c[k];
+          for (int t = 0; t < kTiles; ++t) cur[t] = next_row[t];
+          if (i + 1 < num_heads) load_rows(head + 1);
+          if (i + 2 < num_heads) stage_own_x((i + 2) % 3, head + 2);  // window (i + 2) % 3 was head i - 1's
+          cp_async_commit();
+
+          mbarrier_wait(sm.full(stage), (i / S) & 1);
+          float y_g[kTiles], y_g8[kTiles];
+#pragma unroll
+          for (int t = 0; t < kTiles; ++t) Dot::dot(sm.tile(stage), first_row + 16 * t, cfrag, y_g[t], y_g8[t]);
+          mbarrier_arrive(sm.empty(stage));
+
+          cp_async_wait<2>();  // this head's x window (the next two may still be in flight)
+          __syncwarp();        // ... and the other lanes' part of it
+          mbarrier_wait(sm.weights_written(b), (i >> 1) & 1);
+          const Act* xw = sm.x_window(i % 3);
+          const float* wd = sm.wgt(b);  // wgt_j (B_j . C)
+          const float decay = *sm.decay(b);
+          const float head_D = *sm.head_D(b);
+#pragma unroll
+          for (int t = 0; t < kTiles; ++t) {
+            const int pr = first_row + 16 * t + row_in_tile;
+            cur[t].D = head_D;
+            float y = 0.0f;
+            for (int j = part; j <= w; j += 2) y += wd[j] * to_float(xw[j * kP + pr]);
+            y += __shfl_xor_sync(kFullMask, y, 1);
+            // Row g's dot sits in the lanes of quad g: y_g for rows 0..7 of the tile, y_g8 for 8..15.
+            const int quad_lane = 4 * (row_in_tile & 7);
+            const float dot_g = __shfl_sync(kFullMask, y_g[t], quad_lane);
+            const float dot_g8 = __shfl_sync(kFullMask, y_g8[t], quad_lane);
+            if (part == 0) {
+              y += decay * cur[t].scale * ((row_in_tile < 8 ? dot_g : dot_g8) * c_unscale);
+              store_output<kAct>(p, row, head, pr, y, cur[t]);
+              // Append the current token as entry w.
+              static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] =
+                  cur[t].x;
+            }
+          }
+          mbarrier_arrive(sm.weights_read(b));
+          __syncwarp();  // every lane is done with window i % 3 before any lane stages a window into it
         }
-        d = row_sum<Tile::kLanesPerRow>(d);
-        if (Tile::lane_in_row() == 0 && Tile::valid(r)) sm.ydot(b)[Tile::row(r)] = d;
+        cp_async_wait<0>();
+      } else if (tid == Roles::kProducerThread) {
+        // Besides its tile, a head's small operands are asked into L2 as early as its tile: a consumer
+        // warp finishes a head in well under a DRAM round trip, so the row operands it loads one head
+        // ahead (x, z, fp8 scales), its x window and the scalar warp's dt window would otherwise each
+        // cost one on the critical path.
+        auto prefetch_operands = [&](int head) {
+          prefetch_l2_if_aligned(x_now(head), kP * sizeof(Act));
+          if (p.z != nullptr) {
+            prefetch_l2_if_aligned(static_cast<const Act*>(p.z) + row * p.z_row_stride + head * p.z_head_stride,
+                                   kP * sizeof(Act));
+          }
+          if constexpr (kScaled) {
+            prefetch_l2_if_aligned(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride, kP * sizeof(float));
+          }
+          if (p.xb_entry_stride == kP) prefetch_l2_if_aligned(x_buf + head * p.xb_head_stride, w * kP * sizeof(Act));
+          prefetch_l2_if_aligned(p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride, L * sizeof(float));
+        };
+        for (int i = 0; i < first_stages; ++i) prefetch_operands(head0 + i);
+        for (int i = S; i < num_heads; ++i) {
+          const int stage = i % S;
+          mbarrier_wait(sm.empty(stage), (i / S - 1) & 1);  // every consumer warp is done with head i - S
+          fence_proxy_async();
+          issue_tile(stage, head0 + i);
+          prefetch_operands(head0 + i);
+        }
+      } else if (scalar_warp) {
+        HeadDt next_dt = load_head_dt<true>(p, row, slot, head0, w);
+        for (int i = 0; i < num_heads; ++i) {
+          const int head = head0 + i;
+          const int b = i & 1;
+          const HeadDt cur_dt = next_dt;
+          if (i + 1 < num_heads) next_dt = load_head_dt<true>(p, row, slot, head + 1, w);
+          if (i >= 2) mbarrier_wait(sm.weights_read(b), ((i >> 1) - 1) & 1);  // head i - 2 is done with buffer b
+          const float dt_now = window_weights<true>(p, cur_dt, w, sm.wgt(b), sm.decay(b), sm.dots());
+          if (lane == 0) {
+            *sm.head_D(b) = cur_dt.D;
+            p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
+          }
+          mbarrier_arrive(sm.weights_written(b));
+        }
       }
-      cp_async_wait<1>();  // this head's x window (the next head's may still be in flight)
-      __syncthreads();
-
-      // Stage `stage` and x window (i + 2) % 3 (last read by head i - 1) are free again.
-      if (producer && i + S < num_heads) {
-        fence_proxy_async();
-        issue_tile(stage, head + S);
-      }
-      if (i + 2 < num_heads) stage_x_window((i + 2) % 3, head + 2);
+    } else {
+      float c[E];
+      load_act_n<kAct, E>(C_now, Tile::col0(), c);
+      stage_x_window(0, head0);
       cp_async_commit();
+      if (num_heads > 1) stage_x_window(1, head0 + 1);
+      cp_async_commit();
+      constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
+      const bool loads_row = epilogue_thread && epilogue_part == 0;
+      RowOperands<kAct> next_row;
+      HeadDt next_dt{};
+      if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head0, epilogue_row);
+      if (scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
 
-      if (epilogue_thread) {
-        const int pr = epilogue_row;
-        const Act* xw = sm.x_window(i % 3);
-        const float* wgt = sm.wgt(b);
-        const float* dots = sm.dots();
-        float y = 0.0f;
-        for (int j = epilogue_part; j <= w; j += kSplit) y += wgt[j] * dots[j] * to_float(xw[j * kP + pr]);
-        if constexpr (kSplit == 2) y += __shfl_xor_sync(kFullMask, y, 1);
-        if (epilogue_part == 0) {
-          y += *sm.decay(b) * cur.scale * sm.ydot(b)[pr];
-          store_output<kAct>(p, row, head, pr, y, cur);
-          // Append the current token as entry w.
-          static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] = cur.x;
+      for (int i = 0; i < num_heads; ++i) {
+        const int head = head0 + i;
+        const int stage = i % S;
+        const int b = i & 1;
+        const RowOperands<kAct> cur = next_row;
+        const HeadDt cur_dt = next_dt;
+        if (i + 1 < num_heads) {
+          if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head + 1, epilogue_row);
+          if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
         }
+        float dt_now = 0.0f;
+        if (scalar_warp) dt_now = window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
+
+        mbarrier_wait(sm.full(stage), (i / S) & 1);
+        const unsigned char* tile = sm.tile(stage);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float d = 0.0f;
+          if (Tile::valid(r)) {
+            float v[E];
+            Src::to_float(*reinterpret_cast<const uint4*>(tile + (Tile::row(r) * kN + Tile::col0()) * kSrcBytes), v);
+#pragma unroll
+            for (int k = 0; k < E; ++k) d += v[k] * c[k];
+          }
+          d = row_sum<Tile::kLanesPerRow>(d);
+          if (Tile::lane_in_row() == 0 && Tile::valid(r)) sm.ydot(b)[Tile::row(r)] = d;
+        }
+        cp_async_wait<1>();  // this head's x window (the next head's may still be in flight)
+        __syncthreads();
+
+        // Stage `stage` and x window (i + 2) % 3 (last read by head i - 1) are free again.
+        if (producer && i + S < num_heads) {
+          fence_proxy_async();
+          issue_tile(stage, head + S);
+        }
+        if (i + 2 < num_heads) stage_x_window((i + 2) % 3, head + 2);
+        cp_async_commit();
+
+        if (epilogue_thread) {
+          const int pr = epilogue_row;
+          const Act* xw = sm.x_window(i % 3);
+          const float* wgt = sm.wgt(b);
+          const float* dots = sm.dots();
+          float y = 0.0f;
+          for (int j = epilogue_part; j <= w; j += kSplit) y += wgt[j] * dots[j] * to_float(xw[j * kP + pr]);
+          if constexpr (kSplit == 2) y += __shfl_xor_sync(kFullMask, y, 1);
+          if (epilogue_part == 0) {
+            y += *sm.decay(b) * cur.scale * sm.ydot(b)[pr];
+            store_output<kAct>(p, row, head, pr, y, cur);
+            // Append the current token as entry w.
+            static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] = cur.x;
+          }
+        }
+        if (scalar_warp && (tid & 31) == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
       }
-      if (scalar_warp && (tid & 31) == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
     }
     if (head0 == group * heads_per_group && tid < kN / 8) {  // B once per group, by its first head's CTA
       Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride + w * p.Bb_entry_stride;

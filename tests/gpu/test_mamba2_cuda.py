@@ -153,6 +153,62 @@ def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T, heads_per_c
     assert rel_err(gpu_state, ref_state) < ck_tol
 
 
+# The replay read of a bf16 / fp16 / fp8 read copy runs on tensor cores (mamba2_mma.cuh) where the
+# copy's type allows it: fp8 (C goes through f16, scaled by a power of two with bf16 activations),
+# bf16 copy + bf16 activations, fp16 + fp16. A bf16 copy with fp16 activations keeps the CUDA-core
+# reduction. Against the fp64 reference on the very same read copy, the only differences are fp32
+# accumulation and the bf16 / fp16 rounding of the output, so the bound is tight (the fold-cycle test
+# above compares against an independently rounded copy and needs 2e-2 .. 8e-2). C is scaled up in row 0
+# and by 1e-4 in row 1 so that C's f16 scaling is exercised at both ends.
+REPLAY_SOURCES = [
+    (torch.bfloat16, torch.bfloat16), (FP8, torch.bfloat16), (FP8, torch.float16),
+    (torch.float16, torch.float16), (torch.bfloat16, torch.float16),
+]
+
+
+@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("rc,act", REPLAY_SOURCES, ids=["bf16-bf16", "fp8-bf16", "fp8-fp16", "fp16-fp16", "bf16-fp16"])
+@pytest.mark.parametrize("dims", [NANO4B, SUPER120B, SMALL, (16, 64, 64, 4)], ids=["nano4b", "super120b", "small", "p64n64"])
+def test_replay_step_matches_reference_on_the_same_read_copy(dims, rc, act, heads_per_cta, monkeypatch):
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+    layer = Layer(dims, act=act, seed=11)
+    H, P, N, G = dims
+    num_slots, batch, L = 5, 4, 16
+    g = torch.Generator().manual_seed(12)
+    ck = (0.3 * torch.randn(num_slots, H, P, N, generator=g)).cuda()
+    copy = torch.empty(num_slots, H, P, N, dtype=rc, device="cuda")
+    scale = torch.empty(num_slots, H, P, device="cuda") if rc == FP8 else None
+    ops.make_read_copy(ck, copy, scale, backend="cuda")
+    x_buf = torch.randn(num_slots, H, L, P, generator=g).to(act).cuda()
+    B_buf = torch.randn(num_slots, G, L, N, generator=g).to(act).cuda()
+    dt_buf = (0.1 * torch.rand(num_slots, H, L, generator=g)).cuda()
+    cursors = torch.tensor([0, 7, 14, 3, 9], dtype=torch.int32, device="cuda")   # no fold at T = 1, L = 16
+    x, dt, B, C, z = [t.cuda() for t in layer.inputs(batch)]
+    C[0] *= 1e4 if act == torch.bfloat16 else 30.0   # fp16 outputs overflow beyond ~6e4
+    C[1] *= 1e-4
+    slots = torch.tensor([4, 0, 2, 1], dtype=torch.int64, device="cuda")
+    w = layer.weights("cuda")
+    host = [None if t is None else t.cpu() for t in (ck, copy, scale, x_buf, B_buf, dt_buf, cursors)]
+    ref_ck, ref_copy, ref_scale, ref_x_buf, ref_B_buf, ref_dt_buf, ref_cursors = host
+    ref_x_buf, ref_B_buf, ref_dt_buf = ref_x_buf.double(), ref_B_buf.double(), ref_dt_buf.double()
+    out = torch.empty(batch, H, P, dtype=act, device="cuda")
+    ops.mamba2_step(ck, copy, scale, x_buf, B_buf, dt_buf, cursors, x, dt, w.A, B, C, out, w.D, z, w.dt_bias,
+                    True, 1, slots, -1, backend="cuda")
+    wr = layer.weights("cpu", torch.float64)
+    ref_out = torch.empty(batch, H, P, dtype=torch.float64)
+    ops.mamba2_step(ref_ck.double(), ref_copy, ref_scale, ref_x_buf, ref_B_buf, ref_dt_buf, ref_cursors,
+                    *[t.cpu().double() for t in (x, dt)], wr.A, *[t.cpu().double() for t in (B, C)], ref_out, wr.D,
+                    z.cpu().double(), wr.dt_bias, True, 1, slots.cpu(), -1, backend="reference")
+    for r in range(batch):
+        assert rel_err(out[r], ref_out[r]) < 3e-3, f"row {r} (slot {slots[r].item()})"
+    assert torch.equal(cursors.cpu(), ref_cursors)
+    assert torch.equal(x_buf.cpu().double(), ref_x_buf)       # the appended entries, exactly
+    assert torch.equal(B_buf.cpu().double(), ref_B_buf)
+    assert torch.allclose(dt_buf.cpu().double(), ref_dt_buf, rtol=1e-6, atol=0)
+    assert torch.equal(ck.cpu(), ref_ck)                      # a replay step writes no state
+
+
 @pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
 def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, monkeypatch):
     if heads_per_cta is not None:

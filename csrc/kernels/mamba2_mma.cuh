@@ -1,0 +1,177 @@
+// The replay read S C (a P x N source tile times the group's C vector) on tensor cores, one warp per
+// 16 rows: mma.sync m16n8k16 with fp32 accumulation, C as the B operand (the same in all 8 columns).
+//
+// Why: with a bf16 or fp8 read copy the replay step moves so few bytes per head that the CUDA-core
+// reduction (convert every element to fp32, one FFMA each, a shuffle tree per row) made it issue-bound:
+// ncu of the fp8 step showed 3800 warp instructions per head and 2.6 issued per cycle per SM, at 44% of
+// DRAM bandwidth. One mma covers 16 x 16 elements; an fp8 element costs half a conversion
+// (fp8x2 -> f16x2) and nothing else.
+//
+// Exactness: every product is exact in fp32 (f16 x f16 or bf16 x bf16), sums are fp32 inside the
+// tensor core. fp8 sources go through f16, which holds e4m3 exactly. With bf16 activations C is
+// converted to f16 after scaling by a power of two that puts max|C| in [2^14, 2^15): exact for every
+// element within 2^-24 of max|C| (bf16 has 8 significant bits, f16 11), and the result is scaled back
+// exactly. bf16 and fp16 sources need C in their own type (the activations'), so a bf16 copy with fp16
+// activations, or the reverse, keeps the CUDA-core reduction (replay_on_tensor_cores).
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4 g + c holds A rows g and g + 8 at
+// k = 2c, 2c + 1, 2c + 8, 2c + 9, and B rows k of the same set. Which physical column a logical k
+// stands for is free, as long as A and B agree and every row uses the same map; here a lane's four
+// k of a k-step are four consecutive columns of its own 16-byte load, so one 16-byte shared-memory
+// load per row feeds 2 (16-bit) or 4 (fp8) k-steps, and C's fragment is the same columns of C.
+#pragma once
+
+#include "mamba2_tile.cuh"
+
+namespace replayssm {
+namespace mamba2 {
+
+__host__ __device__ constexpr bool replay_on_tensor_cores(DType src, DType act) {
+  return src == DType::kFloat8E4M3 || (src == act && (src == DType::kBFloat16 || src == DType::kFloat16));
+}
+
+// d += a b for one m16n8k16 tile, f16 or bf16 inputs, fp32 accumulators.
+template <bool kBf16>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// Two e4m3 values (low byte first) as an f16x2 register (exact).
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+
+__device__ __forceinline__ uint32_t floats_to_f16x2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+template <int kN, DType kSrc, DType kAct>
+struct TensorDot {
+  static_assert(replay_on_tensor_cores(kSrc, kAct), "no tensor-core form for this source / activation pair");
+  using Act = typename Storage<kAct>::type;
+  static constexpr bool kFp8 = kSrc == DType::kFloat8E4M3;
+  static constexpr bool kBf16 = kSrc == DType::kBFloat16;  // the mma's input type; fp8 goes through f16
+  static constexpr int kCRegs = kN / 8;                    // C as B fragments: 2 registers per k-step
+
+  // C's B fragments live in shared memory (a register copy spilled the P = 80 kernels): lane c of a
+  // quad reads words [c * kCStride, + kCRegs), two per k-step; the stride keeps the 4 lanes' 8-byte
+  // reads of one k-step on different banks. Word 4 * kCStride: the factor that undoes C's scaling.
+  static constexpr int kCStride = kCRegs + 2;
+  static constexpr int kCWords = 4 * kCStride + 1;
+
+  // Written by one whole warp (lanes 0..3 store).
+  __device__ static void write_c(const Act* C, uint32_t* cf) {
+    const int lane = threadIdx.x & 31;
+    const int c = lane & 3;
+    uint32_t frag[kCRegs];
+    float unscale = 1.0f;
+    if constexpr (kFp8) {
+      // Columns 64 h + 16 c .. + 15 feed k-steps 4 h .. 4 h + 3; frag[8 h + k] = columns 2k, 2k + 1 of those.
+      constexpr int kH = kN / 64;
+      float v[kH][16];
+#pragma unroll
+      for (int h = 0; h < kH; ++h) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float part[8];
+          Chunk16<kAct>::to_float(Chunk16<kAct>::load(C, 64 * h + 16 * c + 8 * half), part);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[h][8 * half + e] = part[e];
+        }
+      }
+      float scale = 1.0f;
+      if constexpr (kAct == DType::kBFloat16) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int h = 0; h < kH; ++h) {
+#pragma unroll
+          for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(v[h][e]));
+        }
+        // The four lanes of a quad (c = 0..3) hold all N columns.
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu);
+        if (amax > 0.0f && e < 255) {  // zero or inf / NaN in C: no scaling (inf and NaN carry through)
+          const int k = min(max(141 - e, -100), 100);  // amax * 2^k in [2^14, 2^15)
+          scale = __uint_as_float(static_cast<uint32_t>(127 + k) << 23);
+          unscale = __uint_as_float(static_cast<uint32_t>(127 - k) << 23);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kH; ++h) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) frag[8 * h + k] = floats_to_f16x2(v[h][2 * k] * scale, v[h][2 * k + 1] * scale);
+      }
+    } else {
+      // Columns 32 h + 8 c .. + 7 feed k-steps 2 h, 2 h + 1: the raw 16-bit pairs, in order.
+#pragma unroll
+      for (int h = 0; h < kN / 32; ++h) {
+        const uint4 raw = Chunk16<kAct>::load(C, 32 * h + 8 * c);
+        frag[4 * h + 0] = raw.x;
+        frag[4 * h + 1] = raw.y;
+        frag[4 * h + 2] = raw.z;
+        frag[4 * h + 3] = raw.w;
+      }
+    }
+    if (lane < 4) {
+#pragma unroll
+      for (int k = 0; k < kCRegs; ++k) cf[c * kCStride + k] = frag[k];
+      if (lane == 0) cf[4 * kCStride] = __float_as_uint(unscale);
+    }
+  }
+
+  __device__ static float c_unscale(const uint32_t* cf) { return __uint_as_float(cf[4 * kCStride]); }
+
+  // (S C) for rows row0 + g and row0 + g + 8 of the shared-memory tile (row-major, N elements a row),
+  // before C's unscale.
+  __device__ static void dot(const unsigned char* tile, int row0, const uint32_t* cf, float& y_g, float& y_g8) {
+    const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
+    const uint32_t* cfrag = cf + c * kCStride;
+    constexpr int kRowBytes = kN * dtype_size(kSrc);
+    const unsigned char* row_g = tile + (row0 + g) * kRowBytes + 16 * c;
+    const unsigned char* row_g8 = row_g + 8 * kRowBytes;
+    float acc[4] = {};
+    constexpr int kLoads = kRowBytes / 64;  // 16-byte loads per lane and row
+#pragma unroll
+    for (int h = 0; h < kLoads; ++h) {
+      const uint4 ra = *reinterpret_cast<const uint4*>(row_g + 64 * h);
+      const uint4 rb = *reinterpret_cast<const uint4*>(row_g8 + 64 * h);
+      const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w};
+      const uint32_t wb[4] = {rb.x, rb.y, rb.z, rb.w};
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint2 b = *reinterpret_cast<const uint2*>(cfrag + 8 * h + 2 * q);
+          mma_m16n8k16<false>(acc, fp8x2_to_f16x2(wa[q]), fp8x2_to_f16x2(wb[q]), fp8x2_to_f16x2(wa[q] >> 16),
+                              fp8x2_to_f16x2(wb[q] >> 16), b.x, b.y);
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const uint2 b = *reinterpret_cast<const uint2*>(cfrag + 4 * h + 2 * q);
+          mma_m16n8k16<kBf16>(acc, wa[2 * q], wb[2 * q], wa[2 * q + 1], wb[2 * q + 1], b.x, b.y);
+        }
+      }
+    }
+    y_g = acc[0];
+    y_g8 = acc[2];
+  }
+};
+
+}  // namespace mamba2
+}  // namespace replayssm
