@@ -34,6 +34,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                : "memory");
 }
 
+// One arrival that announces no bytes: a consumer handing a buffer back, or a producer completing a
+// phase it has nothing to copy for.
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+
 // Blocks until the phase with the given parity has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
