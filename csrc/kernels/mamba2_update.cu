@@ -4,8 +4,8 @@
 // A persistent grid walks the (row, head) items k = blockIdx.x, blockIdx.x + gridDim.x, ... Each CTA
 // keeps a ring of S state tiles in shared memory that its producer warp fills by bulk copy (TMA) up to
 // S items ahead, so the CTA always has reads in flight while its 8 consumer warps update the current
-// tile and store it from registers. A consumer warp hands a stage back as soon as it has read its rows
-// (one arrival on the stage's `empty` barrier), before it computes and stores them. The row operands of
+// tile and store it from registers. A consumer thread hands a stage back as soon as it has read its rows
+// (an arrival on the stage's `empty` barrier), before it computes and stores them. The row operands of
 // the next item (x, z, dt, B, C, A, D) are loaded one item ahead and decoded when used.
 // (v3 was one CTA per (row, head) that loaded the tile into registers, computed, stored and left: each
 // CTA's reads and writes came in two bursts, 82-86% of copy bandwidth at batch 256-512.)
@@ -21,7 +21,6 @@ namespace replayssm {
 namespace mamba2 {
 namespace {
 
-constexpr int kConsumerWarps = kThreads / 32;
 constexpr int kUpdateThreads = kThreads + 32;  // the consumers (TileShape's 256 threads) + one producer warp
 constexpr int kMaxStages = 8;
 
@@ -131,7 +130,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
       mbarrier_init(&full[s], 1);
-      mbarrier_init(&empty[s], kConsumerWarps);
+      mbarrier_init(&empty[s], kThreads);
     }
     fence_barrier_init();
   }
@@ -200,8 +199,10 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
         raw[r] = *reinterpret_cast<const typename V::Raw*>(tile + (Shape::row(r) * kN + Shape::col0()) * kStateBytes);
       }
     }
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(&empty[stage]);  // this warp's reads of the stage are done
+    // Every consumer thread hands its reads back itself: with one arrival per warp after a __syncwarp,
+    // racecheck flagged the other 31 lanes' reads against the refill (it does not order them through
+    // the warp barrier), exactly the refilled items' reads of lanes 1-31.
+    mbarrier_arrive(&empty[stage]);
     if (!touches) {
       write_zero_output<kAct>(p, row, head);
       continue;
