@@ -22,11 +22,16 @@ about batch / L rows, and the bytes of a step are the mean of the per-row model 
     python bench/bench_mamba2.py --no-stagger          # without the per-step lock-step / staggered rows
     python bench/bench_mamba2.py --stochastic-rounding # only: bf16 / fp16 checkpoints, round-to-nearest
                                                        # vs stochastic rounding (same byte model, s = 2)
+    python bench/bench_mamba2.py --update-only         # only the conventional update rows
+    python bench/bench_mamba2.py --update-only --update-stages 0 2 4
+                                                       # one update row per REPLAYSSM_UPDATE_STAGES value
+                                                       # (0: the launcher's choice)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 
@@ -179,6 +184,30 @@ def bench_cycle_steps(s: Setup, read_copy_dtype, staggered: bool):
     return result
 
 
+def replay_rows(s: Setup, stagger: bool):
+    """The replay rows of the main table for one setup: [(label, seconds, bytes)]."""
+    rows = []
+    for label, rc in [("replay cycle, no copy", None), ("replay cycle, bf16 copy", torch.bfloat16),
+                      ("replay cycle, fp8 copy", torch.float8_e4m3fn)]:
+        t, b = bench_replay(s, rc)
+        rows.append((label, t, b))
+    # The two kinds of step a cycle is made of, per source: where a cycle's time goes.
+    for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16), ("fp8 copy", torch.float8_e4m3fn)]:
+        t, b = bench_replay(s, rc, phase=s.L // 2)
+        rows.append((f"replay step at w={s.L // 2} (no fold), {rc_label}", t, b))
+        t, b = bench_replay(s, rc, phase=s.L - 1)
+        rows.append((f"fold step (all rows), {rc_label}", t, b))
+    if stagger:
+        for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16)]:
+            for kind, staggered in [("lock-step", False), ("staggered", True)]:
+                steps = bench_cycle_steps(s, rc, staggered)
+                mean = sum(t for t, _ in steps) / len(steps)
+                t_max, b_max = max(steps)
+                rows.append((f"{kind} cycle, {rc_label}: mean step", mean, sum(b for _, b in steps) / len(steps)))
+                rows.append((f"{kind} cycle, {rc_label}: slowest step = {t_max / mean:.2f}x mean", t_max, b_max))
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dims", nargs="*", default=list(DIMS))
@@ -188,6 +217,11 @@ def main(argv=None) -> int:
                         help="time every step of lock-step and staggered-flush cycles (slowest vs mean)")
     parser.add_argument("--stochastic-rounding", action="store_true",
                         help="instead of the main table: the cost of stochastic rounding of bf16 / fp16 checkpoints")
+    parser.add_argument("--update-only", action="store_true",
+                        help="only the conventional update rows (no replay rows)")
+    parser.add_argument("--update-stages", nargs="*", type=int, default=[],
+                        help="time the update once per value of REPLAYSSM_UPDATE_STAGES (0: the launcher's choice); "
+                             "each row is labelled with it")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mamba2: needs a CUDA GPU", file=sys.stderr)
@@ -207,24 +241,17 @@ def main(argv=None) -> int:
             s = Setup(H, P, N, G, batch, args.buffer_len)
             t_conv, b_conv = bench_conventional(s)
             rows = [("conventional update", t_conv, b_conv)]
-            for label, rc in [("replay cycle, no copy", None), ("replay cycle, bf16 copy", torch.bfloat16),
-                              ("replay cycle, fp8 copy", torch.float8_e4m3fn)]:
-                t, b = bench_replay(s, rc)
-                rows.append((label, t, b))
-            # The two kinds of step a cycle is made of, per source: where a cycle's time goes.
-            for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16), ("fp8 copy", torch.float8_e4m3fn)]:
-                t, b = bench_replay(s, rc, phase=s.L // 2)
-                rows.append((f"replay step at w={s.L // 2} (no fold), {rc_label}", t, b))
-                t, b = bench_replay(s, rc, phase=s.L - 1)
-                rows.append((f"fold step (all rows), {rc_label}", t, b))
-            if args.stagger:
-                for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16)]:
-                    for kind, staggered in [("lock-step", False), ("staggered", True)]:
-                        steps = bench_cycle_steps(s, rc, staggered)
-                        mean = sum(t for t, _ in steps) / len(steps)
-                        t_max, b_max = max(steps)
-                        rows.append((f"{kind} cycle, {rc_label}: mean step", mean, sum(b for _, b in steps) / len(steps)))
-                        rows.append((f"{kind} cycle, {rc_label}: slowest step = {t_max / mean:.2f}x mean", t_max, b_max))
+            for stages in args.update_stages:
+                if stages > 0:
+                    os.environ["REPLAYSSM_UPDATE_STAGES"] = str(stages)   # read by the launcher at capture
+                else:
+                    os.environ.pop("REPLAYSSM_UPDATE_STAGES", None)
+                t, b = bench_conventional(s)
+                rows.append((f"conventional update, stages = {stages or 'auto'}", t, b))
+            if args.update_stages:
+                os.environ.pop("REPLAYSSM_UPDATE_STAGES", None)
+            if not args.update_only:
+                rows += replay_rows(s, args.stagger)
             for label, t, b in rows:
                 print(f"| {dname} | {batch} | {label} | {t * 1e6:.1f} | {b / t / 1e9:.0f} | "
                       f"{100 * b / t / bw:.1f} | {t_conv / t:.2f}x |", flush=True)

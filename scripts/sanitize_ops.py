@@ -2,7 +2,7 @@
 speculative rounds (verify, commit, flush, materialize) that cross folds, with and without read copies,
 pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
 whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
-is refilled)."""
+is refilled); the update once more with its ring forced to wrap."""
 
 import os
 
@@ -55,5 +55,12 @@ for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (None, to
     ops.mamba2_flush(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, A, backend="cuda")
     x, dt, B, C, z = inputs(4)
     ops.mamba2_update(ck, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
+# The update's ring wrapped many times (2 CTAs over the 32 (row, head) items, 2 stages), on a pool with
+# padded rows (one bulk copy per state row) and on a plain one.
+os.environ["REPLAYSSM_UPDATE_CTAS"] = "2"
+os.environ["REPLAYSSM_UPDATE_STAGES"] = "2"
+for state in (0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N], 0.1 * torch.randn(S, H, P, N, device=dev)):
+    x, dt, B, C, z = inputs(4)
+    ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
 torch.cuda.synchronize()
 print("sanitize_ops: all ops ran")

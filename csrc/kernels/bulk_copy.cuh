@@ -35,8 +35,8 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                : "memory");
 }
 
-// One plain arrival (release: this thread's earlier shared-memory writes are visible to whoever waits
-// for the phase it completes).
+// One arrival that announces no bytes: a consumer handing a buffer back, or a producer completing a
+// phase it has nothing to copy for.
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }

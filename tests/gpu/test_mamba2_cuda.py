@@ -102,6 +102,62 @@ def test_update_matches_reference(dims, state_dtype, act):
         assert torch.equal(state[s].cpu(), init[s].to(state_dtype))
 
 
+# The update's persistent CTAs walk the (row, head) items through a ring of S tiles; at these batches the
+# launcher gives each CTA one or two items, so few CTAs (REPLAYSSM_UPDATE_CTAS) and few stages
+# (REPLAYSSM_UPDATE_STAGES) are forced to wrap the ring many times (pad items included). Every launch
+# shape, a slot-strided pool, a row-padded pool (one bulk copy per state row) and a CUDA-graph replay must
+# give the bits of the default launch on a contiguous state.
+@pytest.mark.parametrize("dims", [NANO4B, SUPER120B, ODD], ids=["nano4b", "super120b", "odd"])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype, monkeypatch):
+    layer = Layer(dims, seed=7)
+    num_slots = 6
+    init = layer.states(num_slots).to("cuda", state_dtype)
+    slots = torch.tensor([4, -1, 0, 5, 99, 2, 1], dtype=torch.int64, device="cuda")   # a pad and an out-of-range id
+    w = layer.weights("cuda")
+    steps = [[t.cuda() for t in layer.inputs(len(slots))] for _ in range(2)]
+
+    def run(state):
+        outs = []
+        for x, dt, B, C, z in steps:
+            out = torch.full_like(x, float("nan"))
+            ops.mamba2_update(state, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, True, slots, -1, backend="cuda")
+            outs.append(out)
+        return outs
+
+    want_state = init.clone()
+    want_out = run(want_state)
+    assert all(torch.count_nonzero(o[[1, 4]]) == 0 for o in want_out), "pad and out-of-range rows get zero output"
+    for ctas, stages in [("1", "1"), ("3", "2"), ("5", "3"), ("2", "8")]:
+        monkeypatch.setenv("REPLAYSSM_UPDATE_CTAS", ctas)
+        monkeypatch.setenv("REPLAYSSM_UPDATE_STAGES", stages)
+        slot_pool = torch.zeros(num_slots, 2, *init.shape[1:], device="cuda", dtype=state_dtype)
+        row_pool = torch.zeros(*init.shape[:3], 2 * layer.N, device="cuda", dtype=state_dtype)
+        for state in (init.clone(), slot_pool[:, 1], row_pool[..., :layer.N]):
+            state.copy_(init)
+            out = run(state)
+            where = f"ctas={ctas} stages={stages} strides={state.stride()}"
+            assert all(torch.equal(bits(a), bits(b)) for a, b in zip(out, want_out)), where
+            assert torch.equal(bits(state), bits(want_state)), where
+        assert torch.count_nonzero(slot_pool[:, 0]) == 0 and torch.count_nonzero(row_pool[..., layer.N:]) == 0
+    monkeypatch.delenv("REPLAYSSM_UPDATE_CTAS")
+    monkeypatch.delenv("REPLAYSSM_UPDATE_STAGES")
+
+    state = init.clone()
+    static_in = [t.clone() for t in steps[0]]
+    static_out = torch.empty_like(static_in[0])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):        # the eager launches above were the warm-up
+        x, dt, B, C, z = static_in
+        ops.mamba2_update(state, x, dt, w.A, B, C, static_out, w.D, z, w.dt_bias, True, slots, -1, backend="cuda")
+    for step, want in zip(steps, want_out):
+        for s, n in zip(static_in, step):
+            s.copy_(n)
+        graph.replay()
+        assert torch.equal(bits(static_out), bits(want))
+    assert torch.equal(bits(state), bits(want_state))
+
+
 # ---- replay step ----------------------------------------------------------------------------------
 
 STEP_CONFIGS = [
