@@ -22,33 +22,47 @@
 namespace replayssm {
 namespace mamba2_spec {
 
-// The fold's tile, as in the step kernel: a state row covered by N/4 consecutive lanes.
+// The fold's tile and coefficient layout are the step kernel's (mamba2_tile.cuh): a state row covered
+// by N/4 consecutive lanes, the coefficients wgt_j x_j[row] in shared memory once per (entry, row).
 template <int kP, int kN>
-struct FoldTile {
-  static constexpr int kLanesPerRow = kN / 4;
-  static constexpr int kRowsPerPass = kThreads / kLanesPerRow;
-  static constexpr int kRowsPerThread = kP / kRowsPerPass;
-  static_assert(kN == 64 || kN == 128, "state_dim must be 64 or 128");
-  static_assert(kP % kRowsPerPass == 0, "head_dim must be a multiple of the rows one pass covers");
+using FoldTile = mamba2::TileShape<kP, kN>;
+template <int kP, int kN>
+using FoldCoef = mamba2::FoldCoef<kP, kN>;
 
-  __device__ static int lane_in_row() { return threadIdx.x % kLanesPerRow; }
-  __device__ static int first_row() { return threadIdx.x / kLanesPerRow; }
-  __device__ static int row(int r) { return first_row() + r * kRowsPerPass; }
-  __device__ static int col0() { return lane_in_row() * 4; }
-};
-
-// Shared memory of a fold: the x and B rows of the entries folded, staged once.
-template <int kP, int kN, DType kAct>
-struct FoldSmem {
+// Shared memory of a fold CTA (dynamic part): a ring of two checkpoint tiles fed by bulk copies (the
+// next item's tile lands while this one folds), the coefficients of the item folded, its B rows, and
+// the two ring barriers. The per-chunk row list is static (FoldRows).
+template <int kP, int kN, DType kCkpt, DType kAct>
+struct FoldLayout {
   using Act = typename Storage<kAct>::type;
-  static size_t bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * (kP + kN); }
-  Act* x;  // [L][P]
-  Act* B;  // [L][N]
-  __device__ FoldSmem(void* base, int L) {
-    x = static_cast<Act*>(base);
-    B = x + static_cast<size_t>(L) * kP;
+  static constexpr int kStages = 2;
+  static constexpr size_t kTileBytes = static_cast<size_t>(kP) * kN * dtype_size(kCkpt);
+  static_assert(kTileBytes % 16 == 0, "bulk copies move whole 16-byte units");
+  static constexpr size_t kCoefOffset = kStages * kTileBytes;
+  __host__ __device__ static constexpr size_t B_offset(int L) { return kCoefOffset + FoldCoef<kP, kN>::bytes(L); }
+  __host__ __device__ static constexpr size_t barrier_offset(int L) {
+    return (B_offset(L) + sizeof(Act) * static_cast<size_t>(L) * kN + 7) / 8 * 8;
   }
+  __host__ __device__ static constexpr size_t bytes(int L) { return barrier_offset(L) + kStages * sizeof(uint64_t); }
 };
+
+// The folding rows of one chunk of kThreads batch rows, in row order (every CTA finds them itself).
+// Slots fit in int32: a pool of 2^31 slots of at least 64 x 64 fp32 elements is far beyond any GPU.
+struct FoldRows {
+  int32_t slot[kThreads];  // -1: write a zero state (materialize of a pad row or an out-of-range cursor)
+  int32_t row[kThreads];
+  int8_t n[kThreads];      // entries to fold (<= kMamba2SpecMaxBufferLen)
+};
+static_assert(kMamba2SpecMaxBufferLen <= 127, "entry counts fit in int8");
+
+// CTAs per SM the fold's shared memory allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at
+// most 3; the launch bounds follow, so that registers never limit occupancy below it.
+template <int kP, int kN, DType kCkpt, DType kAct>
+constexpr int fold_ctas_per_sm() {
+  constexpr size_t per_cta = FoldLayout<kP, kN, kCkpt, kAct>::bytes(16) + sizeof(FoldRows) + 64 + 1024;
+  constexpr int ctas = static_cast<int>(228 * 1024 / per_cta);
+  return ctas > 3 ? 3 : (ctas < 1 ? 1 : ctas);
+}
 
 template <int kElems, class Act>
 __device__ __forceinline__ void stage_entries(Act* dst, const Act* buffer, int64_t entry_stride, int count) {
@@ -145,42 +159,56 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* base, int rows, int
   }
 }
 
-// The rows of one chunk (kThreads consecutive batch rows) that have something to fold, in row order,
-// as every CTA finds them: thread t decides row chunk + t.
-struct FoldRow {
-  int64_t slot;  // -1: write a zero state (materialize of a pad row or an out-of-range cursor)
-  int32_t row;
-  int32_t n;     // entries to fold
-};
-
 // A persistent grid (as many CTAs as fit on the GPU) over the (row, head) items of the rows that fold:
 // commit folds few rows per call (about 1 in 5 at T = 4, L = 16), and a grid of one CTA per (row, head)
 // spent most of its time on CTAs that read two integers and left, holding the SM slots the folding
 // CTAs needed. Every CTA finds the folding rows of a chunk of rows itself (cursors and accepted counts
-// are L2-hot after the first), then takes every gridDim.x-th item of the chunk, the next one's
-// checkpoint tile requested into L2 while it folds the current one.
+// are L2-hot after the first), then takes every gridDim.x-th item of the chunk.
+//
+// An item is the step's fold of one head (mamba2_step_kernel.cuh), FFMA for FFMA: the checkpoint tile
+// in shared memory, the coefficients wgt_j x_j[row] written once per (entry, row) (FoldCoef), 4 rows
+// at a time per thread against the B rows. What bounds it is latency, so every input is requested an
+// item ahead: the next item's checkpoint tile by bulk copy into the other ring stage (it lands while
+// this one folds), the next item's x, B and dt rows into L2, and the tile of the item after that into
+// L2. (It used to load its tile into registers at the start of the item and wait for it there, and
+// multiply wgt_j x_j[row] inside the FFMA loop: 2 CTAs per SM at 101 registers, 169 us for ~87 us of
+// bytes on super120b at batch 256.)
 // kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
-// kernel as it was before rounding existed.
+// kernel without any rounding code.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
-__global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParams p) {
+__global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAct>())) fold_kernel(const Mamba2SpecParams p) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   using Tile = FoldTile<kP, kN>;
+  using Coef = FoldCoef<kP, kN>;
+  using Layout = FoldLayout<kP, kN, kCkpt, kAct>;
   using V = Vec4<kCkpt>;
   using Act = typename Storage<kAct>::type;
   constexpr int R = Tile::kRowsPerThread;
+  constexpr int kBatch = R > 4 ? 4 : R;  // rows folded together (the step's batches)
   constexpr int kLanes = Tile::kLanesPerRow;
   constexpr int kCkBytes = dtype_size(kCkpt);
   constexpr int kWarps = kThreads / 32;
-  extern __shared__ __align__(16) unsigned char smem_base[];
-  __shared__ FoldRow rows[kThreads];
+  extern __shared__ __align__(128) unsigned char smem_base[];
+  __shared__ FoldRows rows;
   __shared__ int warp_counts[kWarps];
 
+  const int L = p.buffer_len;
   const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
-  const FoldSmem<kP, kN, kAct> sm(smem_base, p.buffer_len);
+  auto tile_smem = [&](int stage) { return smem_base + stage * Layout::kTileBytes; };
+  float* const coef = reinterpret_cast<float*>(smem_base + Layout::kCoefOffset);
+  Act* const B_rows = reinterpret_cast<Act*>(smem_base + Layout::B_offset(L));
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem_base + Layout::barrier_offset(L));
   const int col0 = Tile::col0();
   const int tid = threadIdx.x;
+  const bool producer = tid == 0;
   const int64_t grid = gridDim.x;
+  const unsigned char* checkpoint = static_cast<const unsigned char*>(p.checkpoint);
+  if (producer) {
+    for (int s = 0; s < Layout::kStages; ++s) mbarrier_init(full + s, 1);
+    fence_barrier_init();
+  }
   int64_t items_before = 0;  // items of the earlier chunks: this CTA takes the items k with k % grid == blockIdx.x
+  int it = 0;                // checkpoint tiles this CTA has folded: ring stage it % 2, barrier phase it / 2
 
   for (int64_t chunk = 0; chunk < p.batch; chunk += kThreads) {
     // ---- the chunk's folding rows, compacted in row order ----
@@ -193,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
     }
     const bool item = row < p.batch && (materialize || n >= 0);
     const unsigned ballot = __ballot_sync(kFullMask, item);
-    __syncthreads();  // the previous chunk's readers of rows[] are done
+    __syncthreads();  // the previous chunk's readers of rows are done (and the barriers are initialised)
     if ((tid & 31) == 0) warp_counts[tid / 32] = __popc(ballot);
     __syncthreads();
     int before = __popc(ballot & ((1u << (tid & 31)) - 1u));
@@ -203,103 +231,167 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
       if (k < tid / 32) before += warp_counts[k];
       count += warp_counts[k];
     }
-    if (item) rows[before] = FoldRow{n >= 0 ? slot : -1, static_cast<int32_t>(row), n};
+    if (item) {
+      rows.slot[before] = n >= 0 ? static_cast<int32_t>(slot) : -1;
+      rows.row[before] = static_cast<int32_t>(row);
+      rows.n[before] = static_cast<int8_t>(n);
+    }
     __syncthreads();
 
     const int64_t items = static_cast<int64_t>(count) * p.heads;
-    auto tile_of = [&](const FoldRow& fr, int head) { return fr.slot * p.ck_slot_stride + head * p.ck_head_stride; };
-    for (int64_t k = ((blockIdx.x - items_before) % grid + grid) % grid; k < items; k += grid) {
-      const FoldRow fr = rows[k / p.heads];
+    // This CTA's first item of the chunk at or after k (k itself one of its items) with a tile to fold.
+    auto next_tile_item = [&](int64_t k) {
+      while (k < items && rows.slot[k / p.heads] < 0) k += grid;
+      return k;
+    };
+    auto tile_of = [&](int64_t k) {
+      return (static_cast<int64_t>(rows.slot[k / p.heads]) * p.ck_slot_stride + (k % p.heads) * p.ck_head_stride) * kCkBytes;
+    };
+    auto issue_tile = [&](int64_t k, int stage) {
+      fence_proxy_async();  // the stage was last read by ordinary loads, before a CTA barrier
+      bulk_copy_tile_to_shared<kP, kN * kCkBytes>(tile_smem(stage), checkpoint + tile_of(k), p.ck_row_stride * kCkBytes,
+                                                  full + stage);
+    };
+    const int64_t first = ((blockIdx.x - items_before) % grid + grid) % grid;
+    if (producer) {
+      const int64_t k = next_tile_item(first);
+      if (k < items) issue_tile(k, it & 1);  // the stage's last reader finished before the barriers above
+    }
+
+    for (int64_t k = first; k < items; k += grid) {
+      const int ri = static_cast<int>(k / p.heads);
       const int head = static_cast<int>(k % p.heads);
-      if (fr.slot < 0) {  // materialize only
-        write_zero_state<kP, kN>(p, fr.row, head);
+      const int64_t fslot = rows.slot[ri];
+      const int64_t frow = rows.row[ri];
+      if (fslot < 0) {  // materialize only; no tile
+        write_zero_state<kP, kN>(p, frow, head);
         continue;
       }
-      const int64_t tile = tile_of(fr, head);
-      typename V::Raw ck[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) ck[r] = V::load(p.checkpoint, tile + Tile::row(r) * p.ck_row_stride + col0);
-      if (k + grid < items) {  // this CTA's next item of the chunk
-        const FoldRow& next = rows[(k + grid) / p.heads];
-        if (next.slot >= 0) {
-          prefetch_rows_l2(static_cast<const unsigned char*>(p.checkpoint) +
-                               tile_of(next, static_cast<int>((k + grid) % p.heads)) * kCkBytes,
-                           kP, kN * kCkBytes, p.ck_row_stride * kCkBytes);
-        }
-      }
-      const int n_fold = fr.n;
+      const int n_fold = rows.n[ri];
+      const int stage = it & 1;
       const int group = head / (p.heads / p.groups);
-      const Act* x_buf = static_cast<const Act*>(p.x_buf) + fr.slot * p.xb_slot_stride + head * p.xb_head_stride;
-      const Act* B_buf = static_cast<const Act*>(p.B_buf) + fr.slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-      __syncthreads();  // the previous item's readers of shared memory are done
-      stage_entries<kP>(sm.x, x_buf, p.xb_entry_stride, n_fold);
-      stage_entries<kN>(sm.B, B_buf, p.Bb_entry_stride, n_fold);
-      const FoldScalars fs = fold_scalars(p, fr.slot, head, n_fold);
+      const Act* x_buf = static_cast<const Act*>(p.x_buf) + fslot * p.xb_slot_stride + head * p.xb_head_stride;
+      const Act* B_buf = static_cast<const Act*>(p.B_buf) + fslot * p.Bb_slot_stride + group * p.Bb_group_stride;
+      __syncthreads();  // the previous item's readers of the coefficients, B rows and other ring stage are done
+
+      // ---- an item ahead: the next tile into the other stage; its x, B, dt rows and the tile after it into L2 ----
+      const int64_t k_next = next_tile_item(k + grid);
+      if (k_next < items) {
+        if (producer) {
+          issue_tile(k_next, stage ^ 1);
+          const int64_t k_after = next_tile_item(k_next + grid);
+          if (k_after < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k_after), Layout::kTileBytes);
+        }
+        const int ni = static_cast<int>(k_next / p.heads);
+        const int64_t nslot = rows.slot[ni];
+        const int nhead = static_cast<int>(k_next % p.heads);
+        const int nn = rows.n[ni];
+        const Act* nx = static_cast<const Act*>(p.x_buf) + nslot * p.xb_slot_stride + nhead * p.xb_head_stride;
+        const Act* nB = static_cast<const Act*>(p.B_buf) + nslot * p.Bb_slot_stride +
+                        (nhead / (p.heads / p.groups)) * p.Bb_group_stride;
+        prefetch_rows_l2(nx, nn, kP * static_cast<int>(sizeof(Act)), p.xb_entry_stride * static_cast<int64_t>(sizeof(Act)));
+        prefetch_rows_l2(nB, nn, kN * static_cast<int>(sizeof(Act)), p.Bb_entry_stride * static_cast<int64_t>(sizeof(Act)));
+        if (nn > 0) prefetch_rows_l2(p.dt_buf + nslot * p.dtb_slot_stride + nhead * p.dtb_head_stride, 1, nn * 4, 0);
+      }
+
+      // ---- this item: B rows, scalars, coefficients ----
+      stage_entries<kN>(B_rows, B_buf, p.Bb_entry_stride, n_fold);
+      cp_async_commit();
+      const FoldScalars fs = fold_scalars(p, fslot, head, n_fold);
+      {
+        // All x loads of a batch first, then the products (one L2 round trip); CTA-uniform trip count,
+        // the weights come by shuffle.
+        constexpr int kBatchElems = (16 * kP + kThreads - 1) / kThreads;
+        const int elems = n_fold * kP;
+        for (int e0 = 0; e0 < elems; e0 += kBatchElems * kThreads) {
+          Act xv[kBatchElems];
+#pragma unroll
+          for (int q = 0; q < kBatchElems; ++q) {
+            const int e = e0 + q * kThreads + tid;
+            if (e < elems) xv[q] = x_buf[(e / kP) * p.xb_entry_stride + e % kP];
+          }
+#pragma unroll
+          for (int q = 0; q < kBatchElems; ++q) {
+            const int e = e0 + q * kThreads + tid;
+            const int j = e / kP;
+            const float wj = fs.weight(j < n_fold ? j : n_fold - 1);
+            if (e < elems) coef[Coef::index(j, e % kP)] = wj * to_float(xv[q]);
+          }
+        }
+      }
       cp_async_wait_all();
-      __syncthreads();
+      __syncthreads();  // the coefficients and B rows are in
+      mbarrier_wait(full + stage, (it >> 1) & 1);
+      ++it;
 
-      float s[R][4];
-#pragma unroll
-      for (int r = 0; r < R; ++r) V::to_float(ck[r], s[r]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) s[r][q] *= fs.decay;
-      }
-      for (int j = 0; j < n_fold; ++j) {
-        const float wj = fs.weight(j);
-        float b[4];
-        Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(sm.B + j * kN + col0), b);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float coef = wj * to_float(sm.x[j * kP + Tile::row(r)]);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) s[r][q] += coef * b[q];
-        }
-      }
-
-      if (materialize) {
-        float* out = p.state_out + fr.row * p.so_row_stride + head * p.so_head_stride;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          *reinterpret_cast<float4*>(out + Tile::row(r) * p.so_p_stride + col0) =
-              make_float4(s[r][0], s[r][1], s[r][2], s[r][3]);
-        }
-        continue;
-      }
+      // ---- the fold, kBatch rows at a time, and the stores ----
+      const unsigned char* ck_smem = tile_smem(stage);
+      const int64_t tile = fslot * p.ck_slot_stride + head * p.ck_head_stride;
       RoundingKey key{};
-      RoundingWords words;
+      RoundingWords words;  // kRound: rows drawn in pairs, which kBatch (even) never splits
       if constexpr (kRound) key = RoundingKey::load(p.rounding_seed);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int pr = Tile::row(r);
-        if constexpr (kRound) {  // the read copy below is then made from the stochastically rounded value
-          uint32_t w[2];
-          words.get<R>(key, fr.slot, head, r, [](int k) { return Tile::row(k); }, col0, w);
-          stochastic_round4<kCkpt>(s[r], w);
+      for (int r0 = 0; r0 < R; r0 += kBatch) {
+        float s[kBatch][4];
+#pragma unroll
+        for (int rb = 0; rb < kBatch; ++rb) {
+          const int r = r0 + rb;
+          if (r >= R) break;
+          V::to_float(*reinterpret_cast<const typename V::Raw*>(ck_smem + (Tile::row(r) * kN + col0) * kCkBytes), s[rb]);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) s[rb][q] *= fs.decay;
         }
-        V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[r]);
-        if constexpr (kCopy) {
-          // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
-          float v[4];
+        const float* coef_rows = coef + Coef::index(0, Tile::row(r0));  // rows r0 .. r0 + 3 of entry 0
+        for (int j = 0; j < n_fold; ++j) {
+          float bj[4];
+          Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(B_rows + j * kN + col0), bj);
+          const float4 cj = *reinterpret_cast<const float4*>(coef_rows + j * Coef::kPerEntry);
+          const float cr[4] = {cj.x, cj.y, cj.z, cj.w};
 #pragma unroll
-          for (int q = 0; q < 4; ++q) v[q] = V::round_trip(s[r][q]);
-          const int64_t rc = fr.slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
-          if constexpr (kRead == DType::kFloat8E4M3) {
-            float amax = 0.0f;
+          for (int rb = 0; rb < kBatch; ++rb) {
+            if (r0 + rb >= R) break;
 #pragma unroll
-            for (int q = 0; q < 4; ++q) amax = max_keep_nan(amax, fabsf(v[q]));
-            amax = row_max_keep_nan<kLanes>(amax);
-            const bool nonzero = amax > 0.0f;
-            const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) v[q] = clamp_keep_nan(__fmul_rn(v[q], inv), -kFp8E4M3Max, kFp8E4M3Max);
-            if (Tile::lane_in_row() == 0) {
-              p.read_scale[fr.slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
-                  nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
-            }
+            for (int q = 0; q < 4; ++q) s[rb][q] += cr[rb] * bj[q];
           }
-          Vec4<kRead>::store(p.read_copy, rc, v);
+        }
+#pragma unroll
+        for (int rb = 0; rb < kBatch; ++rb) {
+          const int r = r0 + rb;
+          if (r >= R) break;
+          const int pr = Tile::row(r);
+          if (materialize) {
+            float* out = p.state_out + frow * p.so_row_stride + head * p.so_head_stride;
+            *reinterpret_cast<float4*>(out + pr * p.so_p_stride + col0) = make_float4(s[rb][0], s[rb][1], s[rb][2], s[rb][3]);
+            continue;
+          }
+          if constexpr (kRound) {  // the read copy below is then made from the stochastically rounded value
+            uint32_t w[2];
+            words.get<R>(key, fslot, head, r, [](int q) { return Tile::row(q); }, col0, w);
+            stochastic_round4<kCkpt>(s[rb], w);
+          }
+          V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
+          if constexpr (kCopy) {
+            // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
+            float v[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) v[q] = V::round_trip(s[rb][q]);
+            const int64_t rc = fslot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
+            if constexpr (kRead == DType::kFloat8E4M3) {
+              float amax = 0.0f;
+#pragma unroll
+              for (int q = 0; q < 4; ++q) amax = max_keep_nan(amax, fabsf(v[q]));
+              amax = row_max_keep_nan<kLanes>(amax);
+              const bool nonzero = amax > 0.0f;
+              const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+#pragma unroll
+              for (int q = 0; q < 4; ++q) v[q] = clamp_keep_nan(__fmul_rn(v[q], inv), -kFp8E4M3Max, kFp8E4M3Max);
+              if (Tile::lane_in_row() == 0) {
+                p.read_scale[fslot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
+                    nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+              }
+            }
+            Vec4<kRead>::store(p.read_copy, rc, v);
+          }
         }
       }
     }
@@ -310,10 +402,14 @@ __global__ void __launch_bounds__(kThreads, 2) fold_kernel(const Mamba2SpecParam
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
 cudaError_t launch_fold_kernel(const Mamba2SpecParams& p, cudaStream_t stream) {
   auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
-  const size_t smem = FoldSmem<kP, kN, kAct>::bytes(p.buffer_len);  // <= 32 KiB at L = 64
-  int device = 0, sms = 0, ctas_per_sm = 0;
+  const size_t smem = FoldLayout<kP, kN, kCkpt, kAct>::bytes(p.buffer_len);
+  int device = 0, sms = 0, max_smem = 0, ctas_per_sm = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return err;
+  if (smem + sizeof(FoldRows) > static_cast<size_t>(max_smem)) return cudaErrorInvalidValue;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
   if (err != cudaSuccess) return err;
   // One wave of persistent CTAs, never more than there are (row, head) items.

@@ -73,25 +73,6 @@ __device__ __forceinline__ void load_act_n(const void* base, int64_t offset, flo
   }
 }
 
-// ---- The fold's coefficients --------------------------------------------------------------------
-// The fold adds coef_j[row] * B_j[col] over the window entries j, coef_j[row] = wgt_j x_j[row]. All
-// kLanesPerRow lanes of a state row need the same coefficient, so the CTA computes each one once per
-// head into shared memory (fp32), laid out [j][first_row][r] with r padded to a multiple of 4: a thread's
-// batch of 4 rows (first_row + r * kRowsPerPass, r = r0 .. r0 + 3) is one 16-byte broadcast load.
-// (Each lane used to load x_j[row], convert it and multiply by wgt_j itself: 3 instructions per
-// (entry, row) per lane instead of a quarter of one.)
-template <int kP, int kN>
-struct FoldCoef {
-  using Shape = TileShape<kP, kN>;
-  static constexpr int kRowsPerThread = Shape::kRowsPerThread;
-  static constexpr int kRowsPadded = (kRowsPerThread + 3) / 4 * 4;
-  static constexpr int kPerEntry = Shape::kRowsPerPass * kRowsPadded;  // floats per window entry
-  __host__ __device__ static constexpr size_t bytes(int L) { return sizeof(float) * static_cast<size_t>(L) * kPerEntry; }
-  __device__ static int index(int j, int row) {
-    return j * kPerEntry + (row % Shape::kRowsPerPass) * kRowsPadded + row / Shape::kRowsPerPass;
-  }
-};
-
 // ---- Shared memory of a step CTA ---------------------------------------------------------------
 // A ring of replay-source tiles fed by bulk copies (TMA), three x windows fed by cp.async (the replay
 // reads one, two are in flight), and the small per-head arrays, double-buffered by head parity so

@@ -111,11 +111,8 @@ template <int kP, int kN, DType kSrc, DType kAct>
 struct VerifyLayout {
   using Act = typename Storage<kAct>::type;
   static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
-  // As many stages as fit in about 64 KB, at least two (as the step).
-  static constexpr int kStages = kTileBytes >= 32 * 1024 ? 2 : (64 * 1024 / kTileBytes > 8 ? 8 : 64 * 1024 / kTileBytes);
   static constexpr int kWindows = 3;
   static constexpr size_t kRingOffset = 128;  // uint64_t barriers[kStages] before it
-  static_assert(kStages * sizeof(uint64_t) <= kRingOffset, "barriers fit before the ring");
   static_assert(kTileBytes % 128 == 0, "tiles keep the ring 128-byte aligned");
 
   __host__ __device__ static constexpr int padded(int T) { return (T + kDraftBatch - 1) / kDraftBatch * kDraftBatch; }
@@ -129,6 +126,14 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t B_window(int stages, int L, int T) { return window(stages, L, T) + kWindows * window_bytes(L); }
   __host__ __device__ static constexpr size_t C_rows(int stages, int L, int T) { return B_window(stages, L, T) + sizeof(Act) * static_cast<size_t>(L) * kN; }
   __host__ __device__ static constexpr size_t bytes(int stages, int L, int T) { return C_rows(stages, L, T) + sizeof(Act) * static_cast<size_t>(T) * kN; }
+  // As many stages as two CTAs per SM leave room for at L = 16, T = 4 (228 KB per SM, 1 KB reserved per
+  // CTA), from 2 to 8. The ring is what keeps source bytes in flight while a CTA works on a head: at
+  // P = 64 with an fp32 source that is 3 tiles of 32 KB (2 until session 4, when the "about 64 KB"
+  // rule stopped at 2 tiles of 32 KB and left 35 KB of each SM unused).
+  static constexpr size_t kFixedBytes = bytes(0, 16, 4);
+  static constexpr int kRoomStages = static_cast<int>((228 * 1024 / 2 - 1024 - kFixedBytes) / kTileBytes);
+  static constexpr int kStages = kRoomStages < 2 ? 2 : (kRoomStages > 8 ? 8 : kRoomStages);
+  static_assert(kStages * sizeof(uint64_t) <= kRingOffset, "barriers fit before the ring");
   // CTAs per SM the shared memory allows at L = 16, T = 4 (228 KB per SM, 1 KB reserved per CTA), at
   // most 2: the register budget is sized to match, so that registers never limit occupancy below it.
   // (At 3 CTAs, 80 registers, the 4-draft reduction spills; 2 CTAs of a 2-8 stage ring keep 80 KB or
@@ -554,8 +559,11 @@ cudaError_t launch_verify(const Mamba2SpecParams& params, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
-  // The compiled ring depth, fewer stages where a long buffer and many drafts need the room.
+  // The compiled ring depth, fewer stages where a long buffer and many drafts need the room: first down
+  // to 2 to keep the CTAs per SM the launch bounds assume, then as far as the opt-in limit demands.
   int stages = Layout::kStages;
+  const size_t per_cta = 228 * 1024 / Layout::kCtasPerSm - 1024;
+  while (stages > 2 && Layout::bytes(stages, params.buffer_len, params.num_tokens) > per_cta) --stages;
   while (stages > 1 && Layout::bytes(stages, params.buffer_len, params.num_tokens) > static_cast<size_t>(max_smem)) --stages;
   const size_t smem = Layout::bytes(stages, params.buffer_len, params.num_tokens);
   if (smem > static_cast<size_t>(max_smem)) return cudaErrorInvalidValue;
