@@ -92,6 +92,8 @@ template <> struct Vec4<DType::kFloat32> {
     return __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(base) + offset));
   }
   __device__ static void to_float(const Raw& r, float (&v)[4]) { v[0] = r.x; v[1] = r.y; v[2] = r.z; v[3] = r.w; }
+  // The stored bits of 4 values (what store writes).
+  __device__ static Raw pack(const float (&v)[4]) { return make_float4(v[0], v[1], v[2], v[3]); }
   __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
     *reinterpret_cast<float4*>(static_cast<float*>(base) + offset) = make_float4(v[0], v[1], v[2], v[3]);
   }
@@ -108,6 +110,13 @@ template <> struct Vec4<DType::kBFloat16> {
     const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&r);
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(h[i]);
+  }
+  __device__ static Raw pack(const float (&v)[4]) {
+    uint2 raw;
+    __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
+    h2[0] = __floats2bfloat162_rn(v[0], v[1]);
+    h2[1] = __floats2bfloat162_rn(v[2], v[3]);
+    return raw;
   }
   __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
     uint2 raw;
@@ -128,6 +137,13 @@ template <> struct Vec4<DType::kFloat16> {
     const __half* h = reinterpret_cast<const __half*>(&r);
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = __half2float(h[i]);
+  }
+  __device__ static Raw pack(const float (&v)[4]) {
+    uint2 raw;
+    __half* h = reinterpret_cast<__half*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = from_float_fp16(v[i]);
+    return raw;
   }
   __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
     uint2 raw;
@@ -152,6 +168,12 @@ template <> struct Vec4<DType::kFloat8E4M3> {
     }
   }
   // `v` must already be scaled and clamped to +-448.
+  __device__ static Raw pack(const float (&v)[4]) {
+    uint32_t raw = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) raw |= static_cast<uint32_t>(from_float_fp8_e4m3(v[i])) << (8 * i);
+    return raw;
+  }
   __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
     uint32_t raw = 0;
 #pragma unroll
