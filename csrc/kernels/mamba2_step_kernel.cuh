@@ -191,10 +191,8 @@ struct HeadDt {
   uint32_t now_bits;
   float A;
   float bias;
-  float D;  // only the tensor-core replay reads it here (load_head_dt<true>)
 };
 
-template <bool kWithD = false>
 __device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, int64_t slot, int head, int w) {
   const int lane = threadIdx.x & 31;
   const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
@@ -209,8 +207,46 @@ __device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, i
                                              : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
   d.A = __ldg(p.A + head);
   d.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
-  d.D = 0.0f;
-  if constexpr (kWithD) d.D = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
+  return d;
+}
+
+// The tensor-core replay's scalar warp loads further ahead than load_head_dt: its consumer warps finish
+// a head in less than a DRAM round trip, so the token's dt loaded one head ahead put one on every
+// head's path (fp8 steps at ~2.3 us per head and CTA whatever the tile cost). Per-head scalars come 32
+// heads at a time, one head per lane (HeadScalars, read back with a shuffle); the buffered dt window two
+// heads ahead (DtWindow).
+struct HeadScalars {
+  uint32_t now_bits = 0;
+  float A = 0.0f, bias = 0.0f, D = 0.0f;
+};
+
+// Head `head`'s scalars, or zeros from `end` on.
+__device__ __forceinline__ HeadScalars load_head_scalars(const Mamba2Params& p, int row, int head, int end) {
+  HeadScalars h;
+  if (head < end) {
+    const int64_t off = row * p.dt_row_stride + head * p.dt_head_stride;
+    h.now_bits = p.dt_dtype == DType::kFloat32 ? __ldg(static_cast<const uint32_t*>(p.dt) + off)
+                                               : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
+    h.A = __ldg(p.A + head);
+    h.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
+    h.D = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
+  }
+  return h;
+}
+
+struct DtWindow {
+  float buffered[kMamba2MaxBufferLen / 32];  // entries j = lane, lane + 32 (< w)
+};
+
+__device__ __forceinline__ DtWindow load_dt_window(const Mamba2Params& p, int64_t slot, int head, int w) {
+  const int lane = threadIdx.x & 31;
+  const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+  DtWindow d;
+#pragma unroll
+  for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) {
+    const int j = lane + 32 * h;
+    d.buffered[h] = j < w ? dt_buf[j] : 0.0f;
+  }
   return d;
 }
 
@@ -446,25 +482,20 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         cp_async_commit();
         if (num_heads > 1) stage_own_x(1, head0 + 1);
         cp_async_commit();
-        RowOperands<kAct> next_row[kTiles];
-        auto load_rows = [&](int head) {
+        auto load_rows = [&](RowOperands<kAct>(&rows)[kTiles], int head) {
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) {
             if (part == 0) {
-              next_row[t] = load_row_operands<kAct, kScaled, false>(p, row, slot, head, first_row + 16 * t + row_in_tile);
+              rows[t] = load_row_operands<kAct, kScaled, false>(p, row, slot, head, first_row + 16 * t + row_in_tile);
             }
           }
         };
-        load_rows(head0);
-
-        for (int i = 0; i < num_heads; ++i) {
+        // Head i's row operands (x, z, fp8 scales of this lane's rows) were loaded right after head
+        // i - 2 used the same registers: two heads of latency, and no register copy that waits for them.
+        auto one_head = [&](int i, RowOperands<kAct>(&cur)[kTiles]) {
           const int head = head0 + i;
           const int stage = i % S;
           const int b = i & 1;
-          RowOperands<kAct> cur[kTiles];
-#pragma unroll
-          for (int t = 0; t < kTiles; ++t) cur[t] = next_row[t];
-          if (i + 1 < num_heads) load_rows(head + 1);
           if (i + 2 < num_heads) stage_own_x((i + 2) % 3, head + 2);  // window (i + 2) % 3 was head i - 1's
           cp_async_commit();
 
@@ -502,6 +533,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           }
           mbarrier_arrive(sm.weights_read(b));
           __syncwarp();  // every lane is done with window i % 3 before any lane stages a window into it
+          if (i + 2 < num_heads) load_rows(cur, head + 2);
+        };
+        RowOperands<kAct> even[kTiles], odd[kTiles];
+        load_rows(even, head0);
+        if (num_heads > 1) load_rows(odd, head0 + 1);
+        for (int i = 0; i < num_heads; i += 2) {
+          one_head(i, even);
+          if (i + 1 < num_heads) one_head(i + 1, odd);
         }
         cp_async_wait<0>();
       } else if (tid == Roles::kProducerThread) {
@@ -530,19 +569,43 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           prefetch_operands(head0 + i);
         }
       } else if (scalar_warp) {
-        HeadDt next_dt = load_head_dt<true>(p, row, slot, head0, w);
-        for (int i = 0; i < num_heads; ++i) {
+        const int end = head0 + num_heads;
+        HeadScalars batch = load_head_scalars(p, row, head0 + lane, end);            // heads i .. i + 31
+        HeadScalars next_batch = load_head_scalars(p, row, head0 + 32 + lane, end);  // the 32 after
+        auto one_head = [&](int i, const DtWindow& window) {
           const int head = head0 + i;
           const int b = i & 1;
-          const HeadDt cur_dt = next_dt;
-          if (i + 1 < num_heads) next_dt = load_head_dt<true>(p, row, slot, head + 1, w);
+          if (i > 0 && i % 32 == 0) {
+            batch = next_batch;
+            next_batch = load_head_scalars(p, row, head + 32 + lane, end);
+          }
+          HeadDt cur_dt;
+#pragma unroll
+          for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) cur_dt.buffered[h] = window.buffered[h];
+          cur_dt.now_bits = __shfl_sync(kFullMask, batch.now_bits, i & 31);
+          cur_dt.A = __shfl_sync(kFullMask, batch.A, i & 31);
+          cur_dt.bias = __shfl_sync(kFullMask, batch.bias, i & 31);
+          const float head_D = __shfl_sync(kFullMask, batch.D, i & 31);
           if (i >= 2) mbarrier_wait(sm.weights_read(b), ((i >> 1) - 1) & 1);  // head i - 2 is done with buffer b
           const float dt_now = window_weights<true>(p, cur_dt, w, sm.wgt(b), sm.decay(b), sm.dots());
           if (lane == 0) {
-            *sm.head_D(b) = cur_dt.D;
+            *sm.head_D(b) = head_D;
             p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
           }
           mbarrier_arrive(sm.weights_written(b));
+        };
+        // Heads in pairs, each window register set refilled right after its use: a window is loaded two
+        // heads before it is needed, with no register copy (which would wait for the load) in between.
+        DtWindow even = load_dt_window(p, slot, head0, w);
+        DtWindow odd{};
+        if (num_heads > 1) odd = load_dt_window(p, slot, head0 + 1, w);
+        for (int i = 0; i < num_heads; i += 2) {
+          one_head(i, even);
+          if (i + 2 < num_heads) even = load_dt_window(p, slot, head0 + i + 2, w);
+          if (i + 1 < num_heads) {
+            one_head(i + 1, odd);
+            if (i + 3 < num_heads) odd = load_dt_window(p, slot, head0 + i + 3, w);
+          }
         }
       }
     } else {
