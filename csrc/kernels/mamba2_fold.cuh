@@ -134,25 +134,6 @@ __device__ __forceinline__ int entries_to_fold(const Mamba2SpecParams& p, int64_
   }
 }
 
-// One whole-vector global store per thread and row. Through plain C++ (Vec4::store) nvcc split the
-// fold's float4 stores into four 4-byte stores and its 8-byte stores into 4- or 2-byte ones: four
-// times the L2 store sectors for the checkpoint writes (ncu, session 4: 72% of the fold's global
-// sectors were excess). Inline PTX keeps each store whole.
-__device__ __forceinline__ void store_whole(void* p, const float4& v) {
-  asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
-}
-__device__ __forceinline__ void store_whole(void* p, const uint2& v) {
-  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
-}
-__device__ __forceinline__ void store_whole(void* p, uint32_t v) {
-  asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-// Vec4<T>::store, the same bits, as one store.
-template <DType T>
-__device__ __forceinline__ void store4(void* base, int64_t offset, const float (&v)[4]) {
-  store_whole(static_cast<unsigned char*>(base) + offset * dtype_size(T), Vec4<T>::pack(v));
-}
-
 template <int kP, int kN>
 __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int64_t row, int head) {
   using Tile = FoldTile<kP, kN>;

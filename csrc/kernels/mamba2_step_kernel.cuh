@@ -821,7 +821,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             rounding_words.get<RF>(rounding_key, slot, head, r, [](int k) { return Shape::row(k); }, col0, rw);
             stochastic_round4<kCkpt>(s[rb], rw);
           }
-          V::store(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
+          store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);  // one whole store (store4)
           if constexpr (kCopy) {
             // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
             float v[4];
@@ -842,7 +842,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
                     nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
               }
             }
-            Vec4<kRead>::store(p.read_copy, rc, v);
+            store4<kRead>(p.read_copy, rc, v);
           }
           y = row_sum<Shape::kLanesPerRow>(y);
           if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
