@@ -41,6 +41,17 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 
+// Named CTA barriers 1..15 (0 is __syncthreads'): `threads` (a multiple of 32) must arrive, counted by
+// whole warps (a warp whose other lanes have exited counts as arrived with its one running lane).
+// Readers hand a buffer to a waiting thread with one arrive instruction per warp; an mbarrier would take
+// one arrival per thread (racecheck does not let one elected lane's arrival stand for its warp).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Blocks until the phase with the given parity has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;

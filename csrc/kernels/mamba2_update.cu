@@ -4,8 +4,9 @@
 // A persistent grid walks the (row, head) items k = blockIdx.x, blockIdx.x + gridDim.x, ... Each CTA
 // keeps a ring of S state tiles in shared memory that its producer warp fills by bulk copy (TMA) up to
 // S items ahead, so the CTA always has reads in flight while its 8 consumer warps update the current
-// tile and store it from registers. A consumer thread hands a stage back as soon as it has read its rows
-// (an arrival on the stage's `empty` barrier), before it computes and stores them. The row operands of
+// tile and store it from registers. A consumer warp hands a stage back as soon as it has read its rows
+// (one arrive on the stage's named barrier, which the producer syncs on before it refills the stage),
+// before it computes and stores them. The row operands of
 // the next item (x, z, dt, B, C, A, D) are loaded one item ahead and decoded when used.
 // (v3 was one CTA per (row, head) that loaded the tile into registers, computed, stored and left: each
 // CTA's reads and writes came in two bursts, 82-86% of copy bandwidth at batch 256-512.)
@@ -122,16 +123,15 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   constexpr int kStateBytes = dtype_size(kState);
   static_assert(R <= kLanes, "a row's lane group loads the x and z of its R passes, one per lane");
   extern __shared__ __align__(128) unsigned char ring[];
-  __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
+  __shared__ uint64_t full[kMaxStages];
+  // Stage s is handed back on named barrier 1 + s: the 8 consumer warps arrive, the producer warp syncs.
+  auto stage_read = [](int stage) { return 1 + stage; };
 
   const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
   const int64_t grid = gridDim.x;
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int s = 0; s < stages; ++s) {
-      mbarrier_init(&full[s], 1);
-      mbarrier_init(&empty[s], kThreads);
-    }
+    for (int s = 0; s < stages; ++s) mbarrier_init(&full[s], 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
       const int64_t next_slot = k + grid < items ? slot_of(k + grid) : -1;  // in flight while this item waits
       const int stage = i % stages;
       if (i >= stages) {
-        mbarrier_wait(&empty[stage], (i / stages - 1) & 1);  // every consumer warp has read item i - S
+        named_barrier_sync(stage_read(stage), kUpdateThreads);  // every consumer warp has read item i - S
         fence_proxy_async();
       }
       if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) {
@@ -162,6 +162,10 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
       }
       slot = next_slot;
     }
+    // The consumers hand back every item's stage, the last S too: sync on those as well, so that every
+    // named-barrier phase completes (none is left half-arrived when the CTA exits).
+    const int64_t n = (items - blockIdx.x + grid - 1) / grid;  // this CTA's items
+    for (int64_t i = n > stages ? n - stages : 0; i < n; ++i) named_barrier_sync(stage_read(static_cast<int>(i % stages)), kUpdateThreads);
     return;
   }
 
@@ -199,10 +203,10 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
         raw[r] = *reinterpret_cast<const typename V::Raw*>(tile + (Shape::row(r) * kN + Shape::col0()) * kStateBytes);
       }
     }
-    // Every consumer thread hands its reads back itself: with one arrival per warp after a __syncwarp,
-    // racecheck flagged the other 31 lanes' reads against the refill (it does not order them through
-    // the warp barrier), exactly the refilled items' reads of lanes 1-31.
-    mbarrier_arrive(&empty[stage]);
+    // One arrive per warp on the stage's named barrier hands the reads back (with mbarriers, one arrival
+    // per warp after a __syncwarp drew racecheck reports on lanes 1-31, and 256 arrivals per item cost
+    // ~2 points of copy bandwidth at batch 512).
+    named_barrier_arrive(stage_read(stage), kUpdateThreads);
     if (!touches) {
       write_zero_output<kAct>(p, row, head);
       continue;
