@@ -370,28 +370,7 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
             stochastic_round4<kCkpt>(s[rb], w);
           }
           store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
-          if constexpr (kCopy) {
-            // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
-            float v[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) v[q] = V::round_trip(s[rb][q]);
-            const int64_t rc = fslot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
-            if constexpr (kRead == DType::kFloat8E4M3) {
-              float amax = 0.0f;
-#pragma unroll
-              for (int q = 0; q < 4; ++q) amax = max_keep_nan(amax, fabsf(v[q]));
-              amax = row_max_keep_nan<kLanes>(amax);
-              const bool nonzero = amax > 0.0f;
-              const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
-#pragma unroll
-              for (int q = 0; q < 4; ++q) v[q] = clamp_keep_nan(__fmul_rn(v[q], inv), -kFp8E4M3Max, kFp8E4M3Max);
-              if (Tile::lane_in_row() == 0) {
-                p.read_scale[fslot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
-                    nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
-              }
-            }
-            store4<kRead>(p.read_copy, rc, v);
-          }
+          if constexpr (kCopy) store_read_copy4<kCkpt, kRead, kLanes>(p, fslot, head, pr, col0, s[rb]);
         }
       }
     }

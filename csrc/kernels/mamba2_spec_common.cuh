@@ -26,6 +26,7 @@ constexpr const char* kHeadsPerCtaKnob = "REPLAYSSM_SPEC_HEADS_PER_CTA";
 using mamba2::Vec4;       // 4-element state vectors: the fold's tile is a row over N/4 lanes
 using mamba2::store4;     // ... stored as one whole vector (store_whole)
 using mamba2::store_whole;
+using mamba2::store_read_copy4;  // the fold's read-copy refresh, shared with the step's fold
 using mamba2::row_sum;    // sum / NaN-keeping max over the lanes of a state row
 using mamba2::row_max_keep_nan;
 using mamba2::warp_inclusive_sum;  // the window's dt prefix sums

@@ -822,28 +822,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             stochastic_round4<kCkpt>(s[rb], rw);
           }
           store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);  // one whole store (store4)
-          if constexpr (kCopy) {
-            // The read copy is made from the checkpoint as stored, exactly like make_read_copy.
-            float v[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) v[k] = V::round_trip(s[rb][k]);
-            const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
-            if constexpr (kRead == DType::kFloat8E4M3) {
-              float amax = 0.0f;
-#pragma unroll
-              for (int k = 0; k < 4; ++k) amax = max_keep_nan(amax, fabsf(v[k]));
-              amax = row_max_keep_nan<Shape::kLanesPerRow>(amax);
-              const bool nonzero = amax > 0.0f;
-              const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
-#pragma unroll
-              for (int k = 0; k < 4; ++k) v[k] = clamp_keep_nan(__fmul_rn(v[k], inv), -kFp8E4M3Max, kFp8E4M3Max);
-              if (Shape::lane_in_row() == 0) {
-                p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] =
-                    nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
-              }
-            }
-            store4<kRead>(p.read_copy, rc, v);
-          }
+          if constexpr (kCopy) store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
           y = row_sum<Shape::kLanesPerRow>(y);
           if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
         }

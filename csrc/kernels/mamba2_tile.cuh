@@ -201,6 +201,34 @@ __device__ __forceinline__ void store4(void* base, int64_t offset, const float (
   store_whole(static_cast<unsigned char*>(base) + offset * dtype_size(T), Vec4<T>::pack(v));
 }
 
+// A fold's read-copy refresh of the 4 values at (slot, head, row pr, columns col0..+3), made from the
+// checkpoint as stored (`s` before its storage rounding; exactly make_read_copy's rule): bf16 / fp16
+// round, fp8 scales by the row's max over its kLanes lanes (NaN kept), and the row's first lane writes
+// the row's scale; one whole-vector store (store4). Params: Mamba2Params or Mamba2SpecParams (the same
+// read-copy fields). The step's fold and the commit fold (mamba2_fold.cuh) share it.
+template <DType kCkpt, DType kRead, int kLanes, class Params>
+__device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, int head, int pr, int col0,
+                                                 const float (&s)[4]) {
+  float v[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = Vec4<kCkpt>::round_trip(s[k]);
+  const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + pr * p.rc_row_stride + col0;
+  if constexpr (kRead == DType::kFloat8E4M3) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) amax = max_keep_nan(amax, fabsf(v[k]));
+    amax = row_max_keep_nan<kLanes>(amax);
+    const bool nonzero = amax > 0.0f;
+    const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v[k] = clamp_keep_nan(__fmul_rn(v[k], inv), -kFp8E4M3Max, kFp8E4M3Max);
+    if (threadIdx.x % kLanes == 0) {
+      p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+    }
+  }
+  store4<kRead>(p.read_copy, rc, v);
+}
+
 // ---- The replay source in 16-byte chunks ----------------------------------------------------------
 // The replay read moves every storage type in 16-byte vectors: 4 fp32, 8 bf16/fp16 or 16 fp8
 // elements per load. (v3 loaded 4 elements of any type per load, so an fp8 copy cost as many load
