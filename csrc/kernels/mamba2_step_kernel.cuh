@@ -728,11 +728,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       return j < w ? x_buf[head * p.xb_head_stride + j * p.xb_entry_stride + pr] : x_now(head)[pr];
     };
     auto prefetch_x = [&](int head) {  // entries 0 .. w - 1, contiguous when entry_stride == P
-      const Act* first = x_buf + head * p.xb_head_stride;
-      const uint32_t bytes = static_cast<uint32_t>(w * kP * sizeof(Act));
-      if (p.xb_entry_stride == kP && bytes > 0 && bytes % 16 == 0 && reinterpret_cast<uintptr_t>(first) % 16 == 0) {
-        bulk_prefetch_l2(first, bytes);
-      }
+      if (p.xb_entry_stride == kP) prefetch_l2_if_aligned(x_buf + head * p.xb_head_stride, w * kP * sizeof(Act));
     };
     if (producer) prefetch_x(head0);
     float c4[4];
