@@ -36,7 +36,7 @@ class Layer:
         self.D = torch.randn(H, generator=self.gen)
         self.dt_bias = 0.1 * torch.randn(H, generator=self.gen)
 
-    def weights(self, device, dtype=torch.float32):
+    def weights(self, device="cuda", dtype=torch.float32):
         return Mamba2Weights(A=self.A.to(device, dtype), D=self.D.to(device, dtype),
                              dt_bias=self.dt_bias.to(device, dtype), dt_softplus=True)
 

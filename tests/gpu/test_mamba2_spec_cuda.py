@@ -12,8 +12,8 @@ Lambda_t - Lambda_j over a window of 16 lose ~1e-6 in fp32), 16-bit checkpoints 
 import pytest
 import torch
 
-from replayssm_cuda import Mamba2Cache, Mamba2Weights, ops
-from test_mamba2_cuda import bits, rel_err
+from replayssm_cuda import Mamba2Cache, ops
+from test_mamba2_cuda import Layer as Mamba2Layer, bits, rel_err
 
 FP8 = torch.float8_e4m3fn
 # (H, P, N, G)
@@ -26,21 +26,8 @@ OUT_TOL = {None: 8e-3, torch.bfloat16: 2e-2, torch.float16: 1e-2, FP8: 8e-2}
 CKPT_TOL = {torch.float32: 5e-6, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
-class Layer:
-    """Random weights and draft inputs of one Mamba-2 layer (CPU tensors in the activation dtype)."""
-
-    def __init__(self, dims, act=torch.bfloat16, seed=0):
-        self.H, self.P, self.N, self.G = dims
-        self.act = act
-        self.gen = torch.Generator().manual_seed(seed)
-        H = self.H
-        self.A = -(0.5 + torch.rand(H, generator=self.gen))
-        self.D = torch.randn(H, generator=self.gen)
-        self.dt_bias = 0.1 * torch.randn(H, generator=self.gen)
-
-    def weights(self, device, dtype=torch.float32):
-        return Mamba2Weights(A=self.A.to(device, dtype), D=self.D.to(device, dtype),
-                             dt_bias=self.dt_bias.to(device, dtype), dt_softplus=True)
+class Layer(Mamba2Layer):
+    """test_mamba2_cuda's layer (weights, fp64 states) with draft inputs: T tokens per row."""
 
     def inputs(self, batch, T):
         g = self.gen
@@ -50,9 +37,6 @@ class Layer:
         C = torch.randn(batch, T, self.G, self.N, generator=g)
         z = torch.randn(batch, T, self.H, self.P, generator=g)
         return [t.to(self.act) for t in (x, dt, B, C, z)]
-
-    def states(self, num_slots):
-        return 0.3 * torch.randn(num_slots, self.H, self.P, self.N, generator=self.gen, dtype=torch.float64)
 
 
 def gpu_cache(layer, num_slots, **kw):

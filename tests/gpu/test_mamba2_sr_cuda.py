@@ -11,8 +11,9 @@ the same bits, both CTA shapes of the step, bf16 and fp16, bad arguments."""
 import pytest
 import torch
 
-from replayssm_cuda import Mamba2Cache, Mamba2Weights, ops
+from replayssm_cuda import Mamba2Cache, ops
 from replayssm_cuda import reference as R
+from test_mamba2_cuda import Layer as Mamba2Layer
 
 FP8 = torch.float8_e4m3fn
 HALF16 = [torch.bfloat16, torch.float16]
@@ -26,19 +27,9 @@ def _name(d):
     return str(d).replace("torch.", "")
 
 
-class Layer:
-    def __init__(self, dims, seed=0, act=torch.bfloat16):
-        self.H, self.P, self.N, self.G = dims
-        self.act = act
-        self.gen = torch.Generator().manual_seed(seed)
-        H = self.H
-        self.A = -(0.5 + torch.rand(H, generator=self.gen))
-        self.D = torch.randn(H, generator=self.gen)
-        self.dt_bias = 0.1 * torch.randn(H, generator=self.gen)
-
-    def weights(self, device="cuda", dtype=torch.float32):
-        return Mamba2Weights(A=self.A.to(device, dtype), D=self.D.to(device, dtype),
-                             dt_bias=self.dt_bias.to(device, dtype), dt_softplus=True)
+class Layer(Mamba2Layer):
+    """test_mamba2_cuda's layer (weights) with inputs on the GPU (optional lead dims, e.g. draft tokens)
+    and states in a given dtype."""
 
     def inputs(self, batch, lead=()):
         g = self.gen
