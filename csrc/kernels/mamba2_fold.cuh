@@ -184,7 +184,8 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
   using V = Vec4<kCkpt>;
   using Act = typename Storage<kAct>::type;
   constexpr int R = Tile::kRowsPerThread;
-  constexpr int kBatch = R > 4 ? 4 : R;  // rows folded together (the step's batches)
+  constexpr int kBatch = Coef::batch_rows(fold_ctas_per_sm<kP, kN, kCkpt, kAct>());  // rows folded together
+  static_assert(kBatch % 2 == 0 && (kBatch % 4 == 0 || kBatch == R), "batches start at multiples of 4 rows, even");
   constexpr int kLanes = Tile::kLanesPerRow;
   constexpr int kCkBytes = dtype_size(kCkpt);
   constexpr int kWarps = kThreads / 32;
@@ -341,12 +342,12 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
 #pragma unroll
           for (int q = 0; q < 4; ++q) s[rb][q] *= fs.decay;
         }
-        const float* coef_rows = coef + Coef::index(0, Tile::row(r0));  // rows r0 .. r0 + 3 of entry 0
+        const float* coef_rows = coef + Coef::index(0, Tile::row(r0));  // this batch's rows of entry 0
         for (int j = 0; j < n_fold; ++j) {
           float bj[4];
-          Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(B_rows + j * kN + col0), bj);
-          const float4 cj = *reinterpret_cast<const float4*>(coef_rows + j * Coef::kPerEntry);
-          const float cr[4] = {cj.x, cj.y, cj.z, cj.w};
+          mamba2::fold_B4<kAct, (kBatch > 4)>(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(B_rows + j * kN + col0), bj);
+          float cr[(kBatch + 3) / 4 * 4];
+          Coef::template load_batch<kBatch>(coef_rows + j * Coef::kPerEntry, cr);
 #pragma unroll
           for (int rb = 0; rb < kBatch; ++rb) {
             if (r0 + rb >= R) break;

@@ -693,7 +693,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     using Shape = TileShape<kP, kN>;
     using V = Vec4<kCkpt>;
     constexpr int RF = Shape::kRowsPerThread;
-    constexpr int kBatch = RF > 4 ? 4 : RF;
+    using Coef = FoldCoef<kP, kN>;
+    // With a read copy the fold also converts and stores the copy: batches of 4 rows there (larger ones
+    // spilled the P = 128 kernels, whose budget is 128 registers).
+    constexpr int kBatch = Coef::batch_rows(kCopy ? 3 : Layout::kCtasPerSm);
+    // B by whole words in the fp32-checkpoint kernels without a copy (P = 64 fold 6% faster at batches of
+    // 4); elsewhere at 80 registers it tripled the spills of the kernels with a bf16 read copy.
+    constexpr bool kBByWords = kBatch > 4 || (kCkpt == DType::kFloat32 && !kCopy);
+    static_assert(kBatch % 2 == 0 && (kBatch % 4 == 0 || kBatch == RF), "batches start at multiples of 4 rows, even");
     constexpr int kCkBytes = dtype_size(kCkpt);
     constexpr uint32_t kCkTileBytes = kP * kN * kCkBytes;
     static_assert(kCkTileBytes <= S * Layout::kTileBytes, "a checkpoint tile fits in the ring");
@@ -717,7 +724,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (num_heads > 1) prefetch_checkpoint(head0 + 1);
       }
     }
-    using Coef = FoldCoef<kP, kN>;
     stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
     cp_async_commit();
     // The window's x values are read once per head, when the coefficients are written; they were
@@ -791,12 +797,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 #pragma unroll
           for (int k = 0; k < 4; ++k) s[rb][k] *= decay;
         }
-        const float* coef_rows = coef + Coef::index(0, Shape::row(r0));  // rows r0 .. r0 + 3 of entry 0
+        const float* coef_rows = coef + Coef::index(0, Shape::row(r0));  // this batch's rows of entry 0
         for (int j = 0; j <= w; ++j) {
           float bj[4];
-          Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(Bw + j * kN + col0), bj);
-          const float4 cj = *reinterpret_cast<const float4*>(coef_rows + j * Coef::kPerEntry);
-          const float cr[4] = {cj.x, cj.y, cj.z, cj.w};
+          fold_B4<kAct, kBByWords>(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(Bw + j * kN + col0), bj);
+          float cr[(kBatch + 3) / 4 * 4];
+          Coef::template load_batch<kBatch>(coef_rows + j * Coef::kPerEntry, cr);
 #pragma unroll
           for (int rb = 0; rb < kBatch; ++rb) {
             if (r0 + rb >= RF) break;

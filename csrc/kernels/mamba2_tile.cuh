@@ -54,6 +54,33 @@ struct FoldCoef {
   __device__ static int index(int j, int row) {
     return j * kPerEntry + (row % Shape::kRowsPerPass) * kRowsPadded + row / Shape::kRowsPerPass;
   }
+
+  // Rows a thread folds together. Per window entry a batch costs one B vector (one load, 4 conversions)
+  // and kBatch / 4 coefficient loads for 4 kBatch FFMA, so the larger the batch the more of the fold is
+  // FFMA: ncu of the P = 80 fp32 fold (batches of 4) counted 35% FFMA and found it issue-bound. The 4
+  // accumulators a row needs must fit what the CTAs per SM leave: 80 registers at three CTAs per SM
+  // keep batches of 4; 128 at two take a whole P = 80 tile's 10 rows, 255 at one P = 128's 16.
+  // Batches are even (stochastic rounding draws rows in pairs) and start at multiples of 4 rows: all
+  // of a thread's rows when they fit, else the largest multiple of 4 that does.
+  static constexpr int batch_rows(int ctas_per_sm) {
+    const int cap = ctas_per_sm >= 3 ? 4 : (ctas_per_sm == 2 ? 10 : 16);
+    if (kRowsPerThread <= cap && kRowsPerThread % 2 == 0) return kRowsPerThread;
+    return kRowsPerThread < 4 ? kRowsPerThread : cap / 4 * 4;
+  }
+
+  // The coefficients of rows r0 .. r0 + kBatch - 1 (r0 a multiple of 4; padded rows read as well) of one
+  // window entry, from coef + index(j, row(r0)): 16-byte broadcast loads.
+  template <int kBatch>
+  __device__ static void load_batch(const float* entry_rows, float (&c)[(kBatch + 3) / 4 * 4]) {
+#pragma unroll
+    for (int q = 0; q < (kBatch + 3) / 4; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(entry_rows + 4 * q);
+      c[4 * q] = v.x;
+      c[4 * q + 1] = v.y;
+      c[4 * q + 2] = v.z;
+      c[4 * q + 3] = v.w;
+    }
+  }
 };
 
 // Sum over the kLanes lanes that share a state row (an aligned group inside the warp).
@@ -110,6 +137,16 @@ template <> struct Vec4<DType::kBFloat16> {
     const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&r);
 #pragma unroll
     for (int i = 0; i < 4; ++i) v[i] = __bfloat162float(h[i]);
+  }
+  // The same on the two whole words: read through a bf16 pointer as above, nvcc splits a shared-memory
+  // uint2 load into four 16-bit loads (in the fold's B window LDS.U16 was the opcode after FFMA). Not
+  // everywhere: at the 80-register budget it made the step kernels with a bf16 read copy spill 3x more
+  // (fold_B4's callers choose).
+  __device__ static void to_float_by_words(const Raw& r, float (&v)[4]) {
+    v[0] = __uint_as_float(r.x << 16);  // bf16 -> fp32 is a shift
+    v[1] = __uint_as_float(r.x & 0xffff0000u);
+    v[2] = __uint_as_float(r.y << 16);
+    v[3] = __uint_as_float(r.y & 0xffff0000u);
   }
   __device__ static Raw pack(const float (&v)[4]) {
     uint2 raw;
@@ -181,6 +218,17 @@ template <> struct Vec4<DType::kFloat8E4M3> {
     *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + offset) = raw;
   }
 };
+
+// A B vector of the fold's inner loop; kByWords: by whole words (Vec4<kBFloat16>::to_float_by_words),
+// for kernels that have the registers for it (ptxas's spill report decides: see the callers).
+template <DType kAct, bool kByWords>
+__device__ __forceinline__ void fold_B4(const typename Vec4<kAct>::Raw& r, float (&v)[4]) {
+  if constexpr (kByWords && kAct == DType::kBFloat16) {
+    Vec4<kAct>::to_float_by_words(r, v);
+  } else {
+    Vec4<kAct>::to_float(r, v);
+  }
+}
 
 // One whole-vector global store per thread and row. Through plain C++ (Vec4::store) nvcc split the
 // folds' float4 stores into four 4-byte stores and its 8-byte stores into 4- or 2-byte ones: four
