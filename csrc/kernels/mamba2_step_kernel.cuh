@@ -447,41 +447,47 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
   if (!fold) {
     // y_p = e^{Lambda_w} s_p (S_read C)_p + sum_{j<=w} wgt_j (B_j . C) x_j[p] + D x_p, head after head:
-    // the source tiles S - 1 heads ahead in the ring, the x windows two heads ahead.
-    window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
+    // the source tiles S - 1 heads ahead in the ring, the x windows two heads ahead. The first two x
+    // windows are requested before window_dots, so that their loads and its own overlap: one DRAM round
+    // trip less before the first head (the prologue is a third of a CTA's time at batch 64).
     if constexpr (Layout::kTensorReplay) {
       using Roles = TensorReplay<kP>;
       using Dot = TensorDot<kN, kSrc, kAct>;
       static_assert(Dot::kCWords * 4 <= 2 * 4 * kP, "C's fragments fit in the ydot area");
-      if (tid < 32) Dot::write_c(C_now, sm.c_frags());
-      __syncthreads();  // the dots and C's fragments are in
       constexpr int kTiles = Roles::kTilesPerWarp;
       constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
       const int warp = tid / 32;
       const int lane = tid & 31;
-      if (warp < Roles::kConsumers) {
-        // Rows first_row .. first_row + kRowsPerWarp - 1; in the epilogue two lanes per row.
-        const int first_row = warp * Roles::kRowsPerWarp;
-        const int row_in_tile = lane >> 1;
-        const int part = lane & 1;
-        const uint32_t* cfrag = sm.c_frags();
-        const float c_unscale = Dot::c_unscale(cfrag);
-        // This warp's rows of entries 0..w of a head's x window, by cp.async (16 bytes = 8 rows).
-        auto stage_own_x = [&](int k, int head) {
-          constexpr int kChunksPerEntry = Roles::kRowsPerWarp * static_cast<int>(sizeof(Act)) / 16;
-          Act* dst = sm.x_window(k) + first_row;
-          const Act* buffered = x_buf + head * p.xb_head_stride + first_row;
-          const Act* current = x_now(head) + first_row;
-          for (int i = lane; i < (w + 1) * kChunksPerEntry; i += 32) {
-            const int j = i / kChunksPerEntry;
-            const int e = (i - j * kChunksPerEntry) * (16 / static_cast<int>(sizeof(Act)));
-            cp_async16(dst + j * kP + e, (j < w ? buffered + j * p.xb_entry_stride : current) + e);
-          }
-        };
+      const bool consumer = warp < Roles::kConsumers;
+      // A consumer's rows: first_row .. first_row + kRowsPerWarp - 1.
+      const int first_row = warp * Roles::kRowsPerWarp;
+      // This warp's rows of entries 0..w of a head's x window, by cp.async (16 bytes = 8 rows).
+      auto stage_own_x = [&](int k, int head) {
+        constexpr int kChunksPerEntry = Roles::kRowsPerWarp * static_cast<int>(sizeof(Act)) / 16;
+        Act* dst = sm.x_window(k) + first_row;
+        const Act* buffered = x_buf + head * p.xb_head_stride + first_row;
+        const Act* current = x_now(head) + first_row;
+        for (int i = lane; i < (w + 1) * kChunksPerEntry; i += 32) {
+          const int j = i / kChunksPerEntry;
+          const int e = (i - j * kChunksPerEntry) * (16 / static_cast<int>(sizeof(Act)));
+          cp_async16(dst + j * kP + e, (j < w ? buffered + j * p.xb_entry_stride : current) + e);
+        }
+      };
+      if (consumer) {
         stage_own_x(0, head0);
         cp_async_commit();
         if (num_heads > 1) stage_own_x(1, head0 + 1);
         cp_async_commit();
+      }
+      window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
+      if (tid < 32) Dot::write_c(C_now, sm.c_frags());
+      __syncthreads();  // the dots and C's fragments are in
+      if (consumer) {
+        // In the epilogue two lanes per row.
+        const int row_in_tile = lane >> 1;
+        const int part = lane & 1;
+        const uint32_t* cfrag = sm.c_frags();
+        const float c_unscale = Dot::c_unscale(cfrag);
         auto load_rows = [&](RowOperands<kAct>(&rows)[kTiles], int head) {
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) {
@@ -621,6 +627,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       HeadDt next_dt{};
       if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head0, epilogue_row);
       if (scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
+      // After the first x windows and operands are requested (see above); the first head's barrier
+      // publishes the dots before any epilogue reads them.
+      window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
 
       for (int i = 0; i < num_heads; ++i) {
         const int head = head0 + i;
