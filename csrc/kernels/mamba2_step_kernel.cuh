@@ -727,8 +727,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       if (p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint_tile(head), kCkTileBytes);
     };
     if constexpr (kCopy) {
+      // Every thread sees the read-copy tiles' phase (0) complete before the checkpoint tile is issued
+      // on barrier 0. A parity wait names the current phase or the one before it, so a thread that
+      // waited for the checkpoint (parity 1) while barrier 0's read-copy tile was still landing would
+      // pass at once and could read the checkpoint tile before it arrives. Only the producer used to
+      // drain: a latent race, never seen in tests (the tile has usually landed by then).
+      for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
+      __syncthreads();
       if (producer) {
-        for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
         issue_checkpoint(head0);  // barrier 0's second phase
         if (num_heads > 1) prefetch_checkpoint(head0 + 1);
       }
