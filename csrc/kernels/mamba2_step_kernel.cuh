@@ -736,7 +736,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       __syncthreads();
       if (producer) {
         issue_checkpoint(head0);  // barrier 0's second phase
-        if (num_heads > 1) prefetch_checkpoint(head0 + 1);
+        for (int k = 1; k <= p.fold_prefetch_heads && k < num_heads; ++k) prefetch_checkpoint(head0 + k);
       }
     }
     stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
@@ -851,7 +851,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           if (i + 1 < num_heads) {
             fence_proxy_async();
             issue_checkpoint(head + 1);
-            if (i + 2 < num_heads) prefetch_checkpoint(head + 2);
+            const int ahead = i + 1 + p.fold_prefetch_heads;  // tile i + 1 just went in
+            if (p.fold_prefetch_heads > 0 && ahead < num_heads) prefetch_checkpoint(head0 + ahead);
           }
         } else if (i + S < num_heads) {
           fence_proxy_async();
@@ -882,6 +883,7 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   Mamba2Params p = params;
   p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA");
+  p.fold_prefetch_heads = fold_prefetch_heads();
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
