@@ -184,58 +184,10 @@ __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Param
   return o;
 }
 
-// What the scalar warp (the last) needs of head h for the window weights: the buffered dt of its
-// lanes' entries (j = lane, lane + 32, j < w), the bits of the current token's raw dt, A and dt_bias.
-struct HeadDt {
-  float buffered[kMamba2MaxBufferLen / 32];
-  uint32_t now_bits;
-  float A;
-  float bias;
-};
-
-__device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, int64_t slot, int head, int w) {
-  const int lane = threadIdx.x & 31;
-  const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
-  HeadDt d;
-#pragma unroll
-  for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) {
-    const int j = lane + 32 * h;
-    d.buffered[h] = j < w ? dt_buf[j] : 0.0f;
-  }
-  const int64_t off = row * p.dt_row_stride + head * p.dt_head_stride;
-  d.now_bits = p.dt_dtype == DType::kFloat32 ? __ldg(static_cast<const uint32_t*>(p.dt) + off)
-                                             : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
-  d.A = __ldg(p.A + head);
-  d.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
-  return d;
-}
-
-// The tensor-core replay's scalar warp loads further ahead than load_head_dt: its consumer warps finish
-// a head in less than a DRAM round trip, so the token's dt loaded one head ahead put one on every
-// head's path (fp8 steps at ~2.3 us per head and CTA whatever the tile cost). Per-head scalars come 32
-// heads at a time, one head per lane (HeadScalars, read back with a shuffle); the buffered dt window two
-// heads ahead (DtWindow).
-struct HeadScalars {
-  uint32_t now_bits = 0;
-  float A = 0.0f, bias = 0.0f, D = 0.0f;
-};
-
-// Head `head`'s scalars, or zeros from `end` on.
-__device__ __forceinline__ HeadScalars load_head_scalars(const Mamba2Params& p, int row, int head, int end) {
-  HeadScalars h;
-  if (head < end) {
-    const int64_t off = row * p.dt_row_stride + head * p.dt_head_stride;
-    h.now_bits = p.dt_dtype == DType::kFloat32 ? __ldg(static_cast<const uint32_t*>(p.dt) + off)
-                                               : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
-    h.A = __ldg(p.A + head);
-    h.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
-    h.D = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
-  }
-  return h;
-}
-
+// The buffered dt of a head's window entries that a lane of the scalar warp holds (j = lane, lane + 32,
+// j < w; 0 beyond).
 struct DtWindow {
-  float buffered[kMamba2MaxBufferLen / 32];  // entries j = lane, lane + 32 (< w)
+  float buffered[kMamba2MaxBufferLen / 32];
 };
 
 __device__ __forceinline__ DtWindow load_dt_window(const Mamba2Params& p, int64_t slot, int head, int w) {
@@ -248,6 +200,56 @@ __device__ __forceinline__ DtWindow load_dt_window(const Mamba2Params& p, int64_
     d.buffered[h] = j < w ? dt_buf[j] : 0.0f;
   }
   return d;
+}
+
+// The bits of the current token's raw dt of a head (fp32, or bf16 / fp16 in the low half), converted
+// only when used (current_dt): a conversion right after the load would wait for it.
+__device__ __forceinline__ uint32_t load_dt_bits(const Mamba2Params& p, int row, int head) {
+  const int64_t off = row * p.dt_row_stride + head * p.dt_head_stride;
+  return p.dt_dtype == DType::kFloat32 ? __ldg(static_cast<const uint32_t*>(p.dt) + off)
+                                       : static_cast<uint32_t>(__ldg(static_cast<const unsigned short*>(p.dt) + off));
+}
+
+// What the scalar warp (the last) needs of head h for the window weights: the buffered dt of its
+// lanes' entries (DtWindow), the bits of the current token's raw dt, A and dt_bias.
+struct HeadDt {
+  float buffered[kMamba2MaxBufferLen / 32];
+  uint32_t now_bits;
+  float A;
+  float bias;
+};
+
+__device__ __forceinline__ HeadDt load_head_dt(const Mamba2Params& p, int row, int64_t slot, int head, int w) {
+  const DtWindow window = load_dt_window(p, slot, head, w);
+  HeadDt d;
+#pragma unroll
+  for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) d.buffered[h] = window.buffered[h];
+  d.now_bits = load_dt_bits(p, row, head);
+  d.A = __ldg(p.A + head);
+  d.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
+  return d;
+}
+
+// The tensor-core replay's scalar warp loads further ahead than load_head_dt: its consumer warps finish
+// a head in less than a DRAM round trip, so the token's dt loaded one head ahead put one on every
+// head's path (fp8 steps at ~2.3 us per head and CTA whatever the tile cost). Per-head scalars come 32
+// heads at a time, one head per lane (HeadScalars, read back with a shuffle); the buffered dt window two
+// heads ahead (load_dt_window).
+struct HeadScalars {
+  uint32_t now_bits = 0;
+  float A = 0.0f, bias = 0.0f, D = 0.0f;
+};
+
+// Head `head`'s scalars, or zeros from `end` on.
+__device__ __forceinline__ HeadScalars load_head_scalars(const Mamba2Params& p, int row, int head, int end) {
+  HeadScalars h;
+  if (head < end) {
+    h.now_bits = load_dt_bits(p, row, head);
+    h.A = __ldg(p.A + head);
+    h.bias = p.dt_bias != nullptr ? __ldg(p.dt_bias + head) : 0.0f;
+    h.D = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
+  }
+  return h;
 }
 
 // The current token's dt of a head: bias and softplus on the raw value (load_dt's arithmetic).
@@ -693,8 +695,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     }
   } else {
     // Fold, head after head: S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j in fp32 FFMA,
-    // 4 columns per thread (TileShape), rows in batches of 4, the checkpoint tile read from shared
-    // memory. Without a read copy the ring already holds checkpoint tiles, S heads ahead. With one,
+    // 4 columns per thread (TileShape), rows in batches (FoldCoef::batch_rows), the checkpoint tile
+    // read from shared memory. Without a read copy the ring already holds checkpoint tiles, S heads ahead. With one,
     // the ring's read-copy tiles (issued before the cursor was known) are drained and its memory
     // holds one checkpoint tile at a time, the next head's requested into L2 a head earlier. The
     // window weights come one head ahead, as in the replay; the coefficients wgt_j x_j[p] are written
