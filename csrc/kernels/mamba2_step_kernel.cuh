@@ -729,10 +729,16 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       if (p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint_tile(head), kCkTileBytes);
     };
     if constexpr (kCopy) {
+      // Every thread sees the read-copy tiles' phase (0) complete before the checkpoint tile is issued
+      // on barrier 0. A parity wait names the current phase or the one before it, so a thread that
+      // waited for the checkpoint (parity 1) while barrier 0's read-copy tile was still landing would
+      // pass at once and could read the checkpoint tile before it arrives. Only the producer used to
+      // drain: a latent race, never seen in tests (the tile has usually landed by then).
+      for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
+      __syncthreads();
       if (producer) {
-        for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
         issue_checkpoint(head0);  // barrier 0's second phase
-        if (num_heads > 1) prefetch_checkpoint(head0 + 1);
+        for (int k = 1; k <= p.fold_prefetch_heads && k < num_heads; ++k) prefetch_checkpoint(head0 + k);
       }
     }
     stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
@@ -847,7 +853,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           if (i + 1 < num_heads) {
             fence_proxy_async();
             issue_checkpoint(head + 1);
-            if (i + 2 < num_heads) prefetch_checkpoint(head + 2);
+            const int ahead = i + 1 + p.fold_prefetch_heads;  // tile i + 1 just went in
+            if (p.fold_prefetch_heads > 0 && ahead < num_heads) prefetch_checkpoint(head0 + ahead);
           }
         } else if (i + S < num_heads) {
           fence_proxy_async();
@@ -878,6 +885,7 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   Mamba2Params p = params;
   p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA");
+  p.fold_prefetch_heads = fold_prefetch_heads();
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
