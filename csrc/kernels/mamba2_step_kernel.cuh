@@ -16,8 +16,9 @@
 //     (TMA) on one mbarrier per stage, the first S issued before the cursor is known, a stage refilled
 //     right after the per-head barrier that ends its use: loads never wait for the cursor;
 //   - what only depends on the group is done once per CTA (B_j . C by lane groups splitting the
-//     entries); the x windows are staged two heads ahead (cp.async, three buffers) and the window
-//     weights one head ahead by the last warp, so no warp arrives late at the per-head barrier;
+//     entries); the x windows are staged two heads ahead (cp.async, three buffers; the tensor-core
+//     replay instead has one per ring stage, filled by bulk copies with the stage's tile) and the
+//     window weights one head ahead by the last warp, so no warp arrives late at the per-head barrier;
 //   - per head, each thread reduces its 16-byte chunks of the tile against C (4 fp32, 8 bf16/fp16,
 //     16 fp8 elements) into shared memory, one barrier, then the first warps finish the output rows
 //     (two threads per row where P <= 112) and store them coalesced.
@@ -74,40 +75,65 @@ __device__ __forceinline__ void load_act_n(const void* base, int64_t offset, flo
 }
 
 // ---- Shared memory of a step CTA ---------------------------------------------------------------
-// A ring of replay-source tiles fed by bulk copies (TMA), three x windows fed by cp.async (the replay
-// reads one, two are in flight), and the small per-head arrays, double-buffered by head parity so
-// that head i+1's reductions may start while head i's epilogue still reads head i's. The fold uses
-// the x-window area differently: its coefficient buffer (wgt_j x_j[row] in fp32, see FoldCoef) and
-// its B window. At P = 64 that is 2 KB less than three x windows plus a B window, which is what lets
-// three CTAs share an SM for every P = 64 source type (77.2 KB per CTA before, 0.4 KB too many).
+// A ring of replay-source tiles fed by bulk copies (TMA), x windows, and the small per-head arrays,
+// double-buffered by head parity so that head i+1's reductions may start while head i's epilogue
+// still reads head i's. The CUDA-core replay stages three x windows with cp.async (the replay reads
+// one, two are in flight); the tensor-core replay has one x window per ring stage, filled by bulk
+// copies next to the stage's tile (its own barrier, x_full), so its consumer warps never stage
+// anything. The fold uses the x-window area differently: its coefficient buffer (wgt_j x_j[row] in
+// fp32, see FoldCoef) and its B window. At P = 64 that is 2 KB less than three x windows plus a B
+// window, which is what lets three CTAs share an SM for every P = 64 source type.
 template <int kP, int kN, DType kSrc, DType kAct>
 struct StepLayout {
   using Act = typename Storage<kAct>::type;
   static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
-  // As many stages as fit in about 64 KB, at least two.
-  static constexpr int kStages = kTileBytes >= 32 * 1024 ? 2 : (64 * 1024 / kTileBytes > 8 ? 8 : 64 * 1024 / kTileBytes);
-  static constexpr int kWindows = 3;
-  // The tensor-core replay (replay_on_tensor_cores) also has a barrier per stage for "tile consumed",
-  // and two pairs for the window weights (written / read, double-buffered).
+  // The tensor-core replay also has a barrier per stage for "tile consumed" and one for "x window
+  // landed", and two pairs for the window weights (written / read, double-buffered).
   static constexpr bool kTensorReplay = replay_on_tensor_cores(kSrc, kAct);
-  static constexpr size_t kBarrierOffset = 0;  // uint64_t[kStages] full, then (tensor) [kStages] empty, [2] + [2]
+  static constexpr size_t kBarrierOffset = 0;  // uint64_t[kStages] full, then (tensor) [kStages] empty, [2] + [2], [kStages] x_full
   static constexpr size_t kDotsOffset = kTensorReplay ? 256 : 64;  // float[L_max]
   static constexpr size_t kWgtOffset = kDotsOffset + 4 * kMamba2MaxBufferLen;      // float[2][L_max]
   static constexpr size_t kDecayOffset = kWgtOffset + 2 * 4 * kMamba2MaxBufferLen;  // float[2]
   static constexpr size_t kYdotOffset = kDecayOffset + 16;                          // float[2][P]
   static constexpr size_t kRingOffset = (kYdotOffset + 2 * 4 * kP + 127) / 128 * 128;
-  static constexpr size_t kXwinOffset = kRingOffset + static_cast<size_t>(kStages) * kTileBytes;
-  static_assert((kTensorReplay ? 2 * kStages + 4 : kStages) * sizeof(uint64_t) <= kDotsOffset,
-                "barriers fit before the scalars");
 
   __host__ __device__ static constexpr size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static constexpr size_t B_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kN; }
+  __host__ __device__ static constexpr int windows(int stages) { return kTensorReplay ? stages : 3; }
+  // Bytes of a CTA with `stages` ring stages: the ring, then the x windows or the fold's coefficients
+  // and B window, whichever is larger.
+  __host__ __device__ static constexpr size_t bytes_with(int stages, int L) {
+    return kRingOffset + static_cast<size_t>(stages) * kTileBytes +
+           (windows(stages) * x_window_bytes(L) > FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L)
+                ? windows(stages) * x_window_bytes(L) : FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L));
+  }
+  // Stages: as many as fit in about 64 KB of tiles, at least two; the step fold with a read copy
+  // streams an fp32 checkpoint tile through the ring, which must hold one. Where three CTAs share an
+  // SM with three x windows (L = 16; 228 KB per SM, 1 KB reserved per CTA), the tensor-core replay
+  // gives up stages (not below that) until its per-stage x windows fit there too; where they do not
+  // (P = 128), occupancy and so the register budget stay as they were.
+  static constexpr int kMaxStages = kTileBytes >= 32 * 1024 ? 2 : (64 * 1024 / kTileBytes > 8 ? 8 : 64 * 1024 / kTileBytes);
+  static constexpr int kMinStages = (kP * kN * 4 + kTileBytes - 1) / kTileBytes > 2 ? (kP * kN * 4 + kTileBytes - 1) / kTileBytes : 2;
+  __host__ __device__ static constexpr bool three_ctas_fit(size_t cta_bytes) { return 3 * (cta_bytes + 1024) <= 228 * 1024; }
+  __host__ __device__ static constexpr int choose_stages() {
+    const size_t with_three_windows = kRingOffset + static_cast<size_t>(kMaxStages) * kTileBytes +
+                                      (3 * x_window_bytes(16) > FoldCoef<kP, kN>::bytes(16) + B_window_bytes(16)
+                                           ? 3 * x_window_bytes(16) : FoldCoef<kP, kN>::bytes(16) + B_window_bytes(16));
+    int s = kMaxStages;
+    if (kTensorReplay && three_ctas_fit(with_three_windows)) {
+      while (s > kMinStages && !three_ctas_fit(bytes_with(s, 16))) --s;
+    }
+    return s;
+  }
+  static constexpr int kStages = choose_stages();
+  static constexpr int kWindows = windows(kStages);
+  static constexpr size_t kXwinOffset = kRingOffset + static_cast<size_t>(kStages) * kTileBytes;
+  static_assert((kTensorReplay ? 3 * kStages + 4 : kStages) * sizeof(uint64_t) <= kDotsOffset,
+                "barriers fit before the scalars");
+
   // The fold: coefficients, then its B window, in the x windows' area.
   __host__ __device__ static constexpr size_t B_window_offset(int L) { return kXwinOffset + FoldCoef<kP, kN>::bytes(L); }
-  __host__ __device__ static constexpr size_t bytes(int L) {
-    return kXwinOffset + (kWindows * x_window_bytes(L) > FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L)
-                              ? kWindows * x_window_bytes(L) : FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L));
-  }
+  __host__ __device__ static constexpr size_t bytes(int L) { return bytes_with(kStages, L); }
   // CTAs per SM the shared memory allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at most 3:
   // the register budget is sized to match, so that registers never limit occupancy below it.
   static constexpr int kSmemCtas = static_cast<int>(228 * 1024 / (bytes(16) + 1024));
@@ -126,6 +152,7 @@ struct StepSmem {
   __device__ uint64_t* empty(int s) const { return full(Layout::kStages + s); }
   __device__ uint64_t* weights_written(int b) const { return full(2 * Layout::kStages + b); }
   __device__ uint64_t* weights_read(int b) const { return full(2 * Layout::kStages + 2 + b); }
+  __device__ uint64_t* x_full(int s) const { return full(2 * Layout::kStages + 4 + s); }
   __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::kDotsOffset); }
   __device__ float* wgt(int b) const { return reinterpret_cast<float*>(base + Layout::kWgtOffset) + b * kMamba2MaxBufferLen; }
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + b; }
@@ -418,7 +445,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     if constexpr (Layout::kTensorReplay) {
       // Every lane that read or wrote arrives itself (no elected lane after __syncwarp): each lane's own
       // arrive releases its own accesses, which is also what compute-sanitizer's racecheck can follow.
-      for (int s = 0; s < S; ++s) mbarrier_init(sm.empty(s), 32 * TensorReplay<kP>::kConsumers);
+      for (int s = 0; s < S; ++s) {
+        mbarrier_init(sm.empty(s), 32 * TensorReplay<kP>::kConsumers);
+        mbarrier_init(sm.x_full(s), 1);  // the producer
+      }
       for (int b = 0; b < 2; ++b) {
         mbarrier_init(sm.weights_written(b), 32);  // the scalar warp
         mbarrier_init(sm.weights_read(b), 32 * TensorReplay<kP>::kConsumers);
@@ -458,28 +488,30 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       static_assert(Dot::kCWords * 4 <= 2 * 4 * kP, "C's fragments fit in the ydot area");
       constexpr int kTiles = Roles::kTilesPerWarp;
       constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
+      constexpr uint32_t kEntryBytes = kP * sizeof(Act);
       const int warp = tid / 32;
       const int lane = tid & 31;
       const bool consumer = warp < Roles::kConsumers;
       // A consumer's rows: first_row .. first_row + kRowsPerWarp - 1.
       const int first_row = warp * Roles::kRowsPerWarp;
-      // This warp's rows of entries 0..w of a head's x window, by cp.async (16 bytes = 8 rows).
-      auto stage_own_x = [&](int k, int head) {
-        constexpr int kChunksPerEntry = Roles::kRowsPerWarp * static_cast<int>(sizeof(Act)) / 16;
-        Act* dst = sm.x_window(k) + first_row;
-        const Act* buffered = x_buf + head * p.xb_head_stride + first_row;
-        const Act* current = x_now(head) + first_row;
-        for (int i = lane; i < (w + 1) * kChunksPerEntry; i += 32) {
-          const int j = i / kChunksPerEntry;
-          const int e = (i - j * kChunksPerEntry) * (16 / static_cast<int>(sizeof(Act)));
-          cp_async16(dst + j * kP + e, (j < w ? buffered + j * p.xb_entry_stride : current) + e);
+      // Head `head`'s x window (entries 0..w - 1 from the buffer, entry w the current token) into stage
+      // `stage`'s window by bulk copies on x_full(stage): the API guarantees 16-byte aligned x and x_buf
+      // rows, and an entry is P (a multiple of 16) activations.
+      auto issue_x_window = [&](int stage, int head) {
+        Act* dst = sm.x_window(stage);
+        uint64_t* bar = sm.x_full(stage);
+        const Act* buffered = x_buf + head * p.xb_head_stride;
+        mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(w + 1) * kEntryBytes);
+        if (p.xb_entry_stride == kP) {
+          if (w > 0) bulk_copy_to_shared(dst, buffered, static_cast<uint32_t>(w) * kEntryBytes, bar);
+        } else {
+          for (int j = 0; j < w; ++j) bulk_copy_to_shared(dst + j * kP, buffered + j * p.xb_entry_stride, kEntryBytes, bar);
         }
+        bulk_copy_to_shared(dst + w * kP, x_now(head), kEntryBytes, bar);
       };
-      if (consumer) {
-        stage_own_x(0, head0);
-        cp_async_commit();
-        if (num_heads > 1) stage_own_x(1, head0 + 1);
-        cp_async_commit();
+      // The first stages' tiles went in before the cursor was known; their x windows go in now.
+      if (tid == Roles::kProducerThread) {
+        for (int s = 0; s < first_stages; ++s) issue_x_window(s, head0 + s);
       }
       window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
       if (tid < 32) Dot::write_c(C_now, sm.c_frags());
@@ -490,33 +522,33 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         const int part = lane & 1;
         const uint32_t* cfrag = sm.c_frags();
         const float c_unscale = Dot::c_unscale(cfrag);
+        // The only per-head global loads of a consumer: z and the fp8 scales of its rows (x comes with
+        // the tile). Loaded right after head i - 2 used the same registers: two heads of latency, and
+        // no register copy that waits for them.
         auto load_rows = [&](RowOperands<kAct>(&rows)[kTiles], int head) {
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) {
             if (part == 0) {
-              rows[t] = load_row_operands<kAct, kScaled, false>(p, row, slot, head, first_row + 16 * t + row_in_tile);
+              const int pr = first_row + 16 * t + row_in_tile;
+              if (p.z != nullptr) rows[t].z = static_cast<const Act*>(p.z)[row * p.z_row_stride + head * p.z_head_stride + pr];
+              if constexpr (kScaled) rows[t].scale = __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr);
             }
           }
         };
-        // Head i's row operands (x, z, fp8 scales of this lane's rows) were loaded right after head
-        // i - 2 used the same registers: two heads of latency, and no register copy that waits for them.
         auto one_head = [&](int i, RowOperands<kAct>(&cur)[kTiles]) {
           const int head = head0 + i;
           const int stage = i % S;
           const int b = i & 1;
-          if (i + 2 < num_heads) stage_own_x((i + 2) % 3, head + 2);  // window (i + 2) % 3 was head i - 1's
-          cp_async_commit();
+          const uint32_t phase = (i / S) & 1;
 
-          mbarrier_wait(sm.full(stage), (i / S) & 1);
+          mbarrier_wait(sm.full(stage), phase);
           float y_g[kTiles], y_g8[kTiles];
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) Dot::dot(sm.tile(stage), first_row + 16 * t, cfrag, y_g[t], y_g8[t]);
-          mbarrier_arrive(sm.empty(stage));
 
-          cp_async_wait<2>();  // this head's x window (the next two may still be in flight)
-          __syncwarp();        // ... and the other lanes' part of it
+          mbarrier_wait(sm.x_full(stage), phase);
           mbarrier_wait(sm.weights_written(b), (i >> 1) & 1);
-          const Act* xw = sm.x_window(i % 3);
+          const Act* xw = sm.x_window(stage);
           const float* wd = sm.wgt(b);  // wgt_j (B_j . C)
           const float decay = *sm.decay(b);
           const float head_D = *sm.head_D(b);
@@ -524,6 +556,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           for (int t = 0; t < kTiles; ++t) {
             const int pr = first_row + 16 * t + row_in_tile;
             cur[t].D = head_D;
+            cur[t].x = xw[w * kP + pr];  // the current token, entry w
             float y = 0.0f;
             for (int j = part; j <= w; j += 2) y += wd[j] * to_float(xw[j * kP + pr]);
             y += __shfl_xor_sync(kFullMask, y, 1);
@@ -539,8 +572,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
                   cur[t].x;
             }
           }
+          mbarrier_arrive(sm.empty(stage));  // the stage's tile and x window are read
           mbarrier_arrive(sm.weights_read(b));
-          __syncwarp();  // every lane is done with window i % 3 before any lane stages a window into it
           if (i + 2 < num_heads) load_rows(cur, head + 2);
         };
         RowOperands<kAct> even[kTiles], odd[kTiles];
@@ -550,14 +583,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           one_head(i, even);
           if (i + 1 < num_heads) one_head(i + 1, odd);
         }
-        cp_async_wait<0>();
       } else if (tid == Roles::kProducerThread) {
-        // Besides its tile, a head's small operands are asked into L2 as early as its tile: a consumer
-        // warp finishes a head in well under a DRAM round trip, so the row operands it loads one head
-        // ahead (x, z, fp8 scales), its x window and the scalar warp's dt window would otherwise each
+        // Besides its tile and x window, a head's small operands are asked into L2 as early as its
+        // tile: a consumer warp finishes a head in well under a DRAM round trip, so the row operands it
+        // loads two heads ahead (z, fp8 scales) and the scalar warp's dt window would otherwise each
         // cost one on the critical path.
         auto prefetch_operands = [&](int head) {
-          prefetch_l2_if_aligned(x_now(head), kP * sizeof(Act));
           if (p.z != nullptr) {
             prefetch_l2_if_aligned(static_cast<const Act*>(p.z) + row * p.z_row_stride + head * p.z_head_stride,
                                    kP * sizeof(Act));
@@ -565,7 +596,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           if constexpr (kScaled) {
             prefetch_l2_if_aligned(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride, kP * sizeof(float));
           }
-          if (p.xb_entry_stride == kP) prefetch_l2_if_aligned(x_buf + head * p.xb_head_stride, w * kP * sizeof(Act));
           prefetch_l2_if_aligned(p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride, L * sizeof(float));
         };
         for (int i = 0; i < first_stages; ++i) prefetch_operands(head0 + i);
@@ -574,6 +604,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           mbarrier_wait(sm.empty(stage), (i / S - 1) & 1);  // every consumer warp is done with head i - S
           fence_proxy_async();
           issue_tile(stage, head0 + i);
+          issue_x_window(stage, head0 + i);
           prefetch_operands(head0 + i);
         }
       } else if (scalar_warp) {
