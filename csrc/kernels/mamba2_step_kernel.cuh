@@ -212,19 +212,19 @@ __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Param
 }
 
 // The buffered dt of a head's window entries that a lane of the scalar warp holds (j = lane, lane + 32,
-// j < w; 0 beyond).
+// j < end; 0 beyond): end = w, or L - 1 when loaded before the cursor is known.
 struct DtWindow {
   float buffered[kMamba2MaxBufferLen / 32];
 };
 
-__device__ __forceinline__ DtWindow load_dt_window(const Mamba2Params& p, int64_t slot, int head, int w) {
+__device__ __forceinline__ DtWindow load_dt_window(const Mamba2Params& p, int64_t slot, int head, int end) {
   const int lane = threadIdx.x & 31;
   const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
   DtWindow d;
 #pragma unroll
   for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) {
     const int j = lane + 32 * h;
-    d.buffered[h] = j < w ? dt_buf[j] : 0.0f;
+    d.buffered[h] = j < end ? dt_buf[j] : 0.0f;
   }
   return d;
 }
@@ -303,7 +303,10 @@ __device__ __forceinline__ float window_weights(const Mamba2Params& p, const Hea
   const float A = d.A;
   float dts[kEntriesPerLane];
 #pragma unroll
-  for (int h = 0; h < kEntriesPerLane; ++h) dts[h] = lane + 32 * h == w ? now : d.buffered[h];
+  for (int h = 0; h < kEntriesPerLane; ++h) {
+    const int j = lane + 32 * h;
+    dts[h] = j == w ? now : (j < w ? d.buffered[h] : 0.0f);  // entries past w may have been loaded (speculatively)
+  }
   float prefix[kEntriesPerLane] = {};
   float carry = 0.0f;
 #pragma unroll
@@ -332,37 +335,51 @@ __device__ __forceinline__ float window_weights(const Mamba2Params& p, const Hea
 }
 
 // B_j . C for the window entries 0..w, once per CTA: a group of N/8 lanes per entry (one 16-byte
-// vector of B each, coalesced), the groups splitting the entries, all loads issued before any sum.
+// vector of B each, coalesced), the groups splitting the entries. The loads are issued before the
+// cursor is known (issue: every entry the buffer may hold, 0..L-2, the current B and C), so that their
+// DRAM round trip overlaps the cursor's instead of following it; finish() sums entries 0..w. The
+// entries from w on are read for nothing (the CTA of the group's first head appends entry w at its
+// end: what was read there is never used).
 template <int kN, DType kAct>
-__device__ __forceinline__ void window_dots(const typename Storage<kAct>::type* B_window, int64_t entry_stride,
-                                            const typename Storage<kAct>::type* B_now,
-                                            const typename Storage<kAct>::type* C_now, int w, float* dots) {
-  constexpr int kLanes = kN / 8;
-  constexpr int kGroups = kThreads / kLanes;
-  constexpr int kRounds = (kMamba2MaxBufferLen + kGroups - 1) / kGroups;
-  const int lane = threadIdx.x % kLanes;
-  const int first = threadIdx.x / kLanes;
-  float c[8];
-  load_act_n<kAct, 8>(C_now, lane * 8, c);
+struct WindowDots {
+  using Act = typename Storage<kAct>::type;
+  static constexpr int kLanes = kN / 8;
+  static constexpr int kGroups = kThreads / kLanes;
+  static constexpr int kRounds = (kMamba2MaxBufferLen + kGroups - 1) / kGroups;
+  uint4 c, now;
   uint4 raw[kRounds];
+
+  __device__ void issue(const Act* B_window, int64_t entry_stride, const Act* B_now, const Act* C_now, int L) {
+    const int lane = threadIdx.x % kLanes;
+    const int first = threadIdx.x / kLanes;
+    c = Chunk16<kAct>::load(C_now, lane * 8);
+    now = Chunk16<kAct>::load(B_now, lane * 8);
 #pragma unroll
-  for (int k = 0; k < kRounds; ++k) {
-    const int j = first + k * kGroups;
-    if (j <= w) raw[k] = Chunk16<kAct>::load(j < w ? B_window + j * entry_stride : B_now, lane * 8);
+    for (int k = 0; k < kRounds; ++k) {
+      const int j = first + k * kGroups;
+      raw[k] = j < L - 1 ? Chunk16<kAct>::load(B_window + j * entry_stride, lane * 8) : make_uint4(0, 0, 0, 0);
+    }
   }
+
+  __device__ void finish(int w, float* dots) const {
+    const int lane = threadIdx.x % kLanes;
+    const int first = threadIdx.x / kLanes;
+    float cf[8];
+    Chunk16<kAct>::to_float(c, cf);
 #pragma unroll
-  for (int k = 0; k < kRounds; ++k) {
-    const int j = first + k * kGroups;
-    if (k * kGroups > w) break;  // no group has an entry in this round or later ones (CTA-uniform)
-    float b[8];
-    Chunk16<kAct>::to_float(raw[k], b);
-    float d = 0.0f;
+    for (int k = 0; k < kRounds; ++k) {
+      const int j = first + k * kGroups;
+      if (k * kGroups > w) break;  // no group has an entry in this round or later ones (CTA-uniform)
+      float b[8];
+      Chunk16<kAct>::to_float(j < w ? raw[k] : now, b);
+      float d = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) d += b[i] * c[i];
-    d = row_sum<kLanes>(d);
-    if (lane == 0 && j <= w) dots[j] = d;
+      for (int i = 0; i < 8; ++i) d += b[i] * cf[i];
+      d = row_sum<kLanes>(d);
+      if (lane == 0 && j <= w) dots[j] = d;
+    }
   }
-}
+};
 
 // Output row p of the step: y + D x, times silu(z) when gated.
 template <DType kAct>
@@ -440,6 +457,16 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
                                                  src_row_stride * kSrcBytes, sm.full(stage));
   };
   const int first_stages = num_heads < S ? num_heads : S;
+  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride;
+  const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
+  auto x_now = [&](int head) { return static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride; };
+  // Tensor-core replay: a stage's x window holds the buffered entries 0..w - 1 in slots 0..w - 1 and the
+  // current token in slot L - 1 (w <= L - 1, so they never meet). The first head's window is copied
+  // before the cursor is known, with every entry the buffer may hold (0..L - 2; contiguous entries
+  // only): the first head then waits for one DRAM round trip (the cursor's), not two. The entries
+  // from w on are copied for nothing; a fold step waits for the copy before reusing the area.
+  constexpr uint32_t kEntryBytes = kP * sizeof(Act);
+  const bool speculative_x = Layout::kTensorReplay && p.xb_entry_stride == kP;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
     if constexpr (Layout::kTensorReplay) {
@@ -456,23 +483,40 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     }
     fence_barrier_init();
     for (int s = 0; s < first_stages; ++s) issue_tile(s, head0 + s);
+    if (speculative_x) {
+      Act* dst = sm.x_window(0);
+      mbarrier_arrive_expect_tx(sm.x_full(0), static_cast<uint32_t>(L) * kEntryBytes);
+      if (L > 1) bulk_copy_to_shared(dst, x_buf + head0 * p.xb_head_stride, static_cast<uint32_t>(L - 1) * kEntryBytes, sm.x_full(0));
+      bulk_copy_to_shared(dst + (L - 1) * kP, x_now(head0), kEntryBytes, sm.x_full(0));
+    }
   }
-  const int w = p.num_committed[slot] & kCursorMask;
   const Act* B_now = static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride;
   const Act* C_now = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
+  WindowDots<kN, kAct> dots_in;  // the replay's B_j . C, loads issued before the cursor's (see WindowDots)
+  dots_in.issue(B_buf, p.Bb_entry_stride, B_now, C_now, L);
+  // The tensor-core replay's scalar warp: its first two heads' dt windows (every entry the buffer may
+  // hold; window_weights ignores those from w on) and per-head scalars, also before the cursor.
+  HeadScalars scalars_first{}, scalars_next{};
+  DtWindow dt_even{}, dt_odd{};
+  if (Layout::kTensorReplay && scalar_warp) {
+    const int end = head0 + num_heads;
+    scalars_first = load_head_scalars(p, row, head0 + (tid & 31), end);       // heads 0 .. 31 of the CTA
+    scalars_next = load_head_scalars(p, row, head0 + 32 + (tid & 31), end);  // the 32 after
+    dt_even = load_dt_window(p, slot, head0, L - 1);
+    if (num_heads > 1) dt_odd = load_dt_window(p, slot, head0 + 1, L - 1);
+  }
+  const int w = p.num_committed[slot] & kCursorMask;
   __syncthreads();  // the barriers are initialised; every thread has read the cursor
 
   if (w >= L) {  // a cursor with no room: touch nothing (but let the copies land before the CTA exits)
     if (tid == 0) {
       for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
+      if (speculative_x) mbarrier_wait(sm.x_full(0), 0);
     }
     for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
     return;
   }
   const bool fold = w + 1 + p.max_draft_tokens > L;
-  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride;
-  const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
-  auto x_now = [&](int head) { return static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride; };
   auto stage_x_window = [&](int k, int head) {
     stage_rows<kP>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w);
   };
@@ -488,15 +532,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       static_assert(Dot::kCWords * 4 <= 2 * 4 * kP, "C's fragments fit in the ydot area");
       constexpr int kTiles = Roles::kTilesPerWarp;
       constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
-      constexpr uint32_t kEntryBytes = kP * sizeof(Act);
       const int warp = tid / 32;
       const int lane = tid & 31;
       const bool consumer = warp < Roles::kConsumers;
       // A consumer's rows: first_row .. first_row + kRowsPerWarp - 1.
       const int first_row = warp * Roles::kRowsPerWarp;
-      // Head `head`'s x window (entries 0..w - 1 from the buffer, entry w the current token) into stage
-      // `stage`'s window by bulk copies on x_full(stage): the API guarantees 16-byte aligned x and x_buf
-      // rows, and an entry is P (a multiple of 16) activations.
+      // Head `head`'s x window (entries 0..w - 1 from the buffer into slots 0..w - 1, the current token
+      // into slot L - 1) into stage `stage`'s window by bulk copies on x_full(stage): the API guarantees
+      // 16-byte aligned x and x_buf rows, and an entry is P (a multiple of 16) activations.
       auto issue_x_window = [&](int stage, int head) {
         Act* dst = sm.x_window(stage);
         uint64_t* bar = sm.x_full(stage);
@@ -507,13 +550,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         } else {
           for (int j = 0; j < w; ++j) bulk_copy_to_shared(dst + j * kP, buffered + j * p.xb_entry_stride, kEntryBytes, bar);
         }
-        bulk_copy_to_shared(dst + w * kP, x_now(head), kEntryBytes, bar);
+        bulk_copy_to_shared(dst + (L - 1) * kP, x_now(head), kEntryBytes, bar);
       };
-      // The first stages' tiles went in before the cursor was known; their x windows go in now.
+      // The first stages' tiles went in before the cursor was known; their x windows go in now (the
+      // first head's already did where speculative_x).
       if (tid == Roles::kProducerThread) {
-        for (int s = 0; s < first_stages; ++s) issue_x_window(s, head0 + s);
+        for (int s = speculative_x ? 1 : 0; s < first_stages; ++s) issue_x_window(s, head0 + s);
       }
-      window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
+      dots_in.finish(w, sm.dots());
       if (tid < 32) Dot::write_c(C_now, sm.c_frags());
       __syncthreads();  // the dots and C's fragments are in
       if (consumer) {
@@ -556,9 +600,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           for (int t = 0; t < kTiles; ++t) {
             const int pr = first_row + 16 * t + row_in_tile;
             cur[t].D = head_D;
-            cur[t].x = xw[w * kP + pr];  // the current token, entry w
+            cur[t].x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
             float y = 0.0f;
-            for (int j = part; j <= w; j += 2) y += wd[j] * to_float(xw[j * kP + pr]);
+            for (int j = part; j < w; j += 2) y += wd[j] * to_float(xw[j * kP + pr]);
+            if (part == (w & 1)) y += wd[w] * to_float(cur[t].x);
             y += __shfl_xor_sync(kFullMask, y, 1);
             // Row g's dot sits in the lanes of quad g: y_g for rows 0..7 of the tile, y_g8 for 8..15.
             const int quad_lane = 4 * (row_in_tile & 7);
@@ -609,8 +654,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         }
       } else if (scalar_warp) {
         const int end = head0 + num_heads;
-        HeadScalars batch = load_head_scalars(p, row, head0 + lane, end);            // heads i .. i + 31
-        HeadScalars next_batch = load_head_scalars(p, row, head0 + 32 + lane, end);  // the 32 after
+        HeadScalars batch = scalars_first;      // heads i .. i + 31
+        HeadScalars next_batch = scalars_next;  // the 32 after
         auto one_head = [&](int i, const DtWindow& window) {
           const int head = head0 + i;
           const int b = i & 1;
@@ -635,9 +680,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         };
         // Heads in pairs, each window register set refilled right after its use: a window is loaded two
         // heads before it is needed, with no register copy (which would wait for the load) in between.
-        DtWindow even = load_dt_window(p, slot, head0, w);
-        DtWindow odd{};
-        if (num_heads > 1) odd = load_dt_window(p, slot, head0 + 1, w);
+        DtWindow even = dt_even;
+        DtWindow odd = dt_odd;
         for (int i = 0; i < num_heads; i += 2) {
           one_head(i, even);
           if (i + 2 < num_heads) even = load_dt_window(p, slot, head0 + i + 2, w);
@@ -660,9 +704,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       HeadDt next_dt{};
       if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head0, epilogue_row);
       if (scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
-      // After the first x windows and operands are requested (see above); the first head's barrier
-      // publishes the dots before any epilogue reads them.
-      window_dots<kN, kAct>(B_buf, p.Bb_entry_stride, B_now, C_now, w, sm.dots());
+      // The first head's barrier publishes the dots before any epilogue reads them.
+      dots_in.finish(w, sm.dots());
 
       for (int i = 0; i < num_heads; ++i) {
         const int head = head0 + i;
@@ -732,6 +775,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // holds one checkpoint tile at a time, the next head's requested into L2 a head earlier. The
     // window weights come one head ahead, as in the replay; the coefficients wgt_j x_j[p] are written
     // once per head (FoldCoef) from x rows requested into L2 a head earlier.
+    // The first x window copied before the cursor was known lands in the area the fold reuses.
+    if (speculative_x) mbarrier_wait(sm.x_full(0), 0);
     using Shape = TileShape<kP, kN>;
     using V = Vec4<kCkpt>;
     constexpr int RF = Shape::kRowsPerThread;
