@@ -62,18 +62,6 @@ struct ChunkTile {
   __device__ static bool valid(int r) { return kP % kRowsPerPass == 0 || row(r) < kP; }
 };
 
-template <DType kAct, int kCount>
-__device__ __forceinline__ void load_act_n(const void* base, int64_t offset, float (&v)[kCount]) {
-  static_assert(kCount % 4 == 0, "whole 4-element vectors");
-#pragma unroll
-  for (int i = 0; i < kCount; i += 4) {
-    float q[4];
-    load_act4<kAct>(base, offset + i, q);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) v[i + k] = q[k];
-  }
-}
-
 // ---- Shared memory of a step CTA ---------------------------------------------------------------
 // A ring of replay-source tiles fed by bulk copies (TMA), x windows, and the small per-head arrays,
 // double-buffered by head parity so that head i+1's reductions may start while head i's epilogue
@@ -179,6 +167,22 @@ __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t 
     const int j = i / kChunks;
     const int c = (i - j * kChunks) * kPerChunk;
     cp_async16(dst + j * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
+  }
+}
+
+// The same with the current token into slot now_slot instead of w (the replay's windows keep it in
+// slot L - 1, so that the first head's window can be staged before w is known: see the prologue).
+template <int kElems, class Act>
+__device__ __forceinline__ void stage_rows_to(Act* dst, const Act* buffer, int64_t entry_stride, const Act* current, int w,
+                                              int now_slot) {
+  constexpr int kPerChunk = 16 / sizeof(Act);
+  constexpr int kChunks = kElems / kPerChunk;
+  static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
+  const int total = (w + 1) * kChunks;
+  for (int i = kThreads - 1 - static_cast<int>(threadIdx.x); i < total; i += kThreads) {
+    const int j = i / kChunks;
+    const int c = (i - j * kChunks) * kPerChunk;
+    cp_async16(dst + (j < w ? j : now_slot) * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
   }
 }
 
@@ -505,6 +509,19 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     dt_even = load_dt_window(p, slot, head0, L - 1);
     if (num_heads > 1) dt_odd = load_dt_window(p, slot, head0 + 1, L - 1);
   }
+  // The CUDA-core replay of an fp32 checkpoint: the first head's x window (every entry the buffer may
+  // hold, the current token in slot L - 1), C and the scalar warp's first dt, also before the cursor.
+  // Not in the CUDA-core kernels of a 16-bit source with the other 16-bit activation type: there the
+  // early staging made ptxas spill (60 bytes at P = 80), so they stage window 0 after the cursor.
+  constexpr bool kCoreSpeculative = !Layout::kTensorReplay && kSrc == DType::kFloat32;
+  typename Vec4<kAct>::Raw c_raw{};
+  HeadDt core_dt{};
+  if constexpr (kCoreSpeculative) {
+    stage_rows_to<kP>(sm.x_window(0), x_buf + head0 * p.xb_head_stride, p.xb_entry_stride, x_now(head0), L - 1, L - 1);
+    cp_async_commit();
+    c_raw = Vec4<kAct>::load(C_now, ChunkTile<kP, kN, kSrc>::col0());  // fp32 source: 4 elements a chunk
+    if (scalar_warp) core_dt = load_head_dt(p, row, slot, head0, L - 1);
+  }
   const int w = p.num_committed[slot] & kCursorMask;
   __syncthreads();  // the barriers are initialised; every thread has read the cursor
 
@@ -513,12 +530,13 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       for (int s = 0; s < first_stages; ++s) mbarrier_wait(sm.full(s), 0);
       if (speculative_x) mbarrier_wait(sm.x_full(0), 0);
     }
+    cp_async_wait_all();
     for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
     return;
   }
   const bool fold = w + 1 + p.max_draft_tokens > L;
-  auto stage_x_window = [&](int k, int head) {
-    stage_rows<kP>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w);
+  auto stage_x_window = [&](int k, int head) {  // the CUDA-core replay's: entries 0..w - 1, the token in slot L - 1
+    stage_rows_to<kP>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
   };
 
   if (!fold) {
@@ -692,18 +710,27 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         }
       }
     } else {
-      float c[E];
-      load_act_n<kAct, E>(C_now, Tile::col0(), c);
-      stage_x_window(0, head0);
-      cp_async_commit();
+      // kCoreSpeculative: window 0, C and the scalar warp's first dt were requested before the cursor.
+      if constexpr (!kCoreSpeculative) {
+        stage_x_window(0, head0);
+        cp_async_commit();
+      }
       if (num_heads > 1) stage_x_window(1, head0 + 1);
       cp_async_commit();
+      float c[E];
+#pragma unroll
+      for (int k = 0; k < E / 4; ++k) {
+        float q[4];
+        Vec4<kAct>::to_float(kCoreSpeculative ? c_raw : Vec4<kAct>::load(C_now, Tile::col0() + 4 * k), q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) c[4 * k + e] = q[e];
+      }
       constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
       const bool loads_row = epilogue_thread && epilogue_part == 0;
       RowOperands<kAct> next_row;
-      HeadDt next_dt{};
       if (loads_row) next_row = load_row_operands<kAct, kScaled>(p, row, slot, head0, epilogue_row);
-      if (scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
+      HeadDt next_dt = core_dt;
+      if (!kCoreSpeculative && scalar_warp) next_dt = load_head_dt(p, row, slot, head0, w);
       // The first head's barrier publishes the dots before any epilogue reads them.
       dots_in.finish(w, sm.dots());
 
@@ -751,7 +778,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           const float* wgt = sm.wgt(b);
           const float* dots = sm.dots();
           float y = 0.0f;
-          for (int j = epilogue_part; j <= w; j += kSplit) y += wgt[j] * dots[j] * to_float(xw[j * kP + pr]);
+          for (int j = epilogue_part; j < w; j += kSplit) y += wgt[j] * dots[j] * to_float(xw[j * kP + pr]);
+          if (epilogue_part == w % kSplit) y += wgt[w] * dots[w] * to_float(xw[(L - 1) * kP + pr]);  // the token
           if constexpr (kSplit == 2) y += __shfl_xor_sync(kFullMask, y, 1);
           if (epilogue_part == 0) {
             y += *sm.decay(b) * cur.scale * sm.ydot(b)[pr];
@@ -776,7 +804,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // window weights come one head ahead, as in the replay; the coefficients wgt_j x_j[p] are written
     // once per head (FoldCoef) from x rows requested into L2 a head earlier.
     // The first x window copied before the cursor was known lands in the area the fold reuses.
-    if (speculative_x) mbarrier_wait(sm.x_full(0), 0);
+    if constexpr (Layout::kTensorReplay) {
+      if (speculative_x) mbarrier_wait(sm.x_full(0), 0);
+    } else if constexpr (kCoreSpeculative) {
+      cp_async_wait_all();
+      __syncthreads();
+    }
     using Shape = TileShape<kP, kN>;
     using V = Vec4<kCkpt>;
     constexpr int RF = Shape::kRowsPerThread;
