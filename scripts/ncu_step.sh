@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Nsight Compute on the replay step (GPU machine, after the in-place build of scripts/gpu_check.sh):
 # scripts/profile_mamba2.py launches one conventional update, three non-fold steps (no copy, bf16
-# copy, fp8 copy) and two fold steps (no copy, bf16 copy); nano4b, batch 256. Profiles the step
-# launches picked by NCU_SKIP / NCU_COUNT (default: the bf16 and the fp8 step; 3 is the fold), full set with per-instruction source counters, and writes
+# copy, fp8 copy) and three fold steps (no copy, bf16 copy, fp8 copy); nano4b, batch 256. Profiles the
+# step launches picked by NCU_SKIP / NCU_COUNT (default: the bf16 and the fp8 step; 3-5 are the folds),
+# full set with per-instruction source counters, and writes
 # the report plus its text pages to $OUT: ncu_step_details.txt (sections), ncu_step_sass.csv
 # (per-SASS-instruction samples and stall reasons, for finding the instructions a warp waits on).
 set -euo pipefail

@@ -1,6 +1,6 @@
 """One conventional update, three replay steps (no fold, w = 8 of L = 16: no read copy, bf16 copy, fp8
-copy) and two fold steps (w = 15: no read copy, bf16 copy) of nano4b at batch 256, for Nsight Compute
-(step launches 0-2 are the replay steps, 3-4 the folds):
+copy) and three fold steps (w = 15: no read copy, bf16 copy, fp8 copy) of nano4b at batch 256, for Nsight
+Compute (step launches 0-2 are the replay steps, 3-5 the folds):
 `ncu --profile-from-start off --clock-control none ... python3 scripts/profile_mamba2.py`."""
 
 import torch
@@ -33,9 +33,9 @@ def run():
         cursors.fill_(8)
         torch.ops.replayssm.mamba2_step(state, read_copy, read_scale, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C,
                                         out, D, z, dt_bias, True, 1, None, -1)
-    for read_copy in [None, copy_bf16]:
+    for read_copy, read_scale in [(None, None), (copy_bf16, None), (copy_fp8, scale_fp8)]:
         cursors.fill_(L - 1)  # the token fills the buffer: the step folds
-        torch.ops.replayssm.mamba2_step(state, read_copy, None, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C,
+        torch.ops.replayssm.mamba2_step(state, read_copy, read_scale, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C,
                                         out, D, z, dt_bias, True, 1, None, -1)
 
 
