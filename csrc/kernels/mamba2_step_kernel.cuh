@@ -155,9 +155,13 @@ struct StepSmem {
 };
 
 // Copy entries 0..w of one kind of row (x or B) to shared memory with cp.async (no commit): entries
-// < w from the buffer, entry w from the current token.
-template <int kElems, class Act>
-__device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t entry_stride, const Act* current, int w) {
+// < w from the buffer into slots 0..w - 1, entry w from the current token into slot w (kTokenAtW: the
+// fold's B window) or into slot now_slot (L - 1 for the replay's x windows, so that the first head's
+// window can be staged before w is known: see the prologue). A template flag rather than now_slot = w,
+// so that the fold's code stays as it was measured.
+template <int kElems, bool kTokenAtW, class Act>
+__device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t entry_stride, const Act* current, int w,
+                                           int now_slot = 0) {
   constexpr int kPerChunk = 16 / sizeof(Act);
   constexpr int kChunks = kElems / kPerChunk;
   static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
@@ -166,23 +170,8 @@ __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t 
   for (int i = kThreads - 1 - static_cast<int>(threadIdx.x); i < total; i += kThreads) {
     const int j = i / kChunks;
     const int c = (i - j * kChunks) * kPerChunk;
-    cp_async16(dst + j * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
-  }
-}
-
-// The same with the current token into slot now_slot instead of w (the replay's windows keep it in
-// slot L - 1, so that the first head's window can be staged before w is known: see the prologue).
-template <int kElems, class Act>
-__device__ __forceinline__ void stage_rows_to(Act* dst, const Act* buffer, int64_t entry_stride, const Act* current, int w,
-                                              int now_slot) {
-  constexpr int kPerChunk = 16 / sizeof(Act);
-  constexpr int kChunks = kElems / kPerChunk;
-  static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
-  const int total = (w + 1) * kChunks;
-  for (int i = kThreads - 1 - static_cast<int>(threadIdx.x); i < total; i += kThreads) {
-    const int j = i / kChunks;
-    const int c = (i - j * kChunks) * kPerChunk;
-    cp_async16(dst + (j < w ? j : now_slot) * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
+    const int slot = kTokenAtW ? j : (j < w ? j : now_slot);
+    cp_async16(dst + slot * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
   }
 }
 
@@ -200,8 +189,7 @@ struct RowOperands {
   float D = 0.0f;
 };
 
-// kWithD = false: D is left 0 (the tensor-core replay takes it from shared memory).
-template <DType kAct, bool kScaled, bool kWithD = true>
+template <DType kAct, bool kScaled>
 __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Params& p, int row, int64_t slot, int head,
                                                               int pr) {
   using Act = typename Storage<kAct>::type;
@@ -209,9 +197,7 @@ __device__ __forceinline__ RowOperands<kAct> load_row_operands(const Mamba2Param
   o.x = static_cast<const Act*>(p.x)[row * p.x_row_stride + head * p.x_head_stride + pr];
   if (p.z != nullptr) o.z = static_cast<const Act*>(p.z)[row * p.z_row_stride + head * p.z_head_stride + pr];
   if constexpr (kScaled) o.scale = __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr);
-  if constexpr (kWithD) {
-    if (p.D != nullptr) o.D = __ldg(p.D + head);
-  }
+  if (p.D != nullptr) o.D = __ldg(p.D + head);
   return o;
 }
 
@@ -517,7 +503,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   typename Vec4<kAct>::Raw c_raw{};
   HeadDt core_dt{};
   if constexpr (kCoreSpeculative) {
-    stage_rows_to<kP>(sm.x_window(0), x_buf + head0 * p.xb_head_stride, p.xb_entry_stride, x_now(head0), L - 1, L - 1);
+    stage_rows<kP, false>(sm.x_window(0), x_buf + head0 * p.xb_head_stride, p.xb_entry_stride, x_now(head0), L - 1, L - 1);
     cp_async_commit();
     c_raw = Vec4<kAct>::load(C_now, ChunkTile<kP, kN, kSrc>::col0());  // fp32 source: 4 elements a chunk
     if (scalar_warp) core_dt = load_head_dt(p, row, slot, head0, L - 1);
@@ -536,7 +522,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   }
   const bool fold = w + 1 + p.max_draft_tokens > L;
   auto stage_x_window = [&](int k, int head) {  // the CUDA-core replay's: entries 0..w - 1, the token in slot L - 1
-    stage_rows_to<kP>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
+    stage_rows<kP, false>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
   };
 
   if (!fold) {
@@ -584,9 +570,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         const int part = lane & 1;
         const uint32_t* cfrag = sm.c_frags();
         const float c_unscale = Dot::c_unscale(cfrag);
-        // The only per-head global loads of a consumer: z and the fp8 scales of its rows (x comes with
-        // the tile). Loaded right after head i - 2 used the same registers: two heads of latency, and
-        // no register copy that waits for them.
+        // The only per-head global loads of a consumer: z and the fp8 scales of its rows (x is in the
+        // stage's x window, D in shared memory). Loaded right after head i - 2 used the same registers:
+        // two heads of latency, and no register copy that waits for them.
         auto load_rows = [&](RowOperands<kAct>(&rows)[kTiles], int head) {
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) {
@@ -850,7 +836,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         for (int k = 1; k <= p.fold_prefetch_heads && k < num_heads; ++k) prefetch_checkpoint(head0 + k);
       }
     }
-    stage_rows<kN>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
+    stage_rows<kN, true>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
     cp_async_commit();
     // The window's x values are read once per head, when the coefficients are written; they were
     // requested into L2 one head earlier (bulk prefetch: no registers held across the fold).
