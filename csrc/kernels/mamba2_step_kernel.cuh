@@ -527,9 +527,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
   if (!fold) {
     // y_p = e^{Lambda_w} s_p (S_read C)_p + sum_{j<=w} wgt_j (B_j . C) x_j[p] + D x_p, head after head:
-    // the source tiles S - 1 heads ahead in the ring, the x windows two heads ahead. The first two x
-    // windows are requested before window_dots, so that their loads and its own overlap: one DRAM round
-    // trip less before the first head (the prologue is a third of a CTA's time at batch 64).
+    // the source tiles S - 1 heads ahead in the ring, the x windows two heads ahead (CUDA-core) or with
+    // their stage's tile (tensor cores). The first head's inputs were requested before the cursor (see
+    // WindowDots and the prologue above), so a CTA waits one DRAM round trip before it, not two.
     if constexpr (Layout::kTensorReplay) {
       using Roles = TensorReplay<kP>;
       using Dot = TensorDot<kN, kSrc, kAct>;
@@ -784,11 +784,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   } else {
     // Fold, head after head: S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j in fp32 FFMA,
     // 4 columns per thread (TileShape), rows in batches (FoldCoef::batch_rows), the checkpoint tile
-    // read from shared memory. Without a read copy the ring already holds checkpoint tiles, S heads ahead. With one,
-    // the ring's read-copy tiles (issued before the cursor was known) are drained and its memory
-    // holds one checkpoint tile at a time, the next head's requested into L2 a head earlier. The
-    // window weights come one head ahead, as in the replay; the coefficients wgt_j x_j[p] are written
-    // once per head (FoldCoef) from x rows requested into L2 a head earlier.
+    // read from shared memory. Without a read copy the ring already holds checkpoint tiles, S heads
+    // ahead. With one, the ring's read-copy tiles (issued before the cursor was known) are drained and
+    // its memory holds one checkpoint tile at a time (asked into L2 ahead of time only with
+    // REPLAYSSM_FOLD_PREFETCH_HEADS: off by default, see fold_prefetch_heads). The window weights come
+    // one head ahead, as in the replay; the coefficients wgt_j x_j[p] are written once per head
+    // (FoldCoef) from x rows requested into L2 a head earlier.
     // The first x window copied before the cursor was known lands in the area the fold reuses.
     if constexpr (Layout::kTensorReplay) {
       if (speculative_x) mbarrier_wait(sm.x_full(0), 0);

@@ -389,11 +389,6 @@ __device__ __forceinline__ void write_zero_output(const Mamba2Params& p, int row
   }
 }
 
-// Heads per CTA of the kernels that pipeline a group's heads through a ring (step, verify): as many of
-// a group's heads as keep at least kWaves waves of CTAs on the GPU (small batches need more, smaller
-// CTAs to fill the SMs). The environment variable `knob` (REPLAYSSM_STEP_HEADS_PER_CTA,
-// REPLAYSSM_SPEC_HEADS_PER_CTA) = k overrides it with the largest divisor of the group size <= k
-// (read at every launch: tests and benchmarks use it to exercise and compare both ends).
 // The step fold with a read copy streams one checkpoint tile at a time and can ask the next ones into L2
 // this many heads ahead (REPLAYSSM_FOLD_PREFETCH_HEADS, 0 to 4; default 0: off). Off by default because
 // it cost DRAM bytes: at one head ahead, ncu measured 1.97 GB read for a fold whose model reads ~1.2 GB
@@ -407,6 +402,11 @@ inline int fold_prefetch_heads() {
   return 0;
 }
 
+// Heads per CTA of the kernels that pipeline a group's heads through a ring (step, verify): as many of
+// a group's heads as keep at least kWaves waves of CTAs on the GPU (small batches need more, smaller
+// CTAs to fill the SMs). The environment variable `knob` (REPLAYSSM_STEP_HEADS_PER_CTA,
+// REPLAYSSM_SPEC_HEADS_PER_CTA) = k overrides it with the largest divisor of the group size <= k
+// (read at every launch: tests and benchmarks use it to exercise and compare both ends).
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob) {
   constexpr int kWaves = 4;
   const int heads_per_group = heads / groups;
