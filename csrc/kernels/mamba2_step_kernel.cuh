@@ -937,9 +937,15 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             stochastic_round4<kCkpt>(s[rb], rw);
           }
           store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);  // one whole store (store4)
-          if constexpr (kCopy) store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
+          if constexpr (kCopy && kRead != DType::kFloat8E4M3) {
+            store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
+          }
           y = row_sum<Shape::kLanesPerRow>(y);
           if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
+        }
+        if constexpr (kCopy && kRead == DType::kFloat8E4M3) {  // the batch's rows quantised together
+          store_fp8_copy_rows<kCkpt, Shape::kLanesPerRow, kBatch>(
+              p, slot, head, RF - r0 < kBatch ? RF - r0 : kBatch, [&](int q) { return Shape::row(r0 + q); }, col0, s);
         }
       }
       __syncthreads();
