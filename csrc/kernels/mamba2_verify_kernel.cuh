@@ -140,9 +140,9 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(L) * padded(T); }
   __host__ __device__ static constexpr size_t skip(int stages, int L, int T) { return decay(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)); }
   __host__ __device__ static constexpr size_t scale(int stages, int L, int T) { return skip(stages, L, T) + 16; }
-  __host__ __device__ static constexpr size_t z_park(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
+  __host__ __device__ static constexpr size_t gates(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
   __host__ __device__ static constexpr size_t window(int stages, int L, int T) {
-    return z_park(stages, L, T) + align16(sizeof(Act) * static_cast<size_t>(kMaxUnits) * kThreads);
+    return gates(stages, L, T) + 4 * static_cast<size_t>(kMaxUnits) * kThreads;
   }
   __host__ __device__ static constexpr size_t window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static constexpr size_t B_window(int stages, int L, int T) { return window(stages, L, T) + kWindows * window_bytes(L); }
@@ -181,13 +181,19 @@ struct VerifySmem {
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::decay(stages, L, T)) + b * Tp; }
   __device__ float* skip(int b) const { return reinterpret_cast<float*>(base + Layout::skip(stages, L, T)) + b; }
   __device__ float* scale(int b) const { return reinterpret_cast<float*>(base + Layout::scale(stages, L, T)) + b * kP; }  // [P], fp8
-  __device__ Act* z_park() const { return reinterpret_cast<Act*>(base + Layout::z_park(stages, L, T)); }  // [kMaxUnits][kThreads]
+  __device__ float* gates() const { return reinterpret_cast<float*>(base + Layout::gates(stages, L, T)); }  // [kMaxUnits][kThreads]
   __device__ Act* x_window(int k) const {  // [L][P]
     return reinterpret_cast<Act*>(base + Layout::window(stages, L, T) + k * Layout::window_bytes(L));
   }
   __device__ Act* B_window() const { return reinterpret_cast<Act*>(base + Layout::B_window(stages, L, T)); }  // [L][N]
   __device__ Act* C_rows() const { return reinterpret_cast<Act*>(base + Layout::C_rows(stages, L, T)); }      // [T][N]
 };
+
+// The output gate silu(z) = z / (1 + e^-z), with the division as MUFU.RCP and one multiply (__fdividef,
+// within 2 ulp of fp32; the output is then rounded to 16 bits). The correctly rounded division ('/', as
+// in the step's silu) compiles to a branch into a slow-path subroutine, and that call, made where a
+// reduce warp's C values and units are live, made ptxas spill 28-48 bytes at 128 registers.
+__device__ __forceinline__ float gate(float z) { return __fdividef(z, 1.0f + expf(-z)); }
 
 template <DType kAct>
 __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, int64_t row, int head) {
@@ -478,10 +484,11 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   // The lanes of a draft split the window's entries between them before their partial state sums
   // are added, so the window term costs no shuffle; the first of them stores.
   auto unit_of = [&](int r) { return warp + r * kReduceWarps; };
-  // z of a lane's outputs in the first batch of drafts (the first lane of each draft's lanes stores),
-  // requested at the start of the head before and kept raw in registers through it, then parked in
-  // this lane's own slots of shared memory (z_park, read back by the same lane: no barrier).
-  Act* const z_park = sm.z_park() + tid;
+  // The gates silu(z) of a lane's outputs in the first batch of drafts (the first lane of each draft's
+  // lanes stores): z requested at the start of the head before and kept raw in registers through it,
+  // then its silu parked in this lane's own slots of shared memory (read back by the same lane: no
+  // barrier).
+  float* const gate_park = sm.gates() + tid;
   auto load_z = [&](int h, Act (&z)[kMaxUnits]) {
     const int i = draft_of<kLanes>(lane);
     if (p.z == nullptr || lane % kDraftLanes != 0 || i >= T) return;
@@ -491,9 +498,10 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
       if (unit_of(r) < kUnits) z[r] = __ldg(z_src + unit_of(r) * kUnitRows + lane / kLanes);
     }
   };
-  auto park_z = [&](const Act (&z)[kMaxUnits]) {
+  auto park_gates = [&](const Act (&z)[kMaxUnits]) {
+    if (p.z == nullptr || lane % kDraftLanes != 0 || draft_of<kLanes>(lane) >= T) return;
 #pragma unroll
-    for (int r = 0; r < kMaxUnits; ++r) z_park[r * kThreads] = z[r];
+    for (int r = 0; r < kMaxUnits; ++r) gate_park[r * kThreads] = gate(to_float(z[r]));
   };
   auto reduce_units = [&](const unsigned char* tile, const float (&c)[kDraftBatch][Chunk::kElems], int i0, int h) {
     const int b = h & 1;
@@ -504,32 +512,50 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     const float decay = sm.decay(b)[i];  // 0 for the padding drafts i >= T
     const float skip = *sm.skip(b);
     Act* const out_i = static_cast<Act*>(p.out) + row * p.out_row_stride + i * p.out_token_stride + (head0 + h) * p.out_head_stride;
-    auto unit = [&](int r) {
-      const int pr = unit_of(r) * kUnitRows + lane / kLanes;
-      float v[Chunk::kElems];
-      Chunk::load(tile + pr * kN * kSrcBytes, row_lane, v);
-      float d[kDraftBatch] = {};
+    // K units at once (their loads, FMAs and shuffles interleave: one unit at a time left each warp
+    // waiting on its own latency chain).
+    auto units = [&](int r0, auto count) {
+      constexpr int K = decltype(count)::value;
+      int pr[K];
+      float y[K];
 #pragma unroll
-      for (int k = 0; k < kDraftBatch; ++k) {
+      for (int k = 0; k < K; ++k) {
+        pr[k] = unit_of(r0 + k) * kUnitRows + lane / kLanes;
+        float v[Chunk::kElems];
+        Chunk::load(tile + pr[k] * kN * kSrcBytes, row_lane, v);
+        float d[kDraftBatch] = {};
 #pragma unroll
-        for (int e = 0; e < Chunk::kElems; ++e) d[k] += v[e] * c[k][e];
-      }
-      float y = scatter_drafts4<kLanes>(d, lane) * (kScaled ? decay * sm.scale(b)[pr] : decay);
-      // Unrolled twice: at the default (4) ptxas spilled at 128 registers.
-#pragma unroll 2
-      for (int j = q; j < E; j += kDraftLanes) y += coef[j * Tp + i] * to_float(xw[j * kP + pr]);
-      y = finish_draft_sum<kLanes>(y);
-      if (q == 0 && i < T) {
-        float out = y + skip * to_float(xw[(w + i) * kP + pr]);
-        if (p.z != nullptr) {
-          out *= silu(i0 == 0 ? to_float(z_park[r * kThreads])
-                              : load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride + (head0 + h) * p.z_head_stride + pr));
+        for (int m = 0; m < kDraftBatch; ++m) {
+#pragma unroll
+          for (int e = 0; e < Chunk::kElems; ++e) d[m] += v[e] * c[m][e];
         }
-        store_act<kAct>(out_i, pr, out);
+        y[k] = scatter_drafts4<kLanes>(d, lane) * (kScaled ? decay * sm.scale(b)[pr[k]] : decay);
+      }
+      // Unrolled twice: at the default ptxas spilled at 128 registers.
+#pragma unroll 2
+      for (int j = q; j < E; j += kDraftLanes) {
+        const float cf = coef[j * Tp + i];
+#pragma unroll
+        for (int k = 0; k < K; ++k) y[k] += cf * to_float(xw[j * kP + pr[k]]);
+      }
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        y[k] = finish_draft_sum<kLanes>(y[k]);
+        if (q == 0 && i < T) {
+          float out = y[k] + skip * to_float(xw[(w + i) * kP + pr[k]]);
+          if (p.z != nullptr) {
+            out *= i0 == 0 ? gate_park[(r0 + k) * kThreads] : gate(
+load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride + (head0 + h) * p.z_head_stride + pr[k]));
+          }
+          store_act<kAct>(out_i, pr[k], out);
+        }
       }
     };
+    const int mine = (kUnits - warp + kReduceWarps - 1) / kReduceWarps;  // this warp's units
+    int r = 0;
 #pragma unroll 1
-    for (int r = 0; r < kMaxUnits && unit_of(r) < kUnits; ++r) unit(r);
+    for (; r + 1 < mine; r += 2) units(r, std::integral_constant<int, 2>{});
+    if (r < mine) units(r, std::integral_constant<int, 1>{});
   };
 
   // The head loop, one per role (the reduce warps' C values must not be live in the scalar warp's code,
@@ -569,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     uint32_t phase = 0;
     Act z_next[kMaxUnits] = {};
     load_z(0, z_next);
-    park_z(z_next);
+    park_gates(z_next);
     for (int h = 0; h < num_heads; ++h) {
       if (h + 1 < num_heads) load_z(h + 1, z_next);
       stage_ahead(h);
@@ -588,7 +614,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
         stage = 0;
         phase ^= 1;
       }
-      if (h + 1 < num_heads) park_z(z_next);
+      if (h + 1 < num_heads) park_gates(z_next);
       end_of_head();
     }
   }
