@@ -118,8 +118,8 @@ __device__ __forceinline__ int draft_of(int lane) {
 // ---- Shared memory of a verify CTA -------------------------------------------------------------
 // The mbarriers, the ring of source tiles (its stage count chosen at launch), then what grows with L
 // and T: B_j . C_i, and per head (double-buffered by head parity: the scalar warp writes head h + 1's
-// while the others read head h's) the coefficients, decays, D, the fp8 row scales and the drafts'
-// gates silu(z); then three x windows, the B window and the drafts' C rows.
+// while the others read head h's) the coefficients, decays, D, the fp8 row scales and the drafts' z
+// rows; then three x windows, the B window and the drafts' C rows.
 template <int kP, int kN, DType kSrc, DType kAct>
 struct VerifyLayout {
   using Act = typename Storage<kAct>::type;
@@ -139,9 +139,9 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(coef_rows(L)) * padded(T); }
   __host__ __device__ static constexpr size_t skip(int stages, int L, int T) { return decay(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)); }
   __host__ __device__ static constexpr size_t scale(int stages, int L, int T) { return skip(stages, L, T) + 16; }
-  __host__ __device__ static constexpr size_t gates(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
+  __host__ __device__ static constexpr size_t z_rows(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
   __host__ __device__ static constexpr size_t window(int stages, int L, int T) {
-    return gates(stages, L, T) + 2 * 4 * static_cast<size_t>(T) * kP;
+    return z_rows(stages, L, T) + align16(2 * sizeof(Act) * static_cast<size_t>(T) * kP);
   }
   __host__ __device__ static constexpr size_t window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static constexpr size_t B_window(int stages, int L, int T) { return window(stages, L, T) + kWindows * window_bytes(L); }
@@ -169,7 +169,7 @@ struct VerifySmem {
   int stages, L, T, Tp;
   __device__ VerifySmem(unsigned char* b, int s, int buffer_len, int tokens)
       : base(b), stages(s), L(buffer_len), T(tokens), Tp(Layout::padded(tokens)) {}
-  // Head parity b's coefficients, decays, D, scales and gates are written (32 arrivals: the scalar warp).
+  // Head parity b's coefficients, decays, D, scales and z rows are written (32 arrivals: the scalar warp).
   __device__ uint64_t* coef_ready(int b) const { return reinterpret_cast<uint64_t*>(base) + b; }
   __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base) + 2 + s; }
   __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
@@ -180,8 +180,8 @@ struct VerifySmem {
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::decay(stages, L, T)) + b * Tp; }
   __device__ float* skip(int b) const { return reinterpret_cast<float*>(base + Layout::skip(stages, L, T)) + b; }
   __device__ float* scale(int b) const { return reinterpret_cast<float*>(base + Layout::scale(stages, L, T)) + b * kP; }  // [P], fp8
-  __device__ float* gates(int b) const {  // [T][P]: silu(z)
-    return reinterpret_cast<float*>(base + Layout::gates(stages, L, T)) + static_cast<size_t>(b) * T * kP;
+  __device__ Act* z_rows(int b) const {  // [T][P]: the drafts' z
+    return reinterpret_cast<Act*>(base + Layout::z_rows(stages, L, T)) + static_cast<size_t>(b) * T * kP;
   }
   __device__ Act* x_window(int k) const {  // [L][P]
     return reinterpret_cast<Act*>(base + Layout::window(stages, L, T) + k * Layout::window_bytes(L));
@@ -297,16 +297,20 @@ __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBu
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }
-  for (int i = 0; i < Tp; ++i) {
-    const int t = w + i;
-    const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
-    const float total = A * at_t;  // Lambda_t
+  // Tp is a multiple of 4: four drafts at a time, their exps independent of each other.
+  for (int i0 = 0; i0 < Tp; i0 += 4) {
 #pragma unroll
-    for (int h = 0; h < kEntriesPerLane; ++h) {
-      const int j = lane + 32 * h;
-      if (j < E_pad) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
+    for (int i = i0; i < i0 + 4; ++i) {
+      const int t = w + i;
+      const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
+      const float total = A * at_t;  // Lambda_t
+#pragma unroll
+      for (int h = 0; h < kEntriesPerLane; ++h) {
+        const int j = lane + 32 * h;
+        if (j < E_pad) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
+      }
+      if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
     }
-    if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
   }
 }
 
@@ -435,10 +439,11 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   __syncthreads();  // B_j . C_i is in shared memory
 
   // The scalar warp's part of head h (buffers h & 1): the coefficients and decays (from the window's
-  // dt, loaded a head earlier), D, the fp8 row scales and the drafts' gates silu(z) into shared memory,
-  // the drafts' dt appended to the buffer; then each lane arrives on coef_ready(h & 1) after its
-  // stores. z (its first 8 per lane), the scales and D are requested first and used last: their
-  // latency hides behind the exps.
+  // dt, loaded a head earlier), D, the fp8 row scales and the drafts' z rows into shared memory, the
+  // drafts' dt appended to the buffer; then each lane arrives on coef_ready(h & 1) after its stores.
+  // z (its first 8 per lane), the scales and D are requested first and stored last: their latency
+  // hides behind the exps. (It also formed the gates silu(z) in session 7's fifth version: that made
+  // it the warp the others waited for, verify 390 -> 450 us.)
   const int E_pad = (E + kDraftLanes - 1) / kDraftLanes * kDraftLanes;
   auto prepare_head = [&](int h, const WindowDt& d) {
     const int head = head0 + h;
@@ -484,13 +489,13 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
       }
     }
     if (lane == 0) *sm.skip(b) = skip;
-    float* gates = sm.gates(b);  // [T][P], the same order as e
+    Act* z_dst = sm.z_rows(b);  // [T][P], the same order as e
 #pragma unroll
     for (int k = 0; k < kZPerLane; ++k) {
       const int e = lane + 32 * k;
-      if (e < z_total) gates[e] = gate(to_float(zv[k]));
+      if (e < z_total) z_dst[e] = zv[k];
     }
-    for (int e = lane + 32 * kZPerLane; e < z_total; e += 32) gates[e] = gate(to_float(z_at(e)));  // T P > 256 only
+    for (int e = lane + 32 * kZPerLane; e < z_total; e += 32) z_dst[e] = z_at(e);  // T P > 256 only
     mbarrier_arrive(sm.coef_ready(b));
   };
 
@@ -523,7 +528,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     const int q = lane % kDraftLanes;
     const float* coef = sm.coef(b) + i;
     const Act* xw = sm.x_window(h % 3);
-    const float* gates = sm.gates(b) + i * kP;
+    const Act* z_rows = sm.z_rows(b) + i * kP;
     const float decay = sm.decay(b)[i];  // 0 for the padding drafts i >= T
     const float skip = *sm.skip(b);
     Act* const out_i = static_cast<Act*>(p.out) + row * p.out_row_stride + i * p.out_token_stride + (head0 + h) * p.out_head_stride;
@@ -563,7 +568,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
         y[k] = finish_draft_sum<kLanes>(y[k]);
         if (q == 0 && i < T) {
           float out = y[k] + skip * to_float(xw[(w + i) * kP + row0 + k]);
-          if (p.z != nullptr) out *= gates[row0 + k];
+          if (p.z != nullptr) out *= gate(to_float(z_rows[row0 + k]));
           store_act<kAct>(out_i, row0 + k, out);
         }
       }
