@@ -18,11 +18,12 @@
 // Roles: the last warp (the scalar warp) derives head h + 1's coefficients and decays and stages its D
 // and fp8 row scales while the others work on head h (double-buffered, handed over on an mbarrier per
 // buffer), appends the drafts' x and dt, and refills the ring. The other 7 warps (reduce warps) take
-// the tile's rows in units of 32 / (N / 8) rows: each thread reduces its 8 elements of a row against
-// 4 drafts at a time (32 FMA), the row's lanes reduce-scatter the 4 sums so that each draft's sum ends
-// on N / 32 lanes, and those lanes add their shares of the window term (sum_j coef[j][i] x_j) before
-// the last shuffles: each lane then holds one (row, draft) output and the first of its draft's lanes
-// stores it. One barrier per head. (Until session 7 all 8 warps reduced, wrote the dot products to
+// the tile's rows in units of 32 / (N / 8) rows, two units at a time: each thread reduces its 8
+// elements of a row against 4 drafts at a time (32 FMA), the row's lanes reduce-scatter the 4 sums so
+// that each draft's sum ends on N / 32 lanes, and those lanes add their shares of the window term
+// (sum_j coef[j][i] x_j) before the last shuffles: each lane then holds one (row, draft) output and
+// the first of its draft's lanes gates and stores it (z loaded a head ahead, its silu parked in shared
+// memory at the end of the head before). One barrier per head. (Until session 7 all 8 warps reduced, wrote the dot products to
 // shared memory, and after the per-head barrier 4 of them formed the outputs: those 4 carried the
 // epilogue on top of their rows while the rest waited at the barrier, 35% of the warp samples in ncu.)
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
@@ -118,30 +119,31 @@ __device__ __forceinline__ int draft_of(int lane) {
 // ---- Shared memory of a verify CTA -------------------------------------------------------------
 // The mbarriers, the ring of source tiles (its stage count chosen at launch), then what grows with L
 // and T: B_j . C_i, and per head (double-buffered by head parity: the scalar warp writes head h + 1's
-// while the others read head h's) the coefficients, decays, D, the fp8 row scales and the drafts' z
-// rows; then three x windows, the B window and the drafts' C rows.
+// while the others read head h's) the coefficients, decays, D and the fp8 row scales; then three x
+// windows, the B window and the drafts' C rows.
 template <int kP, int kN, DType kSrc, DType kAct>
 struct VerifyLayout {
   using Act = typename Storage<kAct>::type;
   static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
   static constexpr int kWindows = 3;
   static constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
+  // A reduce warp's units (kUnitRows rows each, see verify_kernel) and the most any warp takes.
+  static constexpr int kUnitRows = 32 / VerifyChunk<kN, kSrc>::kLanes;
+  static constexpr int kUnits = kP / kUnitRows;
+  static constexpr int kMaxUnits = (kUnits + kReduceWarps - 1) / kReduceWarps;
   static constexpr size_t kRingOffset = 128;  // uint64_t barriers: coef_ready[2], full[kStages]
   static_assert(kTileBytes % 128 == 0, "tiles keep the ring 128-byte aligned");
 
   __host__ __device__ static constexpr int padded(int T) { return (T + kDraftBatch - 1) / kDraftBatch * kDraftBatch; }
-  // Coefficient rows: the window's entries rounded up to 4, so that the lanes of a draft (2 or 4) take
-  // the same number of entries (the padding entries' coefficients are 0).
-  __host__ __device__ static constexpr int coef_rows(int L) { return (L + 3) / 4 * 4; }
   __host__ __device__ static constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
   __host__ __device__ static constexpr size_t dots(int stages) { return kRingOffset + static_cast<size_t>(stages) * kTileBytes; }
   __host__ __device__ static constexpr size_t coef(int stages, int L, int T) { return dots(stages) + align16(4 * static_cast<size_t>(T) * L); }
-  __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(coef_rows(L)) * padded(T); }
+  __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(L) * padded(T); }
   __host__ __device__ static constexpr size_t skip(int stages, int L, int T) { return decay(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)); }
   __host__ __device__ static constexpr size_t scale(int stages, int L, int T) { return skip(stages, L, T) + 16; }
-  __host__ __device__ static constexpr size_t z_rows(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
+  __host__ __device__ static constexpr size_t gates(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
   __host__ __device__ static constexpr size_t window(int stages, int L, int T) {
-    return z_rows(stages, L, T) + align16(2 * sizeof(Act) * static_cast<size_t>(T) * kP);
+    return gates(stages, L, T) + 4 * static_cast<size_t>(kMaxUnits) * kThreads;
   }
   __host__ __device__ static constexpr size_t window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static constexpr size_t B_window(int stages, int L, int T) { return window(stages, L, T) + kWindows * window_bytes(L); }
@@ -169,20 +171,18 @@ struct VerifySmem {
   int stages, L, T, Tp;
   __device__ VerifySmem(unsigned char* b, int s, int buffer_len, int tokens)
       : base(b), stages(s), L(buffer_len), T(tokens), Tp(Layout::padded(tokens)) {}
-  // Head parity b's coefficients, decays, D, scales and z rows are written (32 arrivals: the scalar warp).
+  // Head parity b's coefficients, decays, D and scales are written (32 arrivals: the scalar warp).
   __device__ uint64_t* coef_ready(int b) const { return reinterpret_cast<uint64_t*>(base) + b; }
   __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base) + 2 + s; }
   __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
   __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::dots(stages)); }  // [T][L]
-  __device__ float* coef(int b) const {  // [coef_rows(L)][Tp]
-    return reinterpret_cast<float*>(base + Layout::coef(stages, L, T)) + static_cast<size_t>(b) * Layout::coef_rows(L) * Tp;
+  __device__ float* coef(int b) const {  // [L][Tp]
+    return reinterpret_cast<float*>(base + Layout::coef(stages, L, T)) + static_cast<size_t>(b) * L * Tp;
   }
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::decay(stages, L, T)) + b * Tp; }
   __device__ float* skip(int b) const { return reinterpret_cast<float*>(base + Layout::skip(stages, L, T)) + b; }
   __device__ float* scale(int b) const { return reinterpret_cast<float*>(base + Layout::scale(stages, L, T)) + b * kP; }  // [P], fp8
-  __device__ Act* z_rows(int b) const {  // [T][P]: the drafts' z
-    return reinterpret_cast<Act*>(base + Layout::z_rows(stages, L, T)) + static_cast<size_t>(b) * T * kP;
-  }
+  __device__ float* gates() const { return reinterpret_cast<float*>(base + Layout::gates(stages, L, T)); }  // [kMaxUnits][kThreads]
   __device__ Act* x_window(int k) const {  // [L][P]
     return reinterpret_cast<Act*>(base + Layout::window(stages, L, T) + k * Layout::window_bytes(L));
   }
@@ -195,16 +195,6 @@ struct VerifySmem {
 // in the step's silu) compiles to a branch into a slow-path subroutine, and that call, made where a
 // reduce warp's C values and units are live, made ptxas spill 28-48 bytes at 128 registers.
 __device__ __forceinline__ float gate(float z) { return __fdividef(z, 1.0f + expf(-z)); }
-
-// Two consecutive 16-bit activations at a 4-byte aligned address as floats (one 32-bit load).
-template <class Act>
-__device__ __forceinline__ void act2_to_float(const Act* p, float (&v)[2]) {
-  static_assert(sizeof(Act) == 2, "16-bit activations expected");
-  const uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
-  const Act* h = reinterpret_cast<const Act*>(&raw);
-  v[0] = to_float(h[0]);
-  v[1] = to_float(h[1]);
-}
 
 template <DType kAct>
 __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, int64_t row, int head) {
@@ -281,11 +271,11 @@ __device__ __forceinline__ float window_dt(const Mamba2SpecParams& p, const Wind
   return p.dt_softplus ? softplus(dt) : dt;
 }
 
-// The scalar warp: coef[j][i] = dt_j exp(Lambda_{w+i} - Lambda_j) (B_j . C_i) for j <= w + i (0 above,
-// up to entry E_pad - 1, and in the padding drafts), and decay[i] = exp(Lambda_{w+i}), into shared memory.
+// The scalar warp: coef[j][i] = dt_j exp(Lambda_{w+i} - Lambda_j) (B_j . C_i) for j <= w + i (0 above
+// and in the padding drafts), and decay[i] = exp(Lambda_{w+i}), into shared memory.
 // dt[h] returns the window's dt_j of the lane's entries, for the drafts' entries to append.
 __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int w, int T,
-                                              int E, int E_pad, int L, int Tp, const float* dots, float* coef, float* decay) {
+                                              int E, int L, int Tp, const float* dots, float* coef, float* decay) {
   constexpr int kEntriesPerLane = kMamba2SpecMaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
   float prefix[kEntriesPerLane] = {};
@@ -297,20 +287,16 @@ __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBu
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }
-  // Tp is a multiple of 4: four drafts at a time, their exps independent of each other.
-  for (int i0 = 0; i0 < Tp; i0 += 4) {
+  for (int i = 0; i < Tp; ++i) {
+    const int t = w + i;
+    const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
+    const float total = A * at_t;  // Lambda_t
 #pragma unroll
-    for (int i = i0; i < i0 + 4; ++i) {
-      const int t = w + i;
-      const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
-      const float total = A * at_t;  // Lambda_t
-#pragma unroll
-      for (int h = 0; h < kEntriesPerLane; ++h) {
-        const int j = lane + 32 * h;
-        if (j < E_pad) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
-      }
-      if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
+    for (int h = 0; h < kEntriesPerLane; ++h) {
+      const int j = lane + 32 * h;
+      if (j < E) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
     }
+    if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
   }
 }
 
@@ -348,9 +334,10 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   using Chunk = VerifyChunk<kN, kSrc>;
   constexpr int kLanes = Chunk::kLanes;
   constexpr int kDraftLanes = kLanes / 4;  // lanes that share a draft's sum after the scatter
-  constexpr int kUnitRows = 32 / kLanes;   // state rows a warp reduces at once: a unit
+  constexpr int kUnitRows = Layout::kUnitRows;  // state rows a warp reduces at once: a unit
   static_assert(kP % kUnitRows == 0, "whole units");
-  constexpr int kUnits = kP / kUnitRows;
+  constexpr int kUnits = Layout::kUnits;
+  constexpr int kMaxUnits = Layout::kMaxUnits;
   constexpr int kSrcBytes = dtype_size(kSrc);
   constexpr bool kScaled = Layout::kScaled;
   extern __shared__ __align__(128) unsigned char smem_base[];
@@ -439,25 +426,12 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   __syncthreads();  // B_j . C_i is in shared memory
 
   // The scalar warp's part of head h (buffers h & 1): the coefficients and decays (from the window's
-  // dt, loaded a head earlier), D, the fp8 row scales and the drafts' z rows into shared memory, the
-  // drafts' dt appended to the buffer; then each lane arrives on coef_ready(h & 1) after its stores.
-  // z (its first 8 per lane), the scales and D are requested first and stored last: their latency
-  // hides behind the exps. (It also formed the gates silu(z) in session 7's fifth version: that made
-  // it the warp the others waited for, verify 390 -> 450 us.)
-  const int E_pad = (E + kDraftLanes - 1) / kDraftLanes * kDraftLanes;
+  // dt, loaded a head earlier), D and the fp8 row scales into shared memory, the drafts' dt appended to
+  // the buffer; then each lane arrives on coef_ready(h & 1) after its stores. The scales and D are
+  // requested first and stored last: their latency hides behind the exps.
   auto prepare_head = [&](int h, const WindowDt& d) {
     const int head = head0 + h;
     const int b = h & 1;
-    constexpr int kZPerLane = 8;
-    const int z_total = p.z != nullptr ? T * kP : 0;
-    const Act* z_src = z_total > 0 ? static_cast<const Act*>(p.z) + row * p.z_row_stride + head * p.z_head_stride : nullptr;
-    auto z_at = [&](int e) { return __ldg(z_src + (e / kP) * p.z_token_stride + e % kP); };
-    Act zv[kZPerLane];
-#pragma unroll
-    for (int k = 0; k < kZPerLane; ++k) {
-      const int e = lane + 32 * k;
-      if (e < z_total) zv[k] = z_at(e);
-    }
     constexpr int kScalesPerLane = (kP + 31) / 32;
     float sv[kScalesPerLane];
     if constexpr (kScaled) {
@@ -472,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     float dt[kMamba2SpecMaxBufferLen / 32];
 #pragma unroll
     for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) dt[k] = window_dt(p, d, k, lane + 32 * k, w, E);
-    draft_weights(dt, d.A, w, T, E, E_pad, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
+    draft_weights(dt, d.A, w, T, E, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
     // The drafts' dt become entries w .. E - 1 of this head's buffer.
     float* dt_dst = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
 #pragma unroll
@@ -489,13 +463,6 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
       }
     }
     if (lane == 0) *sm.skip(b) = skip;
-    Act* z_dst = sm.z_rows(b);  // [T][P], the same order as e
-#pragma unroll
-    for (int k = 0; k < kZPerLane; ++k) {
-      const int e = lane + 32 * k;
-      if (e < z_total) z_dst[e] = zv[k];
-    }
-    for (int e = lane + 32 * kZPerLane; e < z_total; e += 32) z_dst[e] = z_at(e);  // T P > 256 only
     mbarrier_arrive(sm.coef_ready(b));
   };
 
@@ -515,69 +482,81 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   // A reduce warp's units of the tile against the drafts i0 .. i0 + 3 (C values c), each lane then
   // forming one (row, draft) output with the other lanes of its draft:
   //   y_i[p] = e^{Lambda_t} s_p (S_read C_i)_p + sum_j coef[j][i] x_j[p] + D x_t[p], times silu(z_i[p]).
-  // The lanes of a draft split the window's entries between them (the same count each: E_pad) before
-  // their partial state sums are added, so the window term costs no shuffle; the first of them stores.
-  // A warp's units are consecutive rows, taken two at a time: a lane's two rows are then adjacent
-  // (rows 2 g, 2 g + 1 of the pair's block, g = lane / kLanes), so one 32-bit load reads both rows' x.
-  constexpr int kBaseUnits = kUnits / kReduceWarps, kExtraUnits = kUnits % kReduceWarps;
-  const int my_units = kBaseUnits + (warp < kExtraUnits ? 1 : 0);
-  const int first_row = (warp * kBaseUnits + (warp < kExtraUnits ? warp : kExtraUnits)) * kUnitRows;
+  // The lanes of a draft split the window's entries between them before their partial state sums
+  // are added, so the window term costs no shuffle; the first of them stores.
+  auto unit_of = [&](int r) { return warp + r * kReduceWarps; };
+  // The gates silu(z) of a lane's outputs in the first batch of drafts (the first lane of each draft's
+  // lanes stores): z requested at the start of the head before and kept raw in registers through it,
+  // then its silu parked in this lane's own slots of shared memory (read back by the same lane: no
+  // barrier).
+  float* const gate_park = sm.gates() + tid;
+  auto load_z = [&](int h, Act (&z)[kMaxUnits]) {
+    const int i = draft_of<kLanes>(lane);
+    if (p.z == nullptr || lane % kDraftLanes != 0 || i >= T) return;
+    const Act* z_src = static_cast<const Act*>(p.z) + row * p.z_row_stride + i * p.z_token_stride + (head0 + h) * p.z_head_stride;
+#pragma unroll
+    for (int r = 0; r < kMaxUnits; ++r) {
+      if (unit_of(r) < kUnits) z[r] = __ldg(z_src + unit_of(r) * kUnitRows + lane / kLanes);
+    }
+  };
+  auto park_gates = [&](const Act (&z)[kMaxUnits]) {
+    if (p.z == nullptr || lane % kDraftLanes != 0 || draft_of<kLanes>(lane) >= T) return;
+#pragma unroll
+    for (int r = 0; r < kMaxUnits; ++r) gate_park[r * kThreads] = gate(to_float(z[r]));
+  };
   auto reduce_units = [&](const unsigned char* tile, const float (&c)[kDraftBatch][Chunk::kElems], int i0, int h) {
     const int b = h & 1;
     const int i = i0 + draft_of<kLanes>(lane);
     const int q = lane % kDraftLanes;
-    const float* coef = sm.coef(b) + i;
+    const float* coef = sm.coef(b);
     const Act* xw = sm.x_window(h % 3);
-    const Act* z_rows = sm.z_rows(b) + i * kP;
     const float decay = sm.decay(b)[i];  // 0 for the padding drafts i >= T
     const float skip = *sm.skip(b);
     Act* const out_i = static_cast<Act*>(p.out) + row * p.out_row_stride + i * p.out_token_stride + (head0 + h) * p.out_head_stride;
-    // K rows of this lane from row0 (K = 2: adjacent rows; K = 1: one row), reduced, completed, stored.
-    auto rows = [&](int row0, auto count) {
+    // K units at once (their loads, FMAs and shuffles interleave: one unit at a time left each warp
+    // waiting on its own latency chain).
+    auto units = [&](int r0, auto count) {
       constexpr int K = decltype(count)::value;
+      int pr[K];
       float y[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
+        pr[k] = unit_of(r0 + k) * kUnitRows + lane / kLanes;
         float v[Chunk::kElems];
-        Chunk::load(tile + (row0 + k) * kN * kSrcBytes, row_lane, v);
+        Chunk::load(tile + pr[k] * kN * kSrcBytes, row_lane, v);
         float d[kDraftBatch] = {};
 #pragma unroll
         for (int m = 0; m < kDraftBatch; ++m) {
 #pragma unroll
           for (int e = 0; e < Chunk::kElems; ++e) d[m] += v[e] * c[m][e];
         }
-        y[k] = scatter_drafts4<kLanes>(d, lane) * (kScaled ? decay * sm.scale(b)[row0 + k] : decay);
+        y[k] = scatter_drafts4<kLanes>(d, lane) * (kScaled ? decay * sm.scale(b)[pr[k]] : decay);
       }
-      // Entries q, q + kDraftLanes, ... < E_pad (coefficients 0 from E on; x read at E - 1 there).
+      // Unrolled twice: at the default ptxas spilled at 128 registers.
 #pragma unroll 2
-      for (int jj = 0; jj < E_pad / kDraftLanes; ++jj) {
-        const int j = jj * kDraftLanes + q;
-        const float cf = coef[j * Tp];
-        const Act* xj = xw + min(j, E - 1) * kP + row0;
-        if constexpr (K == 2) {
-          float x2[2];
-          act2_to_float(xj, x2);
-          y[0] += cf * x2[0];
-          y[1] += cf * x2[1];
-        } else {
-          y[0] += cf * to_float(xj[0]);
-        }
+      for (int j = q; j < E; j += kDraftLanes) {
+        const float cf = coef[j * Tp + i];
+#pragma unroll
+        for (int k = 0; k < K; ++k) y[k] += cf * to_float(xw[j * kP + pr[k]]);
       }
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         y[k] = finish_draft_sum<kLanes>(y[k]);
         if (q == 0 && i < T) {
-          float out = y[k] + skip * to_float(xw[(w + i) * kP + row0 + k]);
-          if (p.z != nullptr) out *= gate(to_float(z_rows[row0 + k]));
-          store_act<kAct>(out_i, row0 + k, out);
+          float out = y[k] + skip * to_float(xw[(w + i) * kP + pr[k]]);
+          if (p.z != nullptr) {
+            const int64_t z_at = row * p.z_row_stride + i * p.z_token_stride + (head0 + h) * p.z_head_stride + pr[k];
+            out *= i0 == 0 ? gate_park[(r0 + k) * kThreads] : gate(load_act<kAct>(p.z, z_at));
+          }
+          store_act<kAct>(out_i, pr[k], out);
         }
       }
     };
-    const int g = lane / kLanes;
+    const int mine = (kUnits - warp + kReduceWarps - 1) / kReduceWarps;  // this warp's units
     int r = 0;
 #pragma unroll 1
-    for (; r + 1 < my_units; r += 2) rows(first_row + r * kUnitRows + 2 * g, std::integral_constant<int, 2>{});
-    if (r < my_units) rows(first_row + r * kUnitRows + g, std::integral_constant<int, 1>{});
+    for (; r + 1 < mine; r += 2) units(r, std::integral_constant<int, 2>{});
+    if (r < mine) units(r, std::integral_constant<int, 1>{});
   };
 
   // The head loop, one per role (the reduce warps' C values must not be live in the scalar warp's code,
@@ -615,7 +594,11 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     load_c(0, c);
     int stage = 0;
     uint32_t phase = 0;
+    Act z_next[kMaxUnits] = {};
+    load_z(0, z_next);
+    park_gates(z_next);
     for (int h = 0; h < num_heads; ++h) {
+      if (h + 1 < num_heads) load_z(h + 1, z_next);
       stage_ahead(h);
       mbarrier_wait(sm.full(stage), phase);
       mbarrier_wait(sm.coef_ready(h & 1), (h >> 1) & 1);
@@ -632,6 +615,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
         stage = 0;
         phase ^= 1;
       }
+      if (h + 1 < num_heads) park_gates(z_next);
       end_of_head();
     }
   }
