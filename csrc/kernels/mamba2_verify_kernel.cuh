@@ -545,8 +545,9 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
         if (q == 0 && i < T) {
           float out = y[k] + skip * to_float(xw[(w + i) * kP + pr[k]]);
           if (p.z != nullptr) {
-            const int64_t z_at = row * p.z_row_stride + i * p.z_token_stride + (head0 + h) * p.z_head_stride + pr[k];
-            out *= i0 == 0 ? gate_park[(r0 + k) * kThreads] : gate(load_act<kAct>(p.z, z_at));
+            out *= i0 == 0 ? gate_park[(r0 + k) * kThreads]
+                           : gate(load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride +
+                                                          (head0 + h) * p.z_head_stride + pr[k]));
           }
           store_act<kAct>(out_i, pr[k], out);
         }
