@@ -16,7 +16,6 @@
 // stochastic-rounding offset when there is one (stochastic_rounding.cuh).
 #pragma once
 
-#include "launch_cache.cuh"
 #include "mamba2_spec_common.cuh"
 #include "stochastic_rounding.cuh"
 
@@ -384,17 +383,18 @@ template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool
 cudaError_t launch_fold_kernel(const Mamba2SpecParams& p, cudaStream_t stream) {
   auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
   const size_t smem = FoldLayout<kP, kN, kCkpt, kAct>::bytes(p.buffer_len);
-  static KernelLaunchCache launch_cache;
-  int device = 0, ctas_per_sm = 0;
-  DeviceLimits limits;
-  cudaError_t err = current_device_limits(&device, &limits);
+  int device = 0, sms = 0, max_smem = 0, ctas_per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
-  if (smem + sizeof(FoldRows) > static_cast<size_t>(limits.smem_per_cta_optin)) return cudaErrorInvalidValue;
-  err = launch_cache.prepare(device, kernel, kThreads, smem, &ctas_per_sm);
+  if (smem + sizeof(FoldRows) > static_cast<size_t>(max_smem)) return cudaErrorInvalidValue;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
   if (err != cudaSuccess) return err;
   // One wave of persistent CTAs, never more than there are (row, head) items.
   const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
-  const int64_t wave = static_cast<int64_t>(limits.sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  const int64_t wave = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
   kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }

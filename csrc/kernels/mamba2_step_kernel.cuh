@@ -34,7 +34,6 @@
 #pragma once
 
 #include "bulk_copy.cuh"
-#include "launch_cache.cuh"
 #include "mamba2.cuh"
 #include "mamba2_mma.cuh"
 #include "mamba2_tile.cuh"
@@ -986,15 +985,14 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
   constexpr DType kSrc = kCopy ? kRead : kCkpt;
   auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
   const size_t smem = StepLayout<kP, kN, kSrc, kAct>::bytes(params.buffer_len);
-  static KernelLaunchCache launch_cache;
-  int device = 0, ctas_per_sm = 0;
-  DeviceLimits limits;
-  cudaError_t err = current_device_limits(&device, &limits);
-  if (err == cudaSuccess) err = launch_cache.prepare(device, kernel, kThreads, smem, &ctas_per_sm);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  int ctas_per_sm = 0;
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   Mamba2Params p = params;
-  p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, limits.sms, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA");
+  p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA");
   p.fold_prefetch_heads = fold_prefetch_heads();
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);

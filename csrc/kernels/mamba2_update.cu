@@ -14,7 +14,6 @@
 #include <cstdlib>
 
 #include "bulk_copy.cuh"
-#include "launch_cache.cuh"
 #include "mamba2.cuh"
 #include "mamba2_tile.cuh"
 #include "stochastic_rounding.cuh"
@@ -264,21 +263,23 @@ template <int kP, int kN, DType kState, DType kAct, bool kRound>
 cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
   auto kernel = update_kernel<kP, kN, kState, kAct, kRound>;
   constexpr int kTileBytes = UpdateTile<kP, kN, kState, kRound>::kBytes;
-  static KernelLaunchCache launch_cache;
-  int device = 0, ctas_per_sm = 0;
-  DeviceLimits limits;
-  cudaError_t err = current_device_limits(&device, &limits);
+  int device = 0, sms = 0, smem_per_sm = 0, smem_per_cta = 0, ctas_per_sm = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_per_cta, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
-  const int stages = choose_stages(kTileBytes, limits.smem_per_sm, limits.smem_per_cta_optin - 2 * kMaxStages * 8);
+  const int stages = choose_stages(kTileBytes, smem_per_sm, smem_per_cta - 2 * kMaxStages * 8);
   if (stages < 1) return cudaErrorInvalidConfiguration;
   const size_t smem = static_cast<size_t>(stages) * kTileBytes;
-  err = launch_cache.prepare(device, kernel, kUpdateThreads, smem, &ctas_per_sm);
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kUpdateThreads, smem);
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   // One wave of CTAs (REPLAYSSM_UPDATE_CTAS = n caps it at n: a testing knob that makes small batches
   // wrap the ring), trimmed so that every CTA gets the same number of items, give or take one: a CTA
   // with one item more than the others would run its last item alone.
-  int64_t wave = static_cast<int64_t>(limits.sms) * ctas_per_sm;
+  int64_t wave = static_cast<int64_t>(sms) * ctas_per_sm;
   if (const char* forced = std::getenv("REPLAYSSM_UPDATE_CTAS")) {
     const int64_t n = std::atoll(forced);
     if (n >= 1 && n < wave) wave = n;

@@ -32,7 +32,6 @@
 // docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured.
 #pragma once
 
-#include "launch_cache.cuh"
 #include "mamba2_spec_common.cuh"
 
 namespace replayssm {
@@ -638,12 +637,11 @@ template <int kP, int kN, DType kSrc, DType kAct>
 cudaError_t launch_verify(const Mamba2SpecParams& params, cudaStream_t stream) {
   using Layout = VerifyLayout<kP, kN, kSrc, kAct>;
   auto kernel = verify_kernel<kP, kN, kSrc, kAct>;
-  static KernelLaunchCache launch_cache;
-  int device = 0;
-  DeviceLimits limits;
-  cudaError_t err = current_device_limits(&device, &limits);
+  int device = 0, max_smem = 0;
+  cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  const int max_smem = limits.smem_per_cta_optin;
+  err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return err;
   // The compiled ring depth, fewer stages where a long buffer and many drafts need the room: first down
   // to 2 to keep the CTAs per SM the launch bounds assume, then as far as the opt-in limit demands.
   int stages = Layout::kStages;
@@ -652,12 +650,14 @@ cudaError_t launch_verify(const Mamba2SpecParams& params, cudaStream_t stream) {
   while (stages > 1 && Layout::bytes(stages, params.buffer_len, params.num_tokens) > static_cast<size_t>(max_smem)) --stages;
   const size_t smem = Layout::bytes(stages, params.buffer_len, params.num_tokens);
   if (smem > static_cast<size_t>(max_smem)) return cudaErrorInvalidValue;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
   int ctas_per_sm = 0;
-  err = launch_cache.prepare(device, kernel, kThreads, smem, &ctas_per_sm);
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   Mamba2SpecParams p = params;
-  p.heads_per_cta = mamba2::choose_heads_per_cta(p.batch, p.heads, p.groups, limits.sms, ctas_per_sm, kHeadsPerCtaKnob);
+  p.heads_per_cta = mamba2::choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, kHeadsPerCtaKnob);
   p.ring_stages = stages;
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);
