@@ -23,9 +23,11 @@
 // that each draft's sum ends on N / 32 lanes, and those lanes add their shares of the window term
 // (sum_j coef[j][i] x_j) before the last shuffles: each lane then holds one (row, draft) output and
 // the first of its draft's lanes gates and stores it (z loaded a head ahead, its silu parked in shared
-// memory at the end of the head before). One barrier per head. (Until session 7 all 8 warps reduced, wrote the dot products to
-// shared memory, and after the per-head barrier 4 of them formed the outputs: those 4 carried the
-// epilogue on top of their rows while the rest waited at the barrier, 35% of the warp samples in ncu.)
+// memory at the end of the head before). One barrier per head.
+// (Until session 7 all 8 warps reduced and wrote the dot products to shared memory, and after the
+// per-head barrier 4 of them formed the outputs: those 4 carried the epilogue on top of their rows
+// while the rest waited at the barrier, 35% of the warp samples in ncu. docs/PERF_NOTES_MAMBA2.md has
+// the versions tried since and what each measured.)
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
 // for T tokens (or a pad row) gets zero output and touches no cache memory. It appends the drafts'
 // x and dt (every CTA, its heads) and B (the group's first CTA).
