@@ -808,6 +808,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // 4); elsewhere at 80 registers it tripled the spills of the kernels with a bf16 read copy.
     constexpr bool kBByWords = kBatch > 4 || (kCkpt == DType::kFloat32 && !kCopy);
     static_assert(kBatch % 2 == 0 && (kBatch % 4 == 0 || kBatch == RF), "batches start at multiples of 4 rows, even");
+    // An fp8 read copy is quantised a batch of rows at a time (store_fp8_copy_rows: one pair of divisions
+    // per lane for the batch, instead of per row) where the batches are whole: P = 64 / 128. The
+    // super120b fp8-copy fold took 8% less time (910.8 -> 834.6 us at b256, 1741.6 -> 1605.1 us at b512;
+    // scripts/ab_bench.sh, session 7 run 1). At P = 80 (10 rows a thread, batches of 4, 4, 2) ptxas
+    // spilled 32 bytes and nano4b's fold took 1% longer (1664 -> 1686 us at b512): it keeps row by row.
+    constexpr bool kFp8CopyByBatch = kRead == DType::kFloat8E4M3 && RF % kBatch == 0;
     constexpr int kCkBytes = dtype_size(kCkpt);
     constexpr uint32_t kCkTileBytes = kP * kN * kCkBytes;
     static_assert(kCkTileBytes <= S * Layout::kTileBytes, "a checkpoint tile fits in the ring");
@@ -937,9 +943,15 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             stochastic_round4<kCkpt>(s[rb], rw);
           }
           store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);  // one whole store (store4)
-          if constexpr (kCopy) store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
+          if constexpr (kCopy && !kFp8CopyByBatch) {
+            store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
+          }
           y = row_sum<Shape::kLanesPerRow>(y);
           if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
+        }
+        if constexpr (kCopy && kFp8CopyByBatch) {  // the batch's rows quantised together
+          store_fp8_copy_rows<kCkpt, Shape::kLanesPerRow, kBatch>(
+              p, slot, head, RF - r0 < kBatch ? RF - r0 : kBatch, [&](int q) { return Shape::row(r0 + q); }, col0, s);
         }
       }
       __syncthreads();

@@ -14,13 +14,20 @@
 //   - what depends only on the group is done once per CTA: the B window and the drafts' C rows staged
 //     in shared memory, B_j . C_i for every (draft, entry) pair, the C values a thread multiplies kept
 //     in registers;
-//   - the x windows staged two heads ahead (cp.async, three buffers), the coefficients and decays of a
-//     head derived by the last warp while the others reduce (dt one head ahead), double-buffered;
-//   - per head, each thread reduces its 8 elements of a state row against 4 drafts at a time (32 FMA
-//     per row) and sums the 4 dot products over the row's lanes in one reduce-scatter (the lanes of a
-//     row end up holding different drafts: 2 + 1 + log2(lanes / 4) shuffles instead of 4 log2(lanes)),
-//     one barrier, then the first warps (two threads per row where P <= 96) form the outputs from
-//     shared memory and store them coalesced.
+//   - the x windows staged two heads ahead (cp.async, three buffers).
+// Roles: the last warp (the scalar warp) derives head h + 1's coefficients and decays and stages its D
+// and fp8 row scales while the others work on head h (double-buffered, handed over on an mbarrier per
+// buffer), appends the drafts' x and dt, and refills the ring. The other 7 warps (reduce warps) take
+// the tile's rows in units of 32 / (N / 8) rows, two units at a time: each thread reduces its 8
+// elements of a row against 4 drafts at a time (32 FMA), the row's lanes reduce-scatter the 4 sums so
+// that each draft's sum ends on N / 32 lanes, and those lanes add their shares of the window term
+// (sum_j coef[j][i] x_j) before the last shuffles: each lane then holds one (row, draft) output and
+// the first of its draft's lanes gates and stores it (z loaded a head ahead, its silu parked in shared
+// memory at the end of the head before). One barrier per head.
+// (Until session 7 all 8 warps reduced and wrote the dot products to shared memory, and after the
+// per-head barrier 4 of them formed the outputs: those 4 carried the epilogue on top of their rows
+// while the rest waited at the barrier, 35% of the warp samples in ncu. docs/PERF_NOTES_MAMBA2.md has
+// the versions tried since and what each measured.)
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
 // for T tokens (or a pad row) gets zero output and touches no cache memory. It appends the drafts'
 // x and dt (every CTA, its heads) and B (the group's first CTA).
@@ -36,6 +43,8 @@ using mamba2::Chunk16;
 
 // Drafts reduced together against a state row: their C values sit in registers (4 x 8 floats).
 constexpr int kDraftBatch = 4;
+// Warps that reduce state rows: all but the last (the scalar warp).
+constexpr int kReduceWarps = kThreads / 32 - 1;
 
 // The 8 elements of a state row a verify thread multiplies (kN / 8 lanes per row, so a row's sums need
 // few shuffles and the C values of 4 drafts fit in 32 registers). fp32: two 16-byte vectors half a row
@@ -80,11 +89,13 @@ struct VerifyChunk {
   }
 };
 
-// The 4 partial dot products (one per draft of a batch) of each lane, summed over the kLanes lanes of a
-// row. Lane l ends with the sum of draft draft_of(l): half the values cross at the first two steps
-// (reduce-scatter), one at each later step.
+// The 4 partial dot products (one per draft of a batch) of each lane, reduce-scattered over the kLanes
+// lanes of a row: after the exchanges at offsets kLanes / 2 and kLanes / 4 (half the values cross at
+// each), lane l holds a partial sum of draft draft_of(l). The kLanes / 4 lanes of one draft differ only
+// in their low bits; finish_draft_sum adds their partials (log2(kLanes / 4) shuffles), so that each
+// may first add its share of the window term (2 + 1 + log2(kLanes / 4) shuffles instead of 4 log2(kLanes)).
 template <int kLanes>
-__device__ __forceinline__ float reduce_scatter4(const float (&d)[4], int lane) {
+__device__ __forceinline__ float scatter_drafts4(const float (&d)[4], int lane) {
   constexpr int kHalf = kLanes / 2, kQuarter = kLanes / 4;
   const bool hi = (lane & kHalf) != 0;
   float keep0 = hi ? d[2] : d[0], keep1 = hi ? d[3] : d[1];
@@ -93,8 +104,12 @@ __device__ __forceinline__ float reduce_scatter4(const float (&d)[4], int lane) 
   const bool odd = (lane & kQuarter) != 0;
   float v = odd ? keep1 : keep0;
   v += __shfl_xor_sync(kFullMask, odd ? keep0 : keep1, kQuarter);
+  return v;
+}
+template <int kLanes>
+__device__ __forceinline__ float finish_draft_sum(float v) {
 #pragma unroll
-  for (int offset = kQuarter / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  for (int offset = kLanes / 8; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
   return v;
 }
 template <int kLanes>
@@ -104,15 +119,20 @@ __device__ __forceinline__ int draft_of(int lane) {
 
 // ---- Shared memory of a verify CTA -------------------------------------------------------------
 // The mbarriers, the ring of source tiles (its stage count chosen at launch), then what grows with L
-// and T: B_j . C_i, the per-head coefficients, decays and state dot products (double-buffered by head
-// parity, so head i+1's may be written while head i's epilogue reads), three x windows, the B window
-// and the drafts' C rows.
+// and T: B_j . C_i, and per head (double-buffered by head parity: the scalar warp writes head h + 1's
+// while the others read head h's) the coefficients, decays, D and the fp8 row scales; then three x
+// windows, the B window and the drafts' C rows.
 template <int kP, int kN, DType kSrc, DType kAct>
 struct VerifyLayout {
   using Act = typename Storage<kAct>::type;
   static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
   static constexpr int kWindows = 3;
-  static constexpr size_t kRingOffset = 128;  // uint64_t barriers[kStages] before it
+  static constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
+  // A reduce warp's units (kUnitRows rows each, see verify_kernel) and the most any warp takes.
+  static constexpr int kUnitRows = 32 / VerifyChunk<kN, kSrc>::kLanes;
+  static constexpr int kUnits = kP / kUnitRows;
+  static constexpr int kMaxUnits = (kUnits + kReduceWarps - 1) / kReduceWarps;
+  static constexpr size_t kRingOffset = 128;  // uint64_t barriers: coef_ready[2], full[kStages]
   static_assert(kTileBytes % 128 == 0, "tiles keep the ring 128-byte aligned");
 
   __host__ __device__ static constexpr int padded(int T) { return (T + kDraftBatch - 1) / kDraftBatch * kDraftBatch; }
@@ -120,8 +140,12 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t dots(int stages) { return kRingOffset + static_cast<size_t>(stages) * kTileBytes; }
   __host__ __device__ static constexpr size_t coef(int stages, int L, int T) { return dots(stages) + align16(4 * static_cast<size_t>(T) * L); }
   __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(L) * padded(T); }
-  __host__ __device__ static constexpr size_t sdot(int stages, int L, int T) { return decay(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)); }
-  __host__ __device__ static constexpr size_t window(int stages, int L, int T) { return sdot(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)) * kP; }
+  __host__ __device__ static constexpr size_t skip(int stages, int L, int T) { return decay(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)); }
+  __host__ __device__ static constexpr size_t scale(int stages, int L, int T) { return skip(stages, L, T) + 16; }
+  __host__ __device__ static constexpr size_t gates(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
+  __host__ __device__ static constexpr size_t window(int stages, int L, int T) {
+    return gates(stages, L, T) + 4 * static_cast<size_t>(kMaxUnits) * kThreads;
+  }
   __host__ __device__ static constexpr size_t window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   __host__ __device__ static constexpr size_t B_window(int stages, int L, int T) { return window(stages, L, T) + kWindows * window_bytes(L); }
   __host__ __device__ static constexpr size_t C_rows(int stages, int L, int T) { return B_window(stages, L, T) + sizeof(Act) * static_cast<size_t>(L) * kN; }
@@ -133,11 +157,9 @@ struct VerifyLayout {
   static constexpr size_t kFixedBytes = bytes(0, 16, 4);
   static constexpr int kRoomStages = static_cast<int>((228 * 1024 / 2 - 1024 - kFixedBytes) / kTileBytes);
   static constexpr int kStages = kRoomStages < 2 ? 2 : (kRoomStages > 8 ? 8 : kRoomStages);
-  static_assert(kStages * sizeof(uint64_t) <= kRingOffset, "barriers fit before the ring");
+  static_assert((2 + kStages) * sizeof(uint64_t) <= kRingOffset, "barriers fit before the ring");
   // CTAs per SM the shared memory allows at L = 16, T = 4 (228 KB per SM, 1 KB reserved per CTA), at
   // most 2: the register budget is sized to match, so that registers never limit occupancy below it.
-  // (At 3 CTAs, 80 registers, the 4-draft reduction spills; 2 CTAs of a 2-8 stage ring keep 80 KB or
-  // more in flight per SM.)
   static constexpr int kSmemCtas = static_cast<int>(228 * 1024 / (bytes(kStages, 16, 4) + 1024));
   static constexpr int kCtasPerSm = kSmemCtas > 2 ? 2 : (kSmemCtas < 1 ? 1 : kSmemCtas);
 };
@@ -150,22 +172,30 @@ struct VerifySmem {
   int stages, L, T, Tp;
   __device__ VerifySmem(unsigned char* b, int s, int buffer_len, int tokens)
       : base(b), stages(s), L(buffer_len), T(tokens), Tp(Layout::padded(tokens)) {}
-  __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base) + s; }
+  // Head parity b's coefficients, decays, D and scales are written (32 arrivals: the scalar warp).
+  __device__ uint64_t* coef_ready(int b) const { return reinterpret_cast<uint64_t*>(base) + b; }
+  __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base) + 2 + s; }
   __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
   __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::dots(stages)); }  // [T][L]
   __device__ float* coef(int b) const {  // [L][Tp]
     return reinterpret_cast<float*>(base + Layout::coef(stages, L, T)) + static_cast<size_t>(b) * L * Tp;
   }
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::decay(stages, L, T)) + b * Tp; }
-  __device__ float* sdot(int b) const {  // [Tp][P]
-    return reinterpret_cast<float*>(base + Layout::sdot(stages, L, T)) + static_cast<size_t>(b) * Tp * kP;
-  }
+  __device__ float* skip(int b) const { return reinterpret_cast<float*>(base + Layout::skip(stages, L, T)) + b; }
+  __device__ float* scale(int b) const { return reinterpret_cast<float*>(base + Layout::scale(stages, L, T)) + b * kP; }  // [P], fp8
+  __device__ float* gates() const { return reinterpret_cast<float*>(base + Layout::gates(stages, L, T)); }  // [kMaxUnits][kThreads]
   __device__ Act* x_window(int k) const {  // [L][P]
     return reinterpret_cast<Act*>(base + Layout::window(stages, L, T) + k * Layout::window_bytes(L));
   }
   __device__ Act* B_window() const { return reinterpret_cast<Act*>(base + Layout::B_window(stages, L, T)); }  // [L][N]
   __device__ Act* C_rows() const { return reinterpret_cast<Act*>(base + Layout::C_rows(stages, L, T)); }      // [T][N]
 };
+
+// The output gate silu(z) = z / (1 + e^-z), with the division as MUFU.RCP and one multiply (__fdividef,
+// within 2 ulp of fp32; the output is then rounded to 16 bits). The correctly rounded division ('/', as
+// in the step's silu) compiles to a branch into a slow-path subroutine, and that call, made where a
+// reduce warp's C values and units are live, made ptxas spill 28-48 bytes at 128 registers.
+__device__ __forceinline__ float gate(float z) { return __fdividef(z, 1.0f + expf(-z)); }
 
 template <DType kAct>
 __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, int64_t row, int head) {
@@ -298,48 +328,19 @@ __device__ __forceinline__ void window_dots(const Act* B_window, const Act* C_ro
   }
 }
 
-// What an epilogue thread needs of a head for its row, loaded one head ahead and kept raw until used:
-// z of the drafts of the first batch it stores, D, and the fp8 read copy's row scale.
-template <DType kAct, int kSplit>
-struct DraftRowOperands {
-  typename Storage<kAct>::type z[kDraftBatch / kSplit];
-  float skip;
-  float scale;
-};
-
-template <DType kAct, bool kScaled, int kSplit>
-__device__ __forceinline__ DraftRowOperands<kAct, kSplit> load_draft_row(const Mamba2SpecParams& p, int64_t row,
-                                                                         int64_t slot, int head, int pr, int part) {
-  using Act = typename Storage<kAct>::type;
-  DraftRowOperands<kAct, kSplit> o;
-#pragma unroll
-  for (int m = 0; m < kDraftBatch / kSplit; ++m) {
-    const int i = part + m * kSplit;
-    o.z[m] = p.z != nullptr && i < p.num_tokens
-                 ? __ldg(static_cast<const Act*>(p.z) + row * p.z_row_stride + i * p.z_token_stride + head * p.z_head_stride + pr)
-                 : Act{};
-  }
-  o.skip = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
-  o.scale = kScaled ? __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr) : 1.0f;
-  return o;
-}
-
 template <int kP, int kN, DType kSrc, DType kAct>
 __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::kCtasPerSm)) verify_kernel(const Mamba2SpecParams p) {
   using Act = typename Storage<kAct>::type;
   using Layout = VerifyLayout<kP, kN, kSrc, kAct>;
   using Chunk = VerifyChunk<kN, kSrc>;
   constexpr int kLanes = Chunk::kLanes;
-  constexpr int kRowsPerPass = kThreads / kLanes;
-  constexpr int kPasses = (kP + kRowsPerPass - 1) / kRowsPerPass;
+  constexpr int kDraftLanes = kLanes / 4;  // lanes that share a draft's sum after the scatter
+  constexpr int kUnitRows = Layout::kUnitRows;  // state rows a warp reduces at once: a unit
+  static_assert(kP % kUnitRows == 0, "whole units");
+  constexpr int kUnits = Layout::kUnits;
+  constexpr int kMaxUnits = Layout::kMaxUnits;
   constexpr int kSrcBytes = dtype_size(kSrc);
-  constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
-  // Roles, spread as in the step so that no warp arrives late at the per-head barrier: the last warp
-  // derives each head's coefficients, warp 6's first lane refills the ring, the first kP * kSplit
-  // threads (whole warps, never warps 6 and 7) form the outputs, kSplit threads per row, and the
-  // windows are staged from the top.
-  constexpr int kSplit = 2 * kP <= kThreads - 64 ? 2 : 1;
-  static_assert(kP * kSplit % 32 == 0 && kP * kSplit <= kThreads - 64, "epilogue threads are whole warps below warp 6");
+  constexpr bool kScaled = Layout::kScaled;
   extern __shared__ __align__(128) unsigned char smem_base[];
 
   const int L = p.buffer_len;
@@ -349,11 +350,9 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   const int Tp = sm.Tp;
   const int64_t row = blockIdx.y;
   const int tid = threadIdx.x;
-  const bool scalar_warp = tid >= kThreads - 32;
-  const bool producer = tid == kThreads - 64;
-  const bool epilogue_thread = tid < kP * kSplit;
-  const int epilogue_row = tid / kSplit;
-  const int epilogue_part = tid % kSplit;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const bool scalar_warp = warp == kReduceWarps;
   const int heads_per_group = p.heads / p.groups;
   const int num_heads = p.heads_per_cta;  // this CTA's heads: head0 .. head0 + num_heads - 1, one group
   const int ctas_per_group = heads_per_group / num_heads;
@@ -377,6 +376,8 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   };
   const int first_stages = num_heads < S ? num_heads : S;
   if (tid == 0) {
+    mbarrier_init(sm.coef_ready(0), 32);
+    mbarrier_init(sm.coef_ready(1), 32);
     for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
     fence_barrier_init();
     for (int s = 0; s < first_stages; ++s) issue_tile(s, head0 + s);
@@ -408,132 +409,216 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   cp_async_commit();
   if (num_heads > 1) stage_x_window(1, head0 + 1);
   cp_async_commit();
-  DraftRowOperands<kAct, kSplit> next_row{};
   WindowDt next_dt{};
-  if (epilogue_thread) next_row = load_draft_row<kAct, kScaled, kSplit>(p, row, slot, head0, epilogue_row, epilogue_part);
   if (scalar_warp) next_dt = load_window_dt(p, row, slot, head0, w, E);
   cp_async_wait<1>();  // the B window, the C rows and the first x window
   __syncthreads();
   window_dots<kN>(sm.B_window(), sm.C_rows(), T, E, L, sm.dots());
-  const int lane = tid % kLanes;
+  const int row_lane = lane % kLanes;
   auto load_c = [&](int i0, float (&c)[kDraftBatch][Chunk::kElems]) {
 #pragma unroll
     for (int k = 0; k < kDraftBatch; ++k) {
 #pragma unroll
       for (int e = 0; e < Chunk::kElems; ++e) {
-        c[k][e] = i0 + k < T ? to_float(sm.C_rows()[(i0 + k) * kN + Chunk::col(lane, e)]) : 0.0f;
+        c[k][e] = i0 + k < T ? to_float(sm.C_rows()[(i0 + k) * kN + Chunk::col(row_lane, e)]) : 0.0f;
       }
     }
   };
-  float c0[kDraftBatch][Chunk::kElems];  // the first batch's C values, for every head
-  load_c(0, c0);
   __syncthreads();  // B_j . C_i is in shared memory
 
-  // S_read[p, :] . C_i for the drafts i0 .. i0 + 3 of the tile into sdot[i][p].
-  auto reduce_tile = [&](const unsigned char* tile, const float (&c)[kDraftBatch][Chunk::kElems], int i0, float* sdot) {
+  // The scalar warp's part of head h (buffers h & 1): the coefficients and decays (from the window's
+  // dt, loaded a head earlier), D and the fp8 row scales into shared memory, the drafts' dt appended to
+  // the buffer; then each lane arrives on coef_ready(h & 1) after its stores. The scales and D are
+  // requested first and stored last: their latency hides behind the exps.
+  auto prepare_head = [&](int h, const WindowDt& d) {
+    const int head = head0 + h;
+    const int b = h & 1;
+    constexpr int kScalesPerLane = (kP + 31) / 32;
+    float sv[kScalesPerLane];
+    if constexpr (kScaled) {
 #pragma unroll
-    for (int r = 0; r < kPasses; ++r) {
-      const int pr = tid / kLanes + r * kRowsPerPass;
-      const bool valid = kP % kRowsPerPass == 0 || pr < kP;
-      float d[kDraftBatch] = {};
-      if (valid) {
-        float v[Chunk::kElems];
-        Chunk::load(tile + pr * kN * kSrcBytes, lane, v);
-#pragma unroll
-        for (int k = 0; k < kDraftBatch; ++k) {
-#pragma unroll
-          for (int e = 0; e < Chunk::kElems; ++e) d[k] += v[e] * c[k][e];
-        }
+      for (int k = 0; k < kScalesPerLane; ++k) {
+        const int pr = lane + 32 * k;
+        if (pr < kP) sv[k] = __ldg(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride + pr);
       }
-      const float sum = reduce_scatter4<kLanes>(d, lane);
-      const int i = i0 + draft_of<kLanes>(lane);
-      if (valid && lane % (kLanes / 4) == 0 && i < T) sdot[i * kP + pr] = sum;
+    }
+    const float skip = p.D != nullptr ? __ldg(p.D + head) : 0.0f;
+
+    float dt[kMamba2SpecMaxBufferLen / 32];
+#pragma unroll
+    for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) dt[k] = window_dt(p, d, k, lane + 32 * k, w, E);
+    draft_weights(dt, d.A, w, T, E, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
+    // The drafts' dt become entries w .. E - 1 of this head's buffer.
+    float* dt_dst = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+#pragma unroll
+    for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) {
+      const int j = lane + 32 * k;
+      if (j >= w && j < E) dt_dst[j] = dt[k];
+    }
+
+    if constexpr (kScaled) {
+#pragma unroll
+      for (int k = 0; k < kScalesPerLane; ++k) {
+        const int pr = lane + 32 * k;
+        if (pr < kP) sm.scale(b)[pr] = sv[k];
+      }
+    }
+    if (lane == 0) *sm.skip(b) = skip;
+    mbarrier_arrive(sm.coef_ready(b));
+  };
+
+  // The scalar warp: the drafts' x of head h (from its x window) become entries w .. E - 1 of the buffer.
+  auto append_x = [&](int h) {
+    constexpr int kPerChunk = 16 / sizeof(Act);
+    constexpr int kChunks = kP / kPerChunk;
+    const Act* xw = sm.x_window(h % 3);
+    Act* dst = static_cast<Act*>(p.x_buf) + slot * p.xb_slot_stride + (head0 + h) * p.xb_head_stride;
+    for (int k = lane; k < T * kChunks; k += 32) {
+      const int i = k / kChunks;
+      const int c = (k - i * kChunks) * kPerChunk;
+      *reinterpret_cast<uint4*>(dst + (w + i) * p.xb_entry_stride + c) = *reinterpret_cast<const uint4*>(xw + (w + i) * kP + c);
     }
   };
 
-  for (int h = 0; h < num_heads; ++h) {
-    const int head = head0 + h;
-    const int stage = h % S;
+  // A reduce warp's units of the tile against the drafts i0 .. i0 + 3 (C values c), each lane then
+  // forming one (row, draft) output with the other lanes of its draft:
+  //   y_i[p] = e^{Lambda_t} s_p (S_read C_i)_p + sum_j coef[j][i] x_j[p] + D x_t[p], times silu(z_i[p]).
+  // The lanes of a draft split the window's entries between them before their partial state sums
+  // are added, so the window term costs no shuffle; the first of them stores.
+  auto unit_of = [&](int r) { return warp + r * kReduceWarps; };
+  // The gates silu(z) of a lane's outputs in the first batch of drafts (the first lane of each draft's
+  // lanes stores): z requested at the start of the head before and kept raw in registers through it,
+  // then its silu parked in this lane's own slots of shared memory (read back by the same lane: no
+  // barrier).
+  float* const gate_park = sm.gates() + tid;
+  auto load_z = [&](int h, Act (&z)[kMaxUnits]) {
+    const int i = draft_of<kLanes>(lane);
+    if (p.z == nullptr || lane % kDraftLanes != 0 || i >= T) return;
+    const Act* z_src = static_cast<const Act*>(p.z) + row * p.z_row_stride + i * p.z_token_stride + (head0 + h) * p.z_head_stride;
+#pragma unroll
+    for (int r = 0; r < kMaxUnits; ++r) {
+      if (unit_of(r) < kUnits) z[r] = __ldg(z_src + unit_of(r) * kUnitRows + lane / kLanes);
+    }
+  };
+  auto park_gates = [&](const Act (&z)[kMaxUnits]) {
+    if (p.z == nullptr || lane % kDraftLanes != 0 || draft_of<kLanes>(lane) >= T) return;
+#pragma unroll
+    for (int r = 0; r < kMaxUnits; ++r) gate_park[r * kThreads] = gate(to_float(z[r]));
+  };
+  auto reduce_units = [&](const unsigned char* tile, const float (&c)[kDraftBatch][Chunk::kElems], int i0, int h) {
     const int b = h & 1;
-    const DraftRowOperands<kAct, kSplit> cur = next_row;
-    const WindowDt cur_dt = next_dt;
-    if (h + 1 < num_heads) {
-      if (epilogue_thread) next_row = load_draft_row<kAct, kScaled, kSplit>(p, row, slot, head + 1, epilogue_row, epilogue_part);
-      if (scalar_warp) next_dt = load_window_dt(p, row, slot, head + 1, w, E);
-    }
-    if (scalar_warp) {
-      float dt[kMamba2SpecMaxBufferLen / 32];
+    const int i = i0 + draft_of<kLanes>(lane);
+    const int q = lane % kDraftLanes;
+    const float* coef = sm.coef(b);
+    const Act* xw = sm.x_window(h % 3);
+    const float decay = sm.decay(b)[i];  // 0 for the padding drafts i >= T
+    const float skip = *sm.skip(b);
+    Act* const out_i = static_cast<Act*>(p.out) + row * p.out_row_stride + i * p.out_token_stride + (head0 + h) * p.out_head_stride;
+    // K units at once (their loads, FMAs and shuffles interleave: one unit at a time left each warp
+    // waiting on its own latency chain).
+    auto units = [&](int r0, auto count) {
+      constexpr int K = decltype(count)::value;
+      int pr[K];
+      float y[K];
 #pragma unroll
-      for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) dt[k] = window_dt(p, cur_dt, k, (tid & 31) + 32 * k, w, E);
-      draft_weights(dt, cur_dt.A, w, T, E, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
-      // The drafts' dt become entries w .. E - 1 of this head's buffer.
-      float* dt_dst = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+      for (int k = 0; k < K; ++k) {
+        pr[k] = unit_of(r0 + k) * kUnitRows + lane / kLanes;
+        float v[Chunk::kElems];
+        Chunk::load(tile + pr[k] * kN * kSrcBytes, row_lane, v);
+        float d[kDraftBatch] = {};
 #pragma unroll
-      for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) {
-        const int j = (tid & 31) + 32 * k;
-        if (j >= w && j < E) dt_dst[j] = dt[k];
+        for (int m = 0; m < kDraftBatch; ++m) {
+#pragma unroll
+          for (int e = 0; e < Chunk::kElems; ++e) d[m] += v[e] * c[m][e];
+        }
+        y[k] = scatter_drafts4<kLanes>(d, lane) * (kScaled ? decay * sm.scale(b)[pr[k]] : decay);
       }
-    }
-
-    mbarrier_wait(sm.full(stage), (h / S) & 1);
-    const unsigned char* tile = sm.tile(stage);
-    reduce_tile(tile, c0, 0, sm.sdot(b));
-    for (int i0 = kDraftBatch; i0 < T; i0 += kDraftBatch) {  // T > 4: the further batches' C from shared memory
-      float c[kDraftBatch][Chunk::kElems];
-      load_c(i0, c);
-      reduce_tile(tile, c, i0, sm.sdot(b));
-    }
-    cp_async_wait<1>();  // this head's x window (the next head's may still be in flight)
-    __syncthreads();
-
-    // Stage `stage` and x window (h + 2) % 3 (last read by head h - 1) are free again.
-    if (producer && h + S < num_heads) {
-      fence_proxy_async();
-      issue_tile(stage, head + S);
-    }
-    if (h + 2 < num_heads) stage_x_window((h + 2) % 3, head + 2);
-    cp_async_commit();
-
-    if (epilogue_thread) {
-      const int pr = epilogue_row;
-      const Act* xw = sm.x_window(h % 3);
-      const float* coef = sm.coef(b);
-      const float* decay = sm.decay(b);
-      const float* sdot = sm.sdot(b);
-      Act* x_dst = static_cast<Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride + pr;
-      for (int i0 = 0; i0 < T; i0 += kDraftBatch) {
-        float y[kDraftBatch] = {};
-        for (int j = epilogue_part; j < E; j += kSplit) {
-          const float xj = to_float(xw[j * kP + pr]);
-          const float4 cf = *reinterpret_cast<const float4*>(coef + j * Tp + i0);
-          y[0] += cf.x * xj;
-          y[1] += cf.y * xj;
-          y[2] += cf.z * xj;
-          y[3] += cf.w * xj;
-        }
-        if constexpr (kSplit == 2) {
+      // Unrolled twice: at the default ptxas spilled at 128 registers.
+#pragma unroll 2
+      for (int j = q; j < E; j += kDraftLanes) {
+        const float cf = coef[j * Tp + i];
 #pragma unroll
-          for (int k = 0; k < kDraftBatch; ++k) y[k] += __shfl_xor_sync(kFullMask, y[k], 1);
-        }
+        for (int k = 0; k < K; ++k) y[k] += cf * to_float(xw[j * kP + pr[k]]);
+      }
 #pragma unroll
-        for (int m = 0; m < kDraftBatch / kSplit; ++m) {
-          const int i = i0 + epilogue_part + m * kSplit;
-          if (i >= T) break;
-          // y[epilogue_part + m * kSplit], with constant indices (a run-time index would put y in local memory)
-          const float y_i = kSplit == 2 && epilogue_part != 0 ? y[m * kSplit + kSplit - 1] : y[m * kSplit];
-          const int t = w + i;
-          const Act x_t = xw[t * kP + pr];
-          float out = y_i + decay[i] * cur.scale * sdot[i * kP + pr] + cur.skip * to_float(x_t);
+      for (int k = 0; k < K; ++k) {
+        y[k] = finish_draft_sum<kLanes>(y[k]);
+        if (q == 0 && i < T) {
+          float out = y[k] + skip * to_float(xw[(w + i) * kP + pr[k]]);
           if (p.z != nullptr) {
-            const float z = i0 == 0 ? to_float(cur.z[m])
-                                    : load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride +
-                                                              head * p.z_head_stride + pr);
-            out *= silu(z);
+            out *= i0 == 0 ? gate_park[(r0 + k) * kThreads]
+                           : gate(load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride +
+                                                          (head0 + h) * p.z_head_stride + pr[k]));
           }
-          store_act<kAct>(p.out, row * p.out_row_stride + i * p.out_token_stride + head * p.out_head_stride + pr, out);
-          x_dst[t * p.xb_entry_stride] = x_t;
+          store_act<kAct>(out_i, pr[k], out);
         }
       }
+    };
+    const int mine = (kUnits - warp + kReduceWarps - 1) / kReduceWarps;  // this warp's units
+    int r = 0;
+#pragma unroll 1
+    for (; r + 1 < mine; r += 2) units(r, std::integral_constant<int, 2>{});
+    if (r < mine) units(r, std::integral_constant<int, 1>{});
+  };
+
+  // The head loop, one per role (the reduce warps' C values must not be live in the scalar warp's code,
+  // nor its temporaries in theirs), the same barriers in both: at the end of head h every reduce warp
+  // is done with its stage and x window, and x window h + 1 has landed.
+  auto end_of_head = [&]() {
+    cp_async_wait<1>();  // x window h + 1 (this thread's copies; h + 2's may still be in flight)
+    __syncthreads();
+  };
+  auto stage_ahead = [&](int h) {  // x window h + 2 goes where head h - 1's was: free since the last barrier
+    if (h + 2 < num_heads) stage_x_window((h + 2) % 3, head0 + h + 2);
+    cp_async_commit();
+  };
+  if (scalar_warp) {
+    const WindowDt first = next_dt;
+    if (num_heads > 1) next_dt = load_window_dt(p, row, slot, head0 + 1, w, E);
+    prepare_head(0, first);
+    for (int h = 0; h < num_heads; ++h) {
+      stage_ahead(h);
+      // Head h - 1's stage is free since the last barrier: the tile S heads on goes in.
+      if (lane == 0 && h > 0 && h - 1 + S < num_heads) {
+        fence_proxy_async();
+        issue_tile((h - 1) % S, head0 + h - 1 + S);
+      }
+      if (h + 1 < num_heads) {
+        const WindowDt cur = next_dt;
+        if (h + 2 < num_heads) next_dt = load_window_dt(p, row, slot, head0 + h + 2, w, E);
+        prepare_head(h + 1, cur);
+      }
+      append_x(h);
+      end_of_head();
+    }
+  } else {
+    float c[kDraftBatch][Chunk::kElems];  // this warp's C values: the first batch's between heads
+    load_c(0, c);
+    int stage = 0;
+    uint32_t phase = 0;
+    Act z_next[kMaxUnits] = {};
+    load_z(0, z_next);
+    park_gates(z_next);
+    for (int h = 0; h < num_heads; ++h) {
+      if (h + 1 < num_heads) load_z(h + 1, z_next);
+      stage_ahead(h);
+      mbarrier_wait(sm.full(stage), phase);
+      mbarrier_wait(sm.coef_ready(h & 1), (h >> 1) & 1);
+      const unsigned char* tile = sm.tile(stage);
+      reduce_units(tile, c, 0, h);
+      if (T > kDraftBatch) {  // the further batches' C from shared memory, in the same registers
+        for (int i0 = kDraftBatch; i0 < T; i0 += kDraftBatch) {
+          load_c(i0, c);
+          reduce_units(tile, c, i0, h);
+        }
+        load_c(0, c);  // the first batch's again, for the next head
+      }
+      if (++stage == S) {
+        stage = 0;
+        phase ^= 1;
+      }
+      if (h + 1 < num_heads) park_gates(z_next);
+      end_of_head();
     }
   }
   // The drafts' B rows, once per group, by its first head's CTA (the others read only entries < w).
