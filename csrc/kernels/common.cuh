@@ -52,6 +52,13 @@ __device__ __forceinline__ float max_keep_nan(float a, float b) {
   return (b > a || b != b) ? b : a;
 }
 
+// A value of an fp8 (e4m3) read copy before its conversion (reference.make_read_copy's rule): times
+// the row's inverse scale inv = 448 / max|row| (1 for a zero or NaN maximum), clamped to +-448 with NaN
+// kept. make_read_copy and both folds' read-copy refreshes use it.
+__device__ __forceinline__ float fp8_scaled(float v, float inv) {
+  return clamp_keep_nan(__fmul_rn(v, inv), -kFp8E4M3Max, kFp8E4M3Max);
+}
+
 // Max over aligned groups of `width` lanes (a power of two <= 32). Every lane of the warp must call
 // it, with the same width.
 __device__ __forceinline__ float group_max_keep_nan(float v, int width) {

@@ -170,9 +170,9 @@ __device__ __forceinline__ void prefetch_rows_l2(const void* base, int rows, int
 // of rows at a time per thread against the B rows (FoldCoef::batch_rows). What bounds it is latency,
 // so every input is requested an item ahead: the next item's checkpoint tile by bulk copy into the
 // other ring stage (it lands while this one folds), the next item's x, B and dt rows into L2, and the
-// tile of the item after that into L2. (It used to load its tile into registers at the start of the item and wait for it there, and
-// multiply wgt_j x_j[row] inside the FFMA loop: 2 CTAs per SM at 101 registers, 169 us for ~87 us of
-// bytes on super120b at batch 256.)
+// tile of the item after that into L2. (It used to load its tile into registers at the start of the
+// item and wait for it there, and multiply wgt_j x_j[row] inside the FFMA loop: 2 CTAs per SM at 101
+// registers, 169 us for ~87 us of bytes on super120b at batch 256.)
 // kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
 // kernel without any rounding code.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>

@@ -950,8 +950,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
         }
         if constexpr (kCopy && kFp8CopyByBatch) {  // the batch's rows quantised together
-          store_fp8_copy_rows<kCkpt, Shape::kLanesPerRow, kBatch>(
-              p, slot, head, RF - r0 < kBatch ? RF - r0 : kBatch, [&](int q) { return Shape::row(r0 + q); }, col0, s);
+          store_fp8_copy_rows<kCkpt, Shape::kLanesPerRow, kBatch>(p, slot, head, [&](int q) { return Shape::row(r0 + q); },
+                                                                  col0, s);
         }
       }
       __syncthreads();

@@ -269,7 +269,7 @@ __device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, 
     const bool nonzero = amax > 0.0f;
     const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) v[k] = clamp_keep_nan(__fmul_rn(v[k], inv), -kFp8E4M3Max, kFp8E4M3Max);
+    for (int k = 0; k < 4; ++k) v[k] = fp8_scaled(v[k], inv);
     if (threadIdx.x % kLanes == 0) {
       p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
     }
@@ -277,15 +277,15 @@ __device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, 
   store4<kRead>(p.read_copy, rc, v);
 }
 
-// The fp8 read copy of up to kRows rows of a thread (its 4 columns col0.. of rows row_of(q), values s[q],
-// q < rows), bitwise what store_read_copy4 writes row by row, with the rows' maxima reduced together: a
+// The fp8 read copy of kRows rows of a thread (its 4 columns col0.. of rows row_of(q), values s[q]),
+// bitwise what store_read_copy4 writes row by row, with the rows' maxima reduced together: a
 // reduce-scatter over a row's kLanes lanes leaves row q's maximum in lanes q * kLanes / kRows onwards
 // (kRows - 1 + log2(kLanes / kRows) shuffles instead of kRows log2(kLanes)), so one pair of correctly
 // rounded divisions per lane serves all the rows, and the factors come back by shuffles. The order of a
 // max changes no bit: it is exact, and a NaN maximum meets only the `> 0` test and the divisions.
 template <DType kCkpt, int kLanes, int kRows, class Params, class RowOf>
-__device__ __forceinline__ void store_fp8_copy_rows(const Params& p, int64_t slot, int head, int rows, RowOf row_of,
-                                                    int col0, const float (&s)[kRows][4]) {
+__device__ __forceinline__ void store_fp8_copy_rows(const Params& p, int64_t slot, int head, RowOf row_of, int col0,
+                                                    const float (&s)[kRows][4]) {
   static_assert(kRows == 2 || kRows == 4, "rows reduced together: 2 or 4");
   static_assert(kLanes >= 2 * kRows && kLanes <= 32, "a row's lanes split between the rows");
   constexpr int kSpan = kLanes / kRows;  // lanes holding one row's maximum after the scatter
@@ -296,7 +296,7 @@ __device__ __forceinline__ void store_fp8_copy_rows(const Params& p, int64_t slo
     m[q] = 0.0f;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      v[q][k] = q < rows ? Vec4<kCkpt>::round_trip(s[q][k]) : 0.0f;
+      v[q][k] = Vec4<kCkpt>::round_trip(s[q][k]);
       m[q] = max_keep_nan(m[q], fabsf(v[q][k]));
     }
   }
@@ -318,18 +318,16 @@ __device__ __forceinline__ void store_fp8_copy_rows(const Params& p, int64_t slo
   const bool nonzero = amax > 0.0f;
   const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
   const int own = lane / kSpan;
-  if (lane % kSpan == 0 && own < rows) {
+  if (lane % kSpan == 0 && own < kRows) {
     p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + row_of(own)] = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
   }
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {
     const float inv_q = __shfl_sync(0xffffffffu, inv, q * kSpan, kLanes);
-    if (q < rows) {
-      float w[4];
+    float w[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) w[k] = clamp_keep_nan(__fmul_rn(v[q][k], inv_q), -kFp8E4M3Max, kFp8E4M3Max);
-      store4<DType::kFloat8E4M3>(p.read_copy, slot * p.rc_slot_stride + head * p.rc_head_stride + row_of(q) * p.rc_row_stride + col0, w);
-    }
+    for (int k = 0; k < 4; ++k) w[k] = fp8_scaled(v[q][k], inv_q);
+    store4<DType::kFloat8E4M3>(p.read_copy, slot * p.rc_slot_stride + head * p.rc_head_stride + row_of(q) * p.rc_row_stride + col0, w);
   }
 }
 

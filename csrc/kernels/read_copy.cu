@@ -85,7 +85,7 @@ make_read_copy_kernel(const ReadCopyParams p, int threads_per_row_log2) {
       const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
       const float scale = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) v[i] = clamp_keep_nan(__fmul_rn(v[i], inv), -kFp8E4M3Max, kFp8E4M3Max);
+      for (int i = 0; i < kChunk; ++i) v[i] = fp8_scaled(v[i], inv);
       if (active && col0 == 0) {
         p.read_scale[slot * p.read_scale_slot_stride + head * p.read_scale_head_stride +
                      r * p.read_scale_row_stride] = scale;
