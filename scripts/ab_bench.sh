@@ -7,12 +7,15 @@
 # benchmark with its arguments on base, this tree, base, this tree; each table goes to stdout and to
 # $OUT/ab_{base,new}_{1,2}.md. REPLAYSSM_AB_ROUNDS changes the number of pairs (default 2). The
 # benchmark runs in each tree's root: name a script the base lacks by its absolute path.
+# REPLAYSSM_AB_BUILD_ONLY=1 builds (or finds) the base and stops: start it in the background before
+# scripts/gpu_check.sh, with a smaller MAX_JOBS, so the builds overlap, e.g. for two bases:
+#   (MAX_JOBS=6 REPLAYSSM_AB_BUILD_ONLY=1 bash scripts/ab_bench.sh ab_a.tar; ... ab_b.tar) &
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tarball="$1"; shift
 OUT="${OUT:-./results}"
 mkdir -p "$OUT"
-export MAX_JOBS=16 PYTHONUNBUFFERED=1
+export MAX_JOBS=${MAX_JOBS:-16} PYTHONUNBUFFERED=1
 here="$PWD"
 # One build of a base per machine: later calls with the same tarball reuse it.
 work="/tmp/ab_base_$(md5sum "$tarball" | cut -c1-12)"
@@ -26,6 +29,8 @@ if [[ ! -f "$work/built" ]]; then
     tail -30 "$OUT/ab_base_build.log"; exit 1; }
   touch "$work/built"
 fi
+echo "base tree: $base"
+if [[ "${REPLAYSSM_AB_BUILD_ONLY:-0}" == 1 ]]; then exit 0; fi
 for round in $(seq 1 "${REPLAYSSM_AB_ROUNDS:-2}"); do
   for side in base new; do
     root="$here"; [[ $side == base ]] && root="$base"
