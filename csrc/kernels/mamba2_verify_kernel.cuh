@@ -136,10 +136,13 @@ struct VerifyLayout {
   static_assert(kTileBytes % 128 == 0, "tiles keep the ring 128-byte aligned");
 
   __host__ __device__ static constexpr int padded(int T) { return (T + kDraftBatch - 1) / kDraftBatch * kDraftBatch; }
+  // Coefficient rows: the window's entries rounded up to 4, so that the lanes of a draft (2 or 4) take
+  // the same number of entries (the padding entries' coefficients are 0).
+  __host__ __device__ static constexpr int coef_rows(int L) { return (L + 3) / 4 * 4; }
   __host__ __device__ static constexpr size_t align16(size_t b) { return (b + 15) / 16 * 16; }
   __host__ __device__ static constexpr size_t dots(int stages) { return kRingOffset + static_cast<size_t>(stages) * kTileBytes; }
   __host__ __device__ static constexpr size_t coef(int stages, int L, int T) { return dots(stages) + align16(4 * static_cast<size_t>(T) * L); }
-  __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(L) * padded(T); }
+  __host__ __device__ static constexpr size_t decay(int stages, int L, int T) { return coef(stages, L, T) + 2 * 4 * static_cast<size_t>(coef_rows(L)) * padded(T); }
   __host__ __device__ static constexpr size_t skip(int stages, int L, int T) { return decay(stages, L, T) + 2 * 4 * static_cast<size_t>(padded(T)); }
   __host__ __device__ static constexpr size_t scale(int stages, int L, int T) { return skip(stages, L, T) + 16; }
   __host__ __device__ static constexpr size_t gates(int stages, int L, int T) { return scale(stages, L, T) + (kScaled ? 2 * 4 * kP : 0); }
@@ -177,8 +180,8 @@ struct VerifySmem {
   __device__ uint64_t* full(int s) const { return reinterpret_cast<uint64_t*>(base) + 2 + s; }
   __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
   __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::dots(stages)); }  // [T][L]
-  __device__ float* coef(int b) const {  // [L][Tp]
-    return reinterpret_cast<float*>(base + Layout::coef(stages, L, T)) + static_cast<size_t>(b) * L * Tp;
+  __device__ float* coef(int b) const {  // [coef_rows(L)][Tp]
+    return reinterpret_cast<float*>(base + Layout::coef(stages, L, T)) + static_cast<size_t>(b) * Layout::coef_rows(L) * Tp;
   }
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::decay(stages, L, T)) + b * Tp; }
   __device__ float* skip(int b) const { return reinterpret_cast<float*>(base + Layout::skip(stages, L, T)) + b; }
@@ -196,6 +199,16 @@ struct VerifySmem {
 // in the step's silu) compiles to a branch into a slow-path subroutine, and that call, made where a
 // reduce warp's C values and units are live, made ptxas spill 28-48 bytes at 128 registers.
 __device__ __forceinline__ float gate(float z) { return __fdividef(z, 1.0f + expf(-z)); }
+
+// Two consecutive 16-bit activations at a 4-byte aligned address as floats (one 32-bit load).
+template <class Act>
+__device__ __forceinline__ void act2_to_float(const Act* p, float (&v)[2]) {
+  static_assert(sizeof(Act) == 2, "16-bit activations expected");
+  const uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
+  const Act* h = reinterpret_cast<const Act*>(&raw);
+  v[0] = to_float(h[0]);
+  v[1] = to_float(h[1]);
+}
 
 template <DType kAct>
 __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, int64_t row, int head) {
@@ -272,11 +285,11 @@ __device__ __forceinline__ float window_dt(const Mamba2SpecParams& p, const Wind
   return p.dt_softplus ? softplus(dt) : dt;
 }
 
-// The scalar warp: coef[j][i] = dt_j exp(Lambda_{w+i} - Lambda_j) (B_j . C_i) for j <= w + i (0 above
-// and in the padding drafts), and decay[i] = exp(Lambda_{w+i}), into shared memory.
+// The scalar warp: coef[j][i] = dt_j exp(Lambda_{w+i} - Lambda_j) (B_j . C_i) for j <= w + i (0 above,
+// up to entry E_pad - 1, and in the padding drafts), and decay[i] = exp(Lambda_{w+i}), into shared memory.
 // dt[h] returns the window's dt_j of the lane's entries, for the drafts' entries to append.
 __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int w, int T,
-                                              int E, int L, int Tp, const float* dots, float* coef, float* decay) {
+                                              int E, int E_pad, int L, int Tp, const float* dots, float* coef, float* decay) {
   constexpr int kEntriesPerLane = kMamba2SpecMaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
   float prefix[kEntriesPerLane] = {};
@@ -288,16 +301,20 @@ __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBu
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }
-  for (int i = 0; i < Tp; ++i) {
-    const int t = w + i;
-    const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
-    const float total = A * at_t;  // Lambda_t
+  // Tp is a multiple of 4: four drafts at a time, their exps independent of each other.
+  for (int i0 = 0; i0 < Tp; i0 += 4) {
 #pragma unroll
-    for (int h = 0; h < kEntriesPerLane; ++h) {
-      const int j = lane + 32 * h;
-      if (j < E) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
+    for (int i = i0; i < i0 + 4; ++i) {
+      const int t = w + i;
+      const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
+      const float total = A * at_t;  // Lambda_t
+#pragma unroll
+      for (int h = 0; h < kEntriesPerLane; ++h) {
+        const int j = lane + 32 * h;
+        if (j < E_pad) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
+      }
+      if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
     }
-    if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
   }
 }
 
@@ -430,6 +447,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   // dt, loaded a head earlier), D and the fp8 row scales into shared memory, the drafts' dt appended to
   // the buffer; then each lane arrives on coef_ready(h & 1) after its stores. The scales and D are
   // requested first and stored last: their latency hides behind the exps.
+  const int E_pad = (E + kDraftLanes - 1) / kDraftLanes * kDraftLanes;
   auto prepare_head = [&](int h, const WindowDt& d) {
     const int head = head0 + h;
     const int b = h & 1;
@@ -447,7 +465,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     float dt[kMamba2SpecMaxBufferLen / 32];
 #pragma unroll
     for (int k = 0; k < kMamba2SpecMaxBufferLen / 32; ++k) dt[k] = window_dt(p, d, k, lane + 32 * k, w, E);
-    draft_weights(dt, d.A, w, T, E, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
+    draft_weights(dt, d.A, w, T, E, E_pad, L, Tp, sm.dots(), sm.coef(b), sm.decay(b));
     // The drafts' dt become entries w .. E - 1 of this head's buffer.
     float* dt_dst = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
 #pragma unroll
@@ -485,7 +503,16 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   //   y_i[p] = e^{Lambda_t} s_p (S_read C_i)_p + sum_j coef[j][i] x_j[p] + D x_t[p], times silu(z_i[p]).
   // The lanes of a draft split the window's entries between them before their partial state sums
   // are added, so the window term costs no shuffle; the first of them stores.
-  auto unit_of = [&](int r) { return warp + r * kReduceWarps; };
+  // A warp's units are consecutive rows, taken two at a time: in a pair a lane's two rows are adjacent
+  // (rows 2 g, 2 g + 1 of the pair's block, g = lane / kLanes), so one 32-bit load reads both rows' x.
+  constexpr int kBaseUnits = kUnits / kReduceWarps, kExtraUnits = kUnits % kReduceWarps;
+  const int my_units = kBaseUnits + (warp < kExtraUnits ? 1 : 0);
+  const int first_row = (warp * kBaseUnits + (warp < kExtraUnits ? warp : kExtraUnits)) * kUnitRows;
+  const int g = lane / kLanes;
+  auto row_of = [&](int r) {  // this lane's row of the warp's unit r
+    const bool paired = (r | 1) < my_units;
+    return first_row + (paired ? (r & ~1) * kUnitRows + 2 * g + (r & 1) : r * kUnitRows + g);
+  };
   // The gates silu(z) of a lane's outputs in the first batch of drafts (the first lane of each draft's
   // lanes stores): z requested at the start of the head before and kept raw in registers through it,
   // then its silu parked in this lane's own slots of shared memory (read back by the same lane: no
@@ -497,7 +524,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     const Act* z_src = static_cast<const Act*>(p.z) + row * p.z_row_stride + i * p.z_token_stride + (head0 + h) * p.z_head_stride;
 #pragma unroll
     for (int r = 0; r < kMaxUnits; ++r) {
-      if (unit_of(r) < kUnits) z[r] = __ldg(z_src + unit_of(r) * kUnitRows + lane / kLanes);
+      if (r < my_units) z[r] = __ldg(z_src + row_of(r));
     }
   };
   auto park_gates = [&](const Act (&z)[kMaxUnits]) {
@@ -509,56 +536,64 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     const int b = h & 1;
     const int i = i0 + draft_of<kLanes>(lane);
     const int q = lane % kDraftLanes;
-    const float* coef = sm.coef(b);
+    const float* coef = sm.coef(b) + i;
     const Act* xw = sm.x_window(h % 3);
     const float decay = sm.decay(b)[i];  // 0 for the padding drafts i >= T
     const float skip = *sm.skip(b);
     Act* const out_i = static_cast<Act*>(p.out) + row * p.out_row_stride + i * p.out_token_stride + (head0 + h) * p.out_head_stride;
-    // K units at once (their loads, FMAs and shuffles interleave: one unit at a time left each warp
-    // waiting on its own latency chain).
+    // The lane's K rows from row0 (units r0 .. r0 + K - 1; K = 2: adjacent rows), reduced, completed
+    // and stored; two units at once so that their loads, FMAs and shuffles interleave (one at a time
+    // left each warp waiting on its own latency chain).
     auto units = [&](int r0, auto count) {
       constexpr int K = decltype(count)::value;
-      int pr[K];
+      const int row0 = row_of(r0);
       float y[K];
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        pr[k] = unit_of(r0 + k) * kUnitRows + lane / kLanes;
         float v[Chunk::kElems];
-        Chunk::load(tile + pr[k] * kN * kSrcBytes, row_lane, v);
+        Chunk::load(tile + (row0 + k) * kN * kSrcBytes, row_lane, v);
         float d[kDraftBatch] = {};
 #pragma unroll
         for (int m = 0; m < kDraftBatch; ++m) {
 #pragma unroll
           for (int e = 0; e < Chunk::kElems; ++e) d[m] += v[e] * c[m][e];
         }
-        y[k] = scatter_drafts4<kLanes>(d, lane) * (kScaled ? decay * sm.scale(b)[pr[k]] : decay);
+        y[k] = scatter_drafts4<kLanes>(d, lane) * (kScaled ? decay * sm.scale(b)[row0 + k] : decay);
       }
-      // Unrolled twice: at the default ptxas spilled at 128 registers.
+      // Entries q, q + kDraftLanes, ... < E_pad: the same count for every lane (coefficients 0 from E
+      // on, x read at entry E - 1 there). Unrolled twice: at the default ptxas spilled at 128 registers.
 #pragma unroll 2
-      for (int j = q; j < E; j += kDraftLanes) {
-        const float cf = coef[j * Tp + i];
-#pragma unroll
-        for (int k = 0; k < K; ++k) y[k] += cf * to_float(xw[j * kP + pr[k]]);
+      for (int jj = 0; jj < E_pad / kDraftLanes; ++jj) {
+        const int j = jj * kDraftLanes + q;
+        const float cf = coef[j * Tp];
+        const Act* xj = xw + min(j, E - 1) * kP + row0;
+        if constexpr (K == 2) {
+          float x2[2];
+          act2_to_float(xj, x2);
+          y[0] += cf * x2[0];
+          y[1] += cf * x2[1];
+        } else {
+          y[0] += cf * to_float(xj[0]);
+        }
       }
 #pragma unroll
       for (int k = 0; k < K; ++k) {
         y[k] = finish_draft_sum<kLanes>(y[k]);
         if (q == 0 && i < T) {
-          float out = y[k] + skip * to_float(xw[(w + i) * kP + pr[k]]);
+          float out = y[k] + skip * to_float(xw[(w + i) * kP + row0 + k]);
           if (p.z != nullptr) {
             out *= i0 == 0 ? gate_park[(r0 + k) * kThreads]
                            : gate(load_act<kAct>(p.z, row * p.z_row_stride + i * p.z_token_stride +
-                                                          (head0 + h) * p.z_head_stride + pr[k]));
+                                                          (head0 + h) * p.z_head_stride + row0 + k));
           }
-          store_act<kAct>(out_i, pr[k], out);
+          store_act<kAct>(out_i, row0 + k, out);
         }
       }
     };
-    const int mine = (kUnits - warp + kReduceWarps - 1) / kReduceWarps;  // this warp's units
     int r = 0;
 #pragma unroll 1
-    for (; r + 1 < mine; r += 2) units(r, std::integral_constant<int, 2>{});
-    if (r < mine) units(r, std::integral_constant<int, 1>{});
+    for (; r + 1 < my_units; r += 2) units(r, std::integral_constant<int, 2>{});
+    if (r < my_units) units(r, std::integral_constant<int, 1>{});
   };
 
   // The head loop, one per role (the reduce warps' C values must not be live in the scalar warp's code,
