@@ -64,16 +64,25 @@ constexpr int fold_ctas_per_sm() {
   return ctas > 3 ? 3 : (ctas < 1 ? 1 : ctas);
 }
 
+// One buffered row (x or B entry) is whole 16-byte chunks; chunk i of a row set is entry i / kPerEntry.
 template <int kElems, class Act>
-__device__ __forceinline__ void stage_entries(Act* dst, const Act* buffer, int64_t entry_stride, int count) {
-  constexpr int kPerChunk = 16 / sizeof(Act);
-  constexpr int kChunks = kElems / kPerChunk;
+struct EntryChunks {
+  static constexpr int kPerChunk = 16 / sizeof(Act);
+  static constexpr int kPerEntry = kElems / kPerChunk;
   static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
-  const int total = count * kChunks;
-  for (int i = threadIdx.x; i < total; i += kThreads) {
-    const int j = i / kChunks;
-    const int c = (i - j * kChunks) * kPerChunk;
-    cp_async16(dst + j * kElems + c, buffer + j * entry_stride + c);
+  __device__ static const Act* src(const Act* buffer, int64_t entry_stride, int i) {
+    const int j = i / kPerEntry;
+    return buffer + j * entry_stride + (i - j * kPerEntry) * kPerChunk;
+  }
+};
+
+// Chunks kThreads and up of the first `count` entries into dst (contiguous entries), by cp.async: the
+// chunks below kThreads come from FoldInputs' registers, so this runs only for buffers of more entries.
+template <int kElems, class Act>
+__device__ __forceinline__ void stage_entries_rest(Act* dst, const Act* buffer, int64_t entry_stride, int count) {
+  using Chunks = EntryChunks<kElems, Act>;
+  for (int i = threadIdx.x + kThreads; i < count * Chunks::kPerEntry; i += kThreads) {
+    cp_async16(dst + i * Chunks::kPerChunk, Chunks::src(buffer, entry_stride, i));
   }
 }
 
@@ -89,18 +98,15 @@ struct FoldScalars {
   }
 };
 
-// The step kernel's window_scalars with the window = the n buffered entries (no current token).
-__device__ __forceinline__ FoldScalars fold_scalars(const Mamba2SpecParams& p, int64_t slot, int head, int n) {
+// The step kernel's window_scalars with the window = the n buffered entries (no current token), from
+// dt[h] = dt_j of entry j = lane + 32 h (0 from n on).
+__device__ __forceinline__ FoldScalars fold_scalars(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int n) {
   constexpr int kPerLane = kMamba2SpecMaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
-  const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
-  const float A = __ldg(p.A + head);
-  float dt[kPerLane], prefix[kPerLane];
+  float prefix[kPerLane];
   float carry = 0.0f;
 #pragma unroll
   for (int h = 0; h < kPerLane; ++h) {
-    const int j = lane + 32 * h;
-    dt[h] = j < n ? __ldg(dt_buf + j) : 0.0f;
     const float v = warp_inclusive_sum(dt[h]);
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
@@ -116,6 +122,62 @@ __device__ __forceinline__ FoldScalars fold_scalars(const Mamba2SpecParams& p, i
   }
   fs.decay = expf(total);
   return fs;
+}
+
+// What an item reads from global memory besides its checkpoint tile, loaded into registers an item
+// ahead (while the item before folds), so that an item starts without a round trip to L2: ncu of the
+// commit fold (super120b, batch 256, session 8) had 19% of its warp samples waiting on these loads
+// (dt, then x: two serial L2 round trips per item) when they were issued at the item's start. Each
+// thread holds the 16-byte chunk threadIdx.x of the item's x rows and of its B rows (entry chunk /
+// chunks-per-entry: every chunk of the first 16 entries at any P and N); longer buffers stage the
+// chunks past kThreads in the item itself (stage_entries_rest, x_rest).
+template <int kP, int kN, class Act>
+struct FoldInputs {
+  using XChunks = EntryChunks<kP, Act>;
+  using BChunks = EntryChunks<kN, Act>;
+  uint4 x, B;
+  float dt[kMamba2SpecMaxBufferLen / 32];  // dt_j of entries lane + 32 h, 0 from n on
+  float A;
+
+  __device__ static const Act* x_rows(const Mamba2SpecParams& p, int64_t slot, int head) {
+    return static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride + head * p.xb_head_stride;
+  }
+  __device__ static const Act* B_rows(const Mamba2SpecParams& p, int64_t slot, int head) {
+    return static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + (head / (p.heads / p.groups)) * p.Bb_group_stride;
+  }
+
+  __device__ void load(const Mamba2SpecParams& p, int64_t slot, int head, int n) {
+    const int tid = threadIdx.x;
+    x = B = make_uint4(0, 0, 0, 0);
+    if (tid < n * XChunks::kPerEntry) {
+      x = __ldg(reinterpret_cast<const uint4*>(XChunks::src(x_rows(p, slot, head), p.xb_entry_stride, tid)));
+    }
+    if (tid < n * BChunks::kPerEntry) {
+      B = __ldg(reinterpret_cast<const uint4*>(BChunks::src(B_rows(p, slot, head), p.Bb_entry_stride, tid)));
+    }
+    const float* dt_buf = p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride;
+#pragma unroll
+    for (int h = 0; h < kMamba2SpecMaxBufferLen / 32; ++h) {
+      const int j = (tid & 31) + 32 * h;
+      dt[h] = j < n ? __ldg(dt_buf + j) : 0.0f;
+    }
+    A = __ldg(p.A + head);
+  }
+};
+
+// coef[index(j, row)] = wgt_j * x_j[row] for the 8 activations of one 16-byte x chunk (chunk i of the
+// item's rows). Every lane calls it (the weight comes by shuffle); `valid` says whether it stores.
+template <int kP, int kN, class Act>
+__device__ __forceinline__ void store_coef_chunk(float* coef, const FoldScalars& fs, uint4 chunk, int i, int n,
+                                                 bool valid) {
+  using XChunks = EntryChunks<kP, Act>;
+  const int j = i / XChunks::kPerEntry;
+  const float wj = fs.weight(j < n ? j : (n > 0 ? n - 1 : 0));
+  if (!valid) return;
+  const int row0 = (i - j * XChunks::kPerEntry) * XChunks::kPerChunk;
+  const Act* xv = reinterpret_cast<const Act*>(&chunk);
+#pragma unroll
+  for (int e = 0; e < XChunks::kPerChunk; ++e) coef[FoldCoef<kP, kN>::index(j, row0 + e)] = wj * to_float(xv[e]);
 }
 
 // Entries to fold for this row's slot, or -1 when the CTA has nothing to do.
@@ -141,21 +203,6 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
 #pragma unroll
   for (int r = 0; r < Tile::kRowsPerThread; ++r) {
     store_whole(out + Tile::row(r) * p.so_p_stride + Tile::col0(), make_float4(0.f, 0.f, 0.f, 0.f));
-  }
-}
-
-// Asks for the cache line holding `p` in L2; nothing waits for it.
-__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-
-// L2 prefetch of `rows` rows of `row_bytes` bytes, `stride_bytes` apart, by the CTA's threads: the next
-// head's checkpoint tile, x entries and dt while this head folds, so its loads hit L2.
-__device__ __forceinline__ void prefetch_rows_l2(const void* base, int rows, int row_bytes, int64_t stride_bytes) {
-  const int lines = row_bytes / 128 + 1;  // the row's first byte, every 128 bytes, and its last byte
-  for (int k = threadIdx.x; k < rows * lines; k += kThreads) {
-    const int r = k / lines;
-    const int l = k - r * lines;
-    const int off = l * 128 < row_bytes ? l * 128 : row_bytes - 1;
-    prefetch_l2(static_cast<const unsigned char*>(base) + r * stride_bytes + off);
   }
 }
 
@@ -254,9 +301,15 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
                                                   full + stage);
     };
     const int64_t first = ((blockIdx.x - items_before) % grid + grid) % grid;
-    if (producer) {
+    // The inputs of this CTA's next item with a tile: loaded here for the chunk's first, then an item
+    // ahead inside the loop.
+    FoldInputs<kP, kN, Act> next_in;
+    {
       const int64_t k = next_tile_item(first);
-      if (k < items) issue_tile(k, it & 1);  // the stage's last reader finished before the barriers above
+      if (k < items) {
+        if (producer) issue_tile(k, it & 1);  // the stage's last reader finished before the barriers above
+        next_in.load(p, rows.slot[k / p.heads], static_cast<int>(k % p.heads), rows.n[k / p.heads]);
+      }
     }
 
     for (int64_t k = first; k < items; k += grid) {
@@ -270,55 +323,38 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
       }
       const int n_fold = rows.n[ri];
       const int stage = it & 1;
-      const int group = head / (p.heads / p.groups);
-      const Act* x_buf = static_cast<const Act*>(p.x_buf) + fslot * p.xb_slot_stride + head * p.xb_head_stride;
-      const Act* B_buf = static_cast<const Act*>(p.B_buf) + fslot * p.Bb_slot_stride + group * p.Bb_group_stride;
       __syncthreads();  // the previous item's readers of the coefficients, B rows and other ring stage are done
 
-      // ---- an item ahead: the next tile into the other stage; its x, B, dt rows and the tile after it into L2 ----
+      // ---- an item ahead: the next tile into the other stage, the tile of the item after it into L2 ----
       const int64_t k_next = next_tile_item(k + grid);
-      if (k_next < items) {
-        if (producer) {
-          issue_tile(k_next, stage ^ 1);
-          const int64_t k_after = next_tile_item(k_next + grid);
-          if (k_after < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k_after), Layout::kTileBytes);
-        }
-        const int ni = static_cast<int>(k_next / p.heads);
-        const int64_t nslot = rows.slot[ni];
-        const int nhead = static_cast<int>(k_next % p.heads);
-        const int nn = rows.n[ni];
-        const Act* nx = static_cast<const Act*>(p.x_buf) + nslot * p.xb_slot_stride + nhead * p.xb_head_stride;
-        const Act* nB = static_cast<const Act*>(p.B_buf) + nslot * p.Bb_slot_stride +
-                        (nhead / (p.heads / p.groups)) * p.Bb_group_stride;
-        prefetch_rows_l2(nx, nn, kP * static_cast<int>(sizeof(Act)), p.xb_entry_stride * static_cast<int64_t>(sizeof(Act)));
-        prefetch_rows_l2(nB, nn, kN * static_cast<int>(sizeof(Act)), p.Bb_entry_stride * static_cast<int64_t>(sizeof(Act)));
-        if (nn > 0) prefetch_rows_l2(p.dt_buf + nslot * p.dtb_slot_stride + nhead * p.dtb_head_stride, 1, nn * 4, 0);
+      if (producer && k_next < items) {
+        issue_tile(k_next, stage ^ 1);
+        const int64_t k_after = next_tile_item(k_next + grid);
+        if (k_after < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k_after), Layout::kTileBytes);
       }
 
-      // ---- this item: B rows, scalars, coefficients ----
-      stage_entries<kN>(B_rows, B_buf, p.Bb_entry_stride, n_fold);
-      cp_async_commit();
-      const FoldScalars fs = fold_scalars(p, fslot, head, n_fold);
+      // ---- this item: B rows, scalars, coefficients (from the registers loaded an item ago) ----
+      const FoldScalars fs = fold_scalars(next_in.dt, next_in.A, n_fold);
       {
-        // All x loads of a batch first, then the products (one L2 round trip); CTA-uniform trip count,
-        // the weights come by shuffle.
-        constexpr int kBatchElems = (16 * kP + kThreads - 1) / kThreads;
-        const int elems = n_fold * kP;
-        for (int e0 = 0; e0 < elems; e0 += kBatchElems * kThreads) {
-          Act xv[kBatchElems];
-#pragma unroll
-          for (int q = 0; q < kBatchElems; ++q) {
-            const int e = e0 + q * kThreads + tid;
-            if (e < elems) xv[q] = x_buf[(e / kP) * p.xb_entry_stride + e % kP];
-          }
-#pragma unroll
-          for (int q = 0; q < kBatchElems; ++q) {
-            const int e = e0 + q * kThreads + tid;
-            const int j = e / kP;
-            const float wj = fs.weight(j < n_fold ? j : n_fold - 1);
-            if (e < elems) coef[Coef::index(j, e % kP)] = wj * to_float(xv[q]);
-          }
+        using XChunks = EntryChunks<kP, Act>;
+        using BChunks = EntryChunks<kN, Act>;
+        const FoldInputs<kP, kN, Act> in = next_in;
+        const Act* B_buf = FoldInputs<kP, kN, Act>::B_rows(p, fslot, head);
+        const Act* x_buf = FoldInputs<kP, kN, Act>::x_rows(p, fslot, head);
+        if (tid < n_fold * BChunks::kPerEntry) *reinterpret_cast<uint4*>(B_rows + tid * BChunks::kPerChunk) = in.B;
+        stage_entries_rest<kN>(B_rows, B_buf, p.Bb_entry_stride, n_fold);
+        cp_async_commit();
+        const int x_chunks = n_fold * XChunks::kPerEntry;
+        store_coef_chunk<kP, kN, Act>(coef, fs, in.x, tid, n_fold, tid < x_chunks);
+        for (int i0 = kThreads; i0 < x_chunks; i0 += kThreads) {  // buffers past 16 entries (CTA-uniform trip count)
+          const int i = i0 + tid;
+          uint4 chunk{};
+          if (i < x_chunks) chunk = __ldg(reinterpret_cast<const uint4*>(XChunks::src(x_buf, p.xb_entry_stride, i)));
+          store_coef_chunk<kP, kN, Act>(coef, fs, chunk, i, n_fold, i < x_chunks);
         }
+      }
+      if (k_next < items) {
+        next_in.load(p, rows.slot[k_next / p.heads], static_cast<int>(k_next % p.heads), rows.n[k_next / p.heads]);
       }
       cp_async_wait_all();
       __syncthreads();  // the coefficients and B rows are in
