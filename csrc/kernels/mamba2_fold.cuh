@@ -29,23 +29,6 @@ using FoldTile = mamba2::TileShape<kP, kN>;
 template <int kP, int kN>
 using FoldCoef = mamba2::FoldCoef<kP, kN>;
 
-// Shared memory of a fold CTA (dynamic part): a ring of two checkpoint tiles fed by bulk copies (the
-// next item's tile lands while this one folds), the coefficients of the item folded, its B rows, and
-// the two ring barriers. The per-chunk row list is static (FoldRows).
-template <int kP, int kN, DType kCkpt, DType kAct>
-struct FoldLayout {
-  using Act = typename Storage<kAct>::type;
-  static constexpr int kStages = 2;
-  static constexpr size_t kTileBytes = static_cast<size_t>(kP) * kN * dtype_size(kCkpt);
-  static_assert(kTileBytes % 16 == 0, "bulk copies move whole 16-byte units");
-  static constexpr size_t kCoefOffset = kStages * kTileBytes;
-  __host__ __device__ static constexpr size_t B_offset(int L) { return kCoefOffset + FoldCoef<kP, kN>::bytes(L); }
-  __host__ __device__ static constexpr size_t barrier_offset(int L) {
-    return (B_offset(L) + sizeof(Act) * static_cast<size_t>(L) * kN + 7) / 8 * 8;
-  }
-  __host__ __device__ static constexpr size_t bytes(int L) { return barrier_offset(L) + kStages * sizeof(uint64_t); }
-};
-
 // The folding rows of one chunk of kThreads batch rows, in row order (every CTA finds them itself).
 // Slots fit in int32: a pool of 2^31 slots of at least 64 x 64 fp32 elements is far beyond any GPU.
 struct FoldRows {
@@ -55,16 +38,40 @@ struct FoldRows {
 };
 static_assert(kMamba2SpecMaxBufferLen <= 127, "entry counts fit in int8");
 
-// CTAs per SM the fold's shared memory allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at
-// most 3; the launch bounds follow, so that registers never limit occupancy below it.
+// Shared memory of a fold CTA (dynamic part): a ring of checkpoint tiles fed by bulk copies (the next
+// items' tiles land while this one folds), the coefficients of the item folded, its B rows, and the
+// ring barriers. The per-chunk row list is static (FoldRows).
+template <int kP, int kN, DType kCkpt, DType kAct>
+struct FoldLayout {
+  using Act = typename Storage<kAct>::type;
+  static constexpr size_t kTileBytes = static_cast<size_t>(kP) * kN * dtype_size(kCkpt);
+  static_assert(kTileBytes % 16 == 0, "bulk copies move whole 16-byte units");
+  __host__ __device__ static constexpr size_t coef_offset(int stages) { return stages * kTileBytes; }
+  __host__ __device__ static constexpr size_t B_offset(int stages, int L) { return coef_offset(stages) + FoldCoef<kP, kN>::bytes(L); }
+  __host__ __device__ static constexpr size_t barrier_offset(int stages, int L) {
+    return (B_offset(stages, L) + sizeof(Act) * static_cast<size_t>(L) * kN + 7) / 8 * 8;
+  }
+  __host__ __device__ static constexpr size_t bytes_with(int stages, int L) { return barrier_offset(stages, L) + stages * sizeof(uint64_t); }
+  // CTAs per SM a ring of `stages` allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at most 3.
+  static constexpr int ctas_with(int stages) {
+    const int ctas = static_cast<int>(228 * 1024 / (bytes_with(stages, 16) + sizeof(FoldRows) + 64 + 1024));
+    return ctas > 3 ? 3 : (ctas < 1 ? 1 : ctas);
+  }
+  // Three stages (two tiles in flight per CTA) wherever they keep two CTAs per SM or cost none.
+  static constexpr int kStages = ctas_with(3) >= (ctas_with(2) < 2 ? ctas_with(2) : 2) ? 3 : 2;
+  static constexpr int kCtasPerSm = ctas_with(kStages);
+  static constexpr size_t kCoefOffset = coef_offset(kStages);
+  __host__ __device__ static constexpr size_t B_offset(int L) { return B_offset(kStages, L); }
+  __host__ __device__ static constexpr size_t barrier_offset(int L) { return barrier_offset(kStages, L); }
+  __host__ __device__ static constexpr size_t bytes(int L) { return bytes_with(kStages, L); }
+};
+
+// CTAs per SM of the fold; the launch bounds follow, so that registers never limit occupancy below it.
 template <int kP, int kN, DType kCkpt, DType kAct>
 constexpr int fold_ctas_per_sm() {
-  constexpr size_t per_cta = FoldLayout<kP, kN, kCkpt, kAct>::bytes(16) + sizeof(FoldRows) + 64 + 1024;
-  constexpr int ctas = static_cast<int>(228 * 1024 / per_cta);
-  return ctas > 3 ? 3 : (ctas < 1 ? 1 : ctas);
+  return FoldLayout<kP, kN, kCkpt, kAct>::kCtasPerSm;
 }
 
-// One buffered row (x or B entry) is whole 16-byte chunks; chunk i of a row set is entry i / kPerEntry.
 template <int kElems, class Act>
 struct EntryChunks {
   static constexpr int kPerChunk = 16 / sizeof(Act);
@@ -228,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
   using Tile = FoldTile<kP, kN>;
   using Coef = FoldCoef<kP, kN>;
   using Layout = FoldLayout<kP, kN, kCkpt, kAct>;
+  constexpr int kStages = Layout::kStages;
   using V = Vec4<kCkpt>;
   using Act = typename Storage<kAct>::type;
   constexpr int R = Tile::kRowsPerThread;
@@ -305,10 +313,14 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
     // ahead inside the loop.
     FoldInputs<kP, kN, Act> next_in;
     {
-      const int64_t k = next_tile_item(first);
-      if (k < items) {
-        if (producer) issue_tile(k, it & 1);  // the stage's last reader finished before the barriers above
-        next_in.load(p, rows.slot[k / p.heads], static_cast<int>(k % p.heads), rows.n[k / p.heads]);
+      int64_t k = next_tile_item(first);
+      if (k < items) next_in.load(p, rows.slot[k / p.heads], static_cast<int>(k % p.heads), rows.n[k / p.heads]);
+      if (producer) {  // the chunk's first S - 1 tiles (every stage is free: the last chunk's items are done)
+        for (int s = 0; s < kStages - 1 && k < items; ++s) {
+          issue_tile(k, (it + s) % kStages);
+          k = next_tile_item(k + grid);
+        }
+        if (k < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k), Layout::kTileBytes);
       }
     }
 
@@ -322,15 +334,19 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
         continue;
       }
       const int n_fold = rows.n[ri];
-      const int stage = it & 1;
-      __syncthreads();  // the previous item's readers of the coefficients, B rows and other ring stage are done
+      const int stage = it % kStages;
+      __syncthreads();  // the previous item's readers of the coefficients, B rows and ring stage are done
 
-      // ---- an item ahead: the next tile into the other stage, the tile of the item after it into L2 ----
+      // ---- ahead: the tile S - 1 items on into the stage the previous item freed, the one after into L2 ----
       const int64_t k_next = next_tile_item(k + grid);
-      if (producer && k_next < items) {
-        issue_tile(k_next, stage ^ 1);
-        const int64_t k_after = next_tile_item(k_next + grid);
-        if (k_after < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k_after), Layout::kTileBytes);
+      if (producer) {
+        int64_t k_ahead = k_next;
+        for (int s = 2; s < kStages && k_ahead < items; ++s) k_ahead = next_tile_item(k_ahead + grid);
+        if (k_ahead < items) {
+          issue_tile(k_ahead, (it + kStages - 1) % kStages);
+          const int64_t k_after = next_tile_item(k_ahead + grid);
+          if (k_after < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k_after), Layout::kTileBytes);
+        }
       }
 
       // ---- this item: B rows, scalars, coefficients (from the registers loaded an item ago) ----
@@ -358,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
       }
       cp_async_wait_all();
       __syncthreads();  // the coefficients and B rows are in
-      mbarrier_wait(full + stage, (it >> 1) & 1);
+      mbarrier_wait(full + stage, (it / kStages) & 1);
       ++it;
 
       // ---- the fold, kBatch rows at a time, and the stores ----
