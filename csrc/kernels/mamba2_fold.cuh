@@ -57,13 +57,10 @@ struct FoldLayout {
     const int ctas = static_cast<int>(228 * 1024 / (bytes_with(stages, 16) + sizeof(FoldRows) + 64 + 1024));
     return ctas > 3 ? 3 : (ctas < 1 ? 1 : ctas);
   }
-  // Three stages (two tiles in flight per CTA) wherever they keep two CTAs per SM or cost none.
+  // Three stages (two tiles in flight per CTA) wherever they keep two CTAs per SM or cost none; the
+  // launch takes two where a long buffer leaves no room for the third (p.ring_stages).
   static constexpr int kStages = ctas_with(3) >= (ctas_with(2) < 2 ? ctas_with(2) : 2) ? 3 : 2;
   static constexpr int kCtasPerSm = ctas_with(kStages);
-  static constexpr size_t kCoefOffset = coef_offset(kStages);
-  __host__ __device__ static constexpr size_t B_offset(int L) { return B_offset(kStages, L); }
-  __host__ __device__ static constexpr size_t barrier_offset(int L) { return barrier_offset(kStages, L); }
-  __host__ __device__ static constexpr size_t bytes(int L) { return bytes_with(kStages, L); }
 };
 
 // CTAs per SM of the fold; the launch bounds follow, so that registers never limit occupancy below it.
@@ -222,9 +219,11 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
 // An item is the step's fold of one head (mamba2_step_kernel.cuh), FFMA for FFMA: the checkpoint tile
 // in shared memory, the coefficients wgt_j x_j[row] written once per (entry, row) (FoldCoef), a batch
 // of rows at a time per thread against the B rows (FoldCoef::batch_rows). What bounds it is latency,
-// so every input is requested an item ahead: the next item's checkpoint tile by bulk copy into the
-// other ring stage (it lands while this one folds), the next item's x, B and dt rows into L2, and the
-// tile of the item after that into L2. (It used to load its tile into registers at the start of the
+// so every input is requested ahead: the checkpoint tiles of the next S - 1 items by bulk copy into
+// the ring (S = 3 where it keeps two CTAs per SM: session 8 measured the super120b commit 3% faster at
+// 2 CTAs x 3 stages than at 3 CTAs x 2), the tile after them into L2 (further ahead was 15-20% slower:
+// the prefetched tiles were evicted before use), and the next item's x, B and dt into registers
+// (FoldInputs). (It used to load its tile into registers at the start of the
 // item and wait for it there, and multiply wgt_j x_j[row] inside the FFMA loop: 2 CTAs per SM at 101
 // registers, 169 us for ~87 us of bytes on super120b at batch 256.)
 // kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
@@ -235,7 +234,6 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
   using Tile = FoldTile<kP, kN>;
   using Coef = FoldCoef<kP, kN>;
   using Layout = FoldLayout<kP, kN, kCkpt, kAct>;
-  constexpr int kStages = Layout::kStages;
   using V = Vec4<kCkpt>;
   using Act = typename Storage<kAct>::type;
   constexpr int R = Tile::kRowsPerThread;
@@ -250,21 +248,23 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
 
   const int L = p.buffer_len;
   const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
+  const int S = p.ring_stages;  // Layout::kStages, or 2 where L leaves no room for more
   auto tile_smem = [&](int stage) { return smem_base + stage * Layout::kTileBytes; };
-  float* const coef = reinterpret_cast<float*>(smem_base + Layout::kCoefOffset);
-  Act* const B_rows = reinterpret_cast<Act*>(smem_base + Layout::B_offset(L));
-  uint64_t* const full = reinterpret_cast<uint64_t*>(smem_base + Layout::barrier_offset(L));
+  float* const coef = reinterpret_cast<float*>(smem_base + Layout::coef_offset(S));
+  Act* const B_rows = reinterpret_cast<Act*>(smem_base + Layout::B_offset(S, L));
+  uint64_t* const full = reinterpret_cast<uint64_t*>(smem_base + Layout::barrier_offset(S, L));
   const int col0 = Tile::col0();
   const int tid = threadIdx.x;
   const bool producer = tid == 0;
   const int64_t grid = gridDim.x;
   const unsigned char* checkpoint = static_cast<const unsigned char*>(p.checkpoint);
   if (producer) {
-    for (int s = 0; s < Layout::kStages; ++s) mbarrier_init(full + s, 1);
+    for (int s = 0; s < S; ++s) mbarrier_init(full + s, 1);
     fence_barrier_init();
   }
   int64_t items_before = 0;  // items of the earlier chunks: this CTA takes the items k with k % grid == blockIdx.x
-  int it = 0;                // checkpoint tiles this CTA has folded: ring stage it % 2, barrier phase it / 2
+  int stage = 0;             // the ring stage of this CTA's next tile to fold, and its barrier's phase
+  uint32_t phase = 0;
 
   for (int64_t chunk = 0; chunk < p.batch; chunk += kThreads) {
     // ---- the chunk's folding rows, compacted in row order ----
@@ -316,8 +316,10 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
       int64_t k = next_tile_item(first);
       if (k < items) next_in.load(p, rows.slot[k / p.heads], static_cast<int>(k % p.heads), rows.n[k / p.heads]);
       if (producer) {  // the chunk's first S - 1 tiles (every stage is free: the last chunk's items are done)
-        for (int s = 0; s < kStages - 1 && k < items; ++s) {
-          issue_tile(k, (it + s) % kStages);
+        int st = stage;
+        for (int s = 0; s < S - 1 && k < items; ++s) {
+          issue_tile(k, st);
+          st = st + 1 == S ? 0 : st + 1;
           k = next_tile_item(k + grid);
         }
         if (k < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k), Layout::kTileBytes);
@@ -334,16 +336,15 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
         continue;
       }
       const int n_fold = rows.n[ri];
-      const int stage = it % kStages;
       __syncthreads();  // the previous item's readers of the coefficients, B rows and ring stage are done
 
       // ---- ahead: the tile S - 1 items on into the stage the previous item freed, the one after into L2 ----
       const int64_t k_next = next_tile_item(k + grid);
       if (producer) {
         int64_t k_ahead = k_next;
-        for (int s = 2; s < kStages && k_ahead < items; ++s) k_ahead = next_tile_item(k_ahead + grid);
+        for (int s = 2; s < S && k_ahead < items; ++s) k_ahead = next_tile_item(k_ahead + grid);
         if (k_ahead < items) {
-          issue_tile(k_ahead, (it + kStages - 1) % kStages);
+          issue_tile(k_ahead, stage == 0 ? S - 1 : stage - 1);
           const int64_t k_after = next_tile_item(k_ahead + grid);
           if (k_after < items && p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint + tile_of(k_after), Layout::kTileBytes);
         }
@@ -374,11 +375,14 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
       }
       cp_async_wait_all();
       __syncthreads();  // the coefficients and B rows are in
-      mbarrier_wait(full + stage, (it / kStages) & 1);
-      ++it;
+      mbarrier_wait(full + stage, phase);
+      const unsigned char* ck_smem = tile_smem(stage);
+      if (++stage == S) {
+        stage = 0;
+        phase ^= 1;
+      }
 
       // ---- the fold, kBatch rows at a time, and the stores ----
-      const unsigned char* ck_smem = tile_smem(stage);
       const int64_t tile = fslot * p.ck_slot_stride + head * p.ck_head_stride;
       RoundingKey key{};
       RoundingWords words;  // kRound: rows drawn in pairs, which kBatch (even) never splits
@@ -434,20 +438,25 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
 cudaError_t launch_fold_kernel(const Mamba2SpecParams& p, cudaStream_t stream) {
   auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
-  const size_t smem = FoldLayout<kP, kN, kCkpt, kAct>::bytes(p.buffer_len);
+  using Layout = FoldLayout<kP, kN, kCkpt, kAct>;
   int device = 0, sms = 0, max_smem = 0, ctas_per_sm = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
-  if (smem + sizeof(FoldRows) > static_cast<size_t>(max_smem)) return cudaErrorInvalidValue;
+  Mamba2SpecParams params = p;
+  params.ring_stages = Layout::kStages;
+  auto fits = [&](int stages) { return Layout::bytes_with(stages, p.buffer_len) + sizeof(FoldRows) <= static_cast<size_t>(max_smem); };
+  if (!fits(params.ring_stages)) params.ring_stages = 2;
+  if (!fits(params.ring_stages)) return cudaErrorInvalidValue;
+  const size_t smem = Layout::bytes_with(params.ring_stages, p.buffer_len);
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
   if (err != cudaSuccess) return err;
   // One wave of persistent CTAs, never more than there are (row, head) items.
   const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
   const int64_t wave = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(p);
+  kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(params);
   return cudaGetLastError();
 }
 
