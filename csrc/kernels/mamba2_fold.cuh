@@ -47,11 +47,15 @@ struct FoldLayout {
   static constexpr size_t kTileBytes = static_cast<size_t>(kP) * kN * dtype_size(kCkpt);
   static_assert(kTileBytes % 16 == 0, "bulk copies move whole 16-byte units");
   __host__ __device__ static constexpr size_t coef_offset(int stages) { return stages * kTileBytes; }
-  __host__ __device__ static constexpr size_t B_offset(int stages, int L) { return coef_offset(stages) + FoldCoef<kP, kN>::bytes(L); }
+  __host__ __device__ static constexpr size_t B_offset(int stages, int L) {
+    return coef_offset(stages) + FoldCoef<kP, kN>::bytes(L);
+  }
   __host__ __device__ static constexpr size_t barrier_offset(int stages, int L) {
     return (B_offset(stages, L) + sizeof(Act) * static_cast<size_t>(L) * kN + 7) / 8 * 8;
   }
-  __host__ __device__ static constexpr size_t bytes_with(int stages, int L) { return barrier_offset(stages, L) + stages * sizeof(uint64_t); }
+  __host__ __device__ static constexpr size_t bytes_with(int stages, int L) {
+    return barrier_offset(stages, L) + stages * sizeof(uint64_t);
+  }
   // CTAs per SM a ring of `stages` allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at most 3.
   static constexpr int ctas_with(int stages) {
     const int ctas = static_cast<int>(228 * 1024 / (bytes_with(stages, 16) + sizeof(FoldRows) + 64 + 1024));
@@ -131,10 +135,11 @@ __device__ __forceinline__ FoldScalars fold_scalars(const float (&dt)[kMamba2Spe
 // What an item reads from global memory besides its checkpoint tile, loaded into registers an item
 // ahead (while the item before folds), so that an item starts without a round trip to L2: ncu of the
 // commit fold (super120b, batch 256, session 8) had 19% of its warp samples waiting on these loads
-// (dt, then x: two serial L2 round trips per item) when they were issued at the item's start. Each
-// thread holds the 16-byte chunk threadIdx.x of the item's x rows and of its B rows (entry chunk /
-// chunks-per-entry: every chunk of the first 16 entries at any P and N); longer buffers stage the
-// chunks past kThreads in the item itself (stage_entries_rest, x_rest).
+// (dt, then x: two serial L2 round trips per item) when they were issued at the item's start. Thread t
+// holds 16-byte chunk t of the item's x rows and chunk t of its B rows (chunk t is of entry t / the
+// chunks per entry, so kThreads chunks cover 16 entries at any P and N); buffers of more entries load
+// the chunks past kThreads in the item itself (stage_entries_rest for B, the x loop after
+// store_coef_chunk).
 template <int kP, int kN, class Act>
 struct FoldInputs {
   using XChunks = EntryChunks<kP, Act>;
@@ -446,7 +451,9 @@ cudaError_t launch_fold_kernel(const Mamba2SpecParams& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   Mamba2SpecParams params = p;
   params.ring_stages = Layout::kStages;
-  auto fits = [&](int stages) { return Layout::bytes_with(stages, p.buffer_len) + sizeof(FoldRows) <= static_cast<size_t>(max_smem); };
+  auto fits = [&](int stages) {
+    return Layout::bytes_with(stages, p.buffer_len) + sizeof(FoldRows) <= static_cast<size_t>(max_smem);
+  };
   if (!fits(params.ring_stages)) params.ring_stages = 2;
   if (!fits(params.ring_stages)) return cudaErrorInvalidValue;
   const size_t smem = Layout::bytes_with(params.ring_stages, p.buffer_len);
