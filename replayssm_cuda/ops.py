@@ -39,23 +39,32 @@ def _shape_text(shape) -> str:
 
 def expect(op: str, name: str, t, *, shape=None, dtypes=None, device=None, optional=False,
            last_dim_contiguous=False):
-    """Check one tensor argument; `shape` may hold None for 'any size'. Returns the tensor."""
+    """Check one tensor argument; `shape` may hold None for 'any size'. Returns the tensor.
+
+    Every eager call of an op runs a dozen of these (a CUDA graph runs none), so the passing path is
+    written for speed: plain loops and one read of each tensor attribute."""
     if t is None:
         if optional:
             return None
         raise ValueError(f"{op}: `{name}` is required, got None")
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: `{name}` must be a torch.Tensor, got {type(t).__name__}")
+    got = t.shape
     if shape is not None:
-        ok = t.dim() == len(shape) and all(e is None or e == g for e, g in zip(shape, t.shape))
+        ok = len(got) == len(shape)
+        if ok:
+            for e, g in zip(shape, got):
+                if e is not None and e != g:
+                    ok = False
+                    break
         if not ok:
-            raise ValueError(f"{op}: `{name}` must have shape {_shape_text(shape)}, got {tuple(t.shape)}")
+            raise ValueError(f"{op}: `{name}` must have shape {_shape_text(shape)}, got {tuple(got)}")
     if dtypes is not None and t.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{op}: `{name}` must have dtype in {{{names}}}, got {str(t.dtype).replace('torch.', '')}")
     if device is not None and t.device != device:
         raise ValueError(f"{op}: `{name}` must be on {device} (like the cache), got {t.device}")
-    if last_dim_contiguous and t.dim() > 0 and t.shape[-1] > 1 and t.stride(-1) != 1:
+    if last_dim_contiguous and got and got[-1] > 1 and t.stride(-1) != 1:
         raise ValueError(f"{op}: `{name}` must have a contiguous last dimension (stride 1), got strides {t.stride()}")
     return t
 
