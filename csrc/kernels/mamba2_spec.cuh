@@ -108,7 +108,7 @@ struct Mamba2SpecParams {
 
   // ---- verify: set by its launcher ----
   int32_t heads_per_cta;  // the heads of one group a CTA pipelines
-  int32_t ring_stages;    // source tiles in flight per CTA (fewer than compiled where L and T are large)
+  int32_t ring_stages;    // verify and fold: stages of the tile ring (fewer than compiled where L, T are large)
 
   // commit / flush: [seed, offset] (int64, device) for stochastic rounding of a bf16 / fp16
   // checkpoint's stores (stochastic_rounding.cuh); nullptr: round to nearest even. The cursor kernel
