@@ -32,7 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from timing import DIMS, cold_groups, measure_copy_bandwidth, time_graph, weights  # bench/, the script's folder
+from timing import (DIMS, cold_groups, graph_kernel_times, measure_copy_bandwidth,  # bench/, the script's folder
+                    time_graph, weights)
 
 from replayssm_cuda import _extension, ops
 
@@ -111,10 +112,12 @@ def replay_skip_reason() -> str | None:
     return f"{', '.join(missing)} not compiled in this build ({ops.why_not_compiled(missing[0])})"
 
 
-def bench_verify_commit(s: Setup, read_copy_dtype, breakdown=False):
+def bench_verify_commit(s: Setup, read_copy_dtype, breakdown=False, trace=None):
     """Seconds per lock-step round of verify(T) + commit(num_accepted) on an fp32 checkpoint; with
     breakdown, also (verify alone, commit alone): the same rounds with one op captured, timed after the
-    whole rounds so the cursors are spread as in them (commit alone moves them as it does there)."""
+    whole rounds so the cursors are spread as in them (commit alone moves them as it does there).
+    trace: a label; prints each graph's GPU time per kernel and round (graph_kernel_times) after its
+    timing, to see where a round differs from verify alone + commit alone."""
     k = s.groups(s.state_elems * 4)
     S = k * s.batch
     ck = torch.randn(S, s.H, s.P, s.N, device="cuda") * 0.1
@@ -144,7 +147,16 @@ def bench_verify_commit(s: Setup, read_copy_dtype, breakdown=False):
         for acc in accepted:
             acc.random_(1, s.T + 1)
 
+    def show_trace(what, record, before_replay=None):
+        if trace is not None:
+            kernels = graph_kernel_times(record, before_replay=before_replay)
+            replay = kernels.pop("(replay)")
+            parts = ", ".join(f"{name} {t / k * 1e6:.1f}" for name, t in sorted(kernels.items()))
+            print(f"# trace {trace}, {what}, us per round: {parts}; kernels {sum(kernels.values()) / k * 1e6:.1f}, "
+                  f"replay {replay / k * 1e6:.1f}", flush=True)
+
     whole = time_graph(rounds, before_replay=draw_acceptance) / k
+    show_trace("verify + commit", rounds, draw_acceptance)
     if not breakdown:
         return whole
 
@@ -158,7 +170,9 @@ def bench_verify_commit(s: Setup, read_copy_dtype, breakdown=False):
             ops.mamba2_verify(*cache, x, dt, A, B, C, out, D, z, dt_bias, True, slots[g], -1, backend="cuda")
 
     commit_only = time_graph(commits, before_replay=draw_acceptance) / k
+    show_trace("commit alone", commits, draw_acceptance)
     verify_only = time_graph(verifies) / k
+    show_trace("verify alone", verifies)
     return whole, verify_only, commit_only
 
 
@@ -170,6 +184,8 @@ def main(argv=None) -> int:
     parser.add_argument("--buffer-len", type=int, default=16, help="ReplaySSM buffer length L of (b)")
     parser.add_argument("--breakdown", action="store_true",
                         help="also time verify alone and commit alone (verify's % copy BW: its state read + inputs)")
+    parser.add_argument("--trace", action="store_true",
+                        help="also print each graph's GPU time per kernel (torch.profiler), as '# trace' lines")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mamba2_spec: needs a CUDA GPU", file=sys.stderr)
@@ -201,7 +217,7 @@ def main(argv=None) -> int:
                 if skip is not None:
                     print(f"| {dname} | {batch} | (b) replay verify(T={s.T}) + commit, {label} | skipped | | | | |")
                     continue
-                t_b = bench_verify_commit(s, rc, args.breakdown)
+                t_b = bench_verify_commit(s, rc, args.breakdown, f"{dname} b{batch} {label}" if args.trace else None)
                 if args.breakdown:
                     t_b, t_v, t_c = t_b
                 print(f"| {dname} | {batch} | (b) replay verify(T={s.T}) + commit, {label} | {t_b * 1e6:.1f} | | | "

@@ -1,8 +1,9 @@
 """What every benchmark here shares: the reference dims, the cold-L2 slot rotation, the copy-bandwidth
 ceiling, random Mamba-2 weights, and the CUDA-graph timing loop (capture once, replay, median of the
-replays)."""
+replays), plus a per-kernel breakdown of such a graph (graph_kernel_times)."""
 
 import math
+import re
 import statistics
 
 import torch
@@ -43,14 +44,7 @@ def weights(s):
 def time_graph(record, replays=15, before_replay=None) -> float:
     """Capture record() (the steps or rounds to time) into a CUDA graph; return the median replay
     time in seconds."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        record()                            # warm-up (module load, first launches) outside the graph
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        record()
+    graph = _capture(record)
     times = []
     for _ in range(replays + 3):
         if before_replay is not None:
@@ -63,3 +57,65 @@ def time_graph(record, replays=15, before_replay=None) -> float:
         times.append(start.elapsed_time(end) / 1e3)
     del graph
     return statistics.median(times[3:])
+
+
+def _capture(record):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        record()                            # warm-up (module load, first launches) outside the graph
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        record()
+    return graph
+
+
+def graph_kernel_times(record, replays=10, before_replay=None) -> dict:
+    """Capture record() as time_graph does and replay it under torch.profiler (CUPTI kernel records):
+    GPU seconds per replay of each kernel, keyed by its name without namespace and template arguments,
+    and under "(replay)" the median replay time between CUDA events, so that the gaps between kernels
+    show as replay minus the kernels' sum. Kernels launched by before_replay are left out (they run
+    before the start event, so they are not counted in "(replay)" either)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    graph = _capture(record)
+    for _ in range(3):
+        graph.replay()                      # warm-up replays, outside the profile
+    torch.cuda.synchronize()
+    times, windows = [], []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            if before_replay is not None:
+                before_replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+    del graph
+    before = set()
+    if before_replay is not None:           # the names of before_replay's own kernels
+        with profile(activities=[ProfilerActivity.CUDA]) as probe:
+            before_replay()
+            torch.cuda.synchronize()
+        before = {_kernel_name(e.key) for e in probe.key_averages()}
+    totals = {}
+    for e in prof.key_averages():
+        name = _kernel_name(e.key)
+        device_us = getattr(e, "device_time_total", None)
+        if device_us is None:
+            device_us = e.cuda_time_total
+        if name in before or device_us <= 0:
+            continue
+        totals[name] = totals.get(name, 0.0) + device_us / 1e6 / replays
+    totals["(replay)"] = statistics.median(times)
+    return totals
+
+
+def _kernel_name(key: str) -> str:
+    """'void ns::verify_kernel<64, 128, ...>(Params)' -> 'verify_kernel'."""
+    head = re.split(r"[<(]", key, maxsplit=1)[0]
+    return head.replace("void ", "").strip().split("::")[-1]
+
