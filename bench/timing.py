@@ -115,7 +115,7 @@ def graph_kernel_times(record, replays=10, before_replay=None) -> dict:
 
 
 def _kernel_name(key: str) -> str:
-    """'void ns::verify_kernel<64, 128, ...>(Params)' -> 'verify_kernel'."""
-    head = re.split(r"[<(]", key, maxsplit=1)[0]
+    """'void ns::(anonymous namespace)::cursor_kernel<64, ...>(Params)' -> 'cursor_kernel'."""
+    head = re.split(r"[<(]", key.replace("(anonymous namespace)::", ""), maxsplit=1)[0]
     return head.replace("void ", "").strip().split("::")[-1]
 
