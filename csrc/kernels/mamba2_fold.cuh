@@ -431,7 +431,10 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
             words.get<R>(key, fslot, head, r, [](int q) { return Tile::row(q); }, col0, w);
             stochastic_round4<kCkpt>(s[rb], w);
           }
-          store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
+          // Streaming stores: the trace of a spec round (bench_mamba2_spec.py --trace, session 9) had
+          // verify 11.5 us slower right after commit than alone (super120b, batch 256) and commit
+          // 2.5 us faster: the checkpoint's dirty lines were written back during the next verify.
+          store4<kCkpt, true>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
           if constexpr (kCopy) store_read_copy4<kCkpt, kRead, kLanes>(p, fslot, head, pr, col0, s[rb]);
         }
       }

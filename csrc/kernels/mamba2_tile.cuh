@@ -243,10 +243,27 @@ __device__ __forceinline__ void store_whole(void* p, const uint2& v) {
 __device__ __forceinline__ void store_whole(void* p, uint32_t v) {
   asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// Vec4<T>::store, the same bits, as one store.
-template <DType T>
+// store_whole with the streaming cache operator (st.global.cs: L2 lines allocated evict-first), for
+// state written once and not read again by the next kernel: its dirty lines are then written back
+// while the writing kernel runs, not left in L2 for the next one (see the commit fold).
+__device__ __forceinline__ void store_streaming(void* p, const float4& v) {
+  asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
+__device__ __forceinline__ void store_streaming(void* p, const uint2& v) {
+  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+}
+__device__ __forceinline__ void store_streaming(void* p, uint32_t v) {
+  asm volatile("st.global.cs.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Vec4<T>::store, the same bits, as one store (kStreaming: store_streaming).
+template <DType T, bool kStreaming = false>
 __device__ __forceinline__ void store4(void* base, int64_t offset, const float (&v)[4]) {
-  store_whole(static_cast<unsigned char*>(base) + offset * dtype_size(T), Vec4<T>::pack(v));
+  void* p = static_cast<unsigned char*>(base) + offset * dtype_size(T);
+  if constexpr (kStreaming) {
+    store_streaming(p, Vec4<T>::pack(v));
+  } else {
+    store_whole(p, Vec4<T>::pack(v));
+  }
 }
 
 // A fold's read-copy refresh of the 4 values at (slot, head, row pr, columns col0..+3), made from the
