@@ -298,6 +298,33 @@ def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, monkeypatch):
         assert torch.equal(bits(a), bits(b))
 
 
+@pytest.mark.parametrize("heads_per_cta", [None, "1"], ids=["auto", "one-head-ctas"])
+def test_step_leaves_cursors_with_no_room_as_they_were(heads_per_cta, monkeypatch):
+    # A cursor that leaves no room (w >= L after masking off the head tickets, so also -1 and 70000)
+    # must end as it was, whatever its high bits, with the slot's state untouched and zero outputs,
+    # while the other rows step as usual; at one head per CTA a slot has H CTAs drawing tickets.
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+    layer = Layer(SUPER120B, seed=7)
+    cache = gpu_cache(layer, 6, buffer_len=4)
+    cache.load(layer.states(6).cuda().float())
+    cursors = torch.tensor([1, -1, 4, 9, 70000, 2], dtype=torch.int32, device="cuda")
+    cache.num_committed.copy_(cursors)
+    before = [t.clone() for t in cache.cache_tensors]
+    x, dt, B, C, z = [t.cuda() for t in layer.inputs(6)]
+    out = cuda_step(cache, x, dt, B, C, z, None, torch.full_like(x, float("nan")))
+    bad = [1, 2, 3, 4]
+    assert torch.equal(cache.num_committed[bad], cursors[bad])
+    for slot, w in ((0, 1), (5, 2)):
+        moved = 0 if w + 1 + cache.max_draft_tokens > 4 else w + 1   # folded, or one entry further
+        assert cache.num_committed[slot].item() == moved
+    for a, b in zip(cache.cache_tensors, before):
+        if a.dim() > 1:
+            assert torch.equal(bits(a[bad]), bits(b[bad]))
+    assert torch.count_nonzero(out[bad]) == 0
+    assert torch.isfinite(out[[0, 5]]).all()
+
+
 def test_strided_pool_and_int32_slots():
     layer = Layer(SUPER120B, seed=4)
     pool = torch.zeros(5, 3, layer.H, layer.P, layer.N, device="cuda")
