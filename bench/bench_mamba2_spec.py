@@ -152,7 +152,8 @@ def bench_verify_commit(s: Setup, read_copy_dtype, breakdown=False, trace=None):
             kernels = graph_kernel_times(record, before_replay=before_replay)
             replay = kernels.pop("(replay)")
             parts = ", ".join(f"{name} {t / k * 1e6:.1f}" for name, t in sorted(kernels.items()))
-            print(f"# trace {trace}, {what}, us per round: {parts}; kernels {sum(kernels.values()) / k * 1e6:.1f}, "
+            total = sum(kernels.values())
+            print(f"# trace {trace}, {what}, us per round: {parts}; kernels {total / k * 1e6:.1f}, "
                   f"replay {replay / k * 1e6:.1f}", flush=True)
 
     whole = time_graph(rounds, before_replay=draw_acceptance) / k
@@ -217,7 +218,8 @@ def main(argv=None) -> int:
                 if skip is not None:
                     print(f"| {dname} | {batch} | (b) replay verify(T={s.T}) + commit, {label} | skipped | | | | |")
                     continue
-                t_b = bench_verify_commit(s, rc, args.breakdown, f"{dname} b{batch} {label}" if args.trace else None)
+                trace = f"{dname} b{batch} {label}" if args.trace else None
+                t_b = bench_verify_commit(s, rc, args.breakdown, trace)
                 if args.breakdown:
                     t_b, t_v, t_c = t_b
                 print(f"| {dname} | {batch} | (b) replay verify(T={s.T}) + commit, {label} | {t_b * 1e6:.1f} | | | "

@@ -83,7 +83,7 @@ def graph_kernel_times(record, replays=10, before_replay=None) -> dict:
     for _ in range(3):
         graph.replay()                      # warm-up replays, outside the profile
     torch.cuda.synchronize()
-    times, windows = [], []
+    times = []
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             if before_replay is not None:
@@ -118,4 +118,3 @@ def _kernel_name(key: str) -> str:
     """'void ns::(anonymous namespace)::cursor_kernel<64, ...>(Params)' -> 'cursor_kernel'."""
     head = re.split(r"[<(]", key.replace("(anonymous namespace)::", ""), maxsplit=1)[0]
     return head.replace("void ", "").strip().split("::")[-1]
-

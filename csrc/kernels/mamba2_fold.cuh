@@ -431,9 +431,10 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
             words.get<R>(key, fslot, head, r, [](int q) { return Tile::row(q); }, col0, w);
             stochastic_round4<kCkpt>(s[rb], w);
           }
-          // Streaming stores: the trace of a spec round (bench_mamba2_spec.py --trace, session 9) had
-          // verify 11.5 us slower right after commit than alone (super120b, batch 256) and commit
-          // 2.5 us faster: the checkpoint's dirty lines were written back during the next verify.
+          // Streaming stores (evict-first in L2): no kernel reads the checkpoint right after commit.
+          // Session 9 measured the fold ~3% faster where it also writes a bf16 copy, the same without
+          // one; verify right after commit stayed ~11 us slower than alone, so that gap is not (only)
+          // this write-back.
           store4<kCkpt, true>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
           if constexpr (kCopy) store_read_copy4<kCkpt, kRead, kLanes>(p, fslot, head, pr, col0, s[rb]);
         }

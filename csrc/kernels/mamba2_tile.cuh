@@ -244,10 +244,11 @@ __device__ __forceinline__ void store_whole(void* p, uint32_t v) {
   asm volatile("st.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 // store_whole with the streaming cache operator (st.global.cs: L2 lines allocated evict-first), for
-// state written once and not read again by the next kernel: its dirty lines are then written back
-// while the writing kernel runs, not left in L2 for the next one (see the commit fold).
+// state written once that the next kernels do not read: its lines leave L2 before those that may still
+// be used (the commit fold's checkpoint).
 __device__ __forceinline__ void store_streaming(void* p, const float4& v) {
-  asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+  asm volatile("st.global.cs.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
 }
 __device__ __forceinline__ void store_streaming(void* p, const uint2& v) {
   asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
