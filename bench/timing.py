@@ -45,16 +45,7 @@ def time_graph(record, replays=15, before_replay=None) -> float:
     """Capture record() (the steps or rounds to time) into a CUDA graph; return the median replay
     time in seconds."""
     graph = _capture(record)
-    times = []
-    for _ in range(replays + 3):
-        if before_replay is not None:
-            before_replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+    times = _replay_times(graph, replays + 3, before_replay)
     del graph
     return statistics.median(times[3:])
 
@@ -71,6 +62,21 @@ def _capture(record):
     return graph
 
 
+def _replay_times(graph, count, before_replay=None):
+    """Seconds of each of `count` replays between CUDA events (before_replay() runs before each start)."""
+    times = []
+    for _ in range(count):
+        if before_replay is not None:
+            before_replay()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return times
+
+
 def graph_kernel_times(record, replays=10, before_replay=None) -> dict:
     """Capture record() as time_graph does and replay it under torch.profiler (CUPTI kernel records):
     GPU seconds per replay of each kernel, keyed by its name without namespace and template arguments,
@@ -80,20 +86,9 @@ def graph_kernel_times(record, replays=10, before_replay=None) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     graph = _capture(record)
-    for _ in range(3):
-        graph.replay()                      # warm-up replays, outside the profile
-    torch.cuda.synchronize()
-    times = []
+    _replay_times(graph, 3, before_replay)  # warm-up replays, outside the profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            if before_replay is not None:
-                before_replay()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+        times = _replay_times(graph, replays, before_replay)
     del graph
     before = set()
     if before_replay is not None:           # the names of before_replay's own kernels
