@@ -360,14 +360,13 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
       {
         using XChunks = EntryChunks<kP, Act>;
         using BChunks = EntryChunks<kN, Act>;
-        const FoldInputs<kP, kN, Act> in = next_in;
         const Act* B_buf = FoldInputs<kP, kN, Act>::B_rows(p, fslot, head);
         const Act* x_buf = FoldInputs<kP, kN, Act>::x_rows(p, fslot, head);
-        if (tid < n_fold * BChunks::kPerEntry) *reinterpret_cast<uint4*>(B_rows + tid * BChunks::kPerChunk) = in.B;
+        if (tid < n_fold * BChunks::kPerEntry) *reinterpret_cast<uint4*>(B_rows + tid * BChunks::kPerChunk) = next_in.B;
         stage_entries_rest<kN>(B_rows, B_buf, p.Bb_entry_stride, n_fold);
         cp_async_commit();
         const int x_chunks = n_fold * XChunks::kPerEntry;
-        store_coef_chunk<kP, kN, Act>(coef, fs, in.x, tid, n_fold, tid < x_chunks);
+        store_coef_chunk<kP, kN, Act>(coef, fs, next_in.x, tid, n_fold, tid < x_chunks);
         for (int i0 = kThreads; i0 < x_chunks; i0 += kThreads) {  // buffers past 16 entries (CTA-uniform trip count)
           const int i = i0 + tid;
           uint4 chunk{};
