@@ -49,6 +49,34 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_
   }
 }
 
+// d += a b for one m16n8k8 tile of tf32 inputs, fp32 accumulators (verify's fp32-source read). An
+// operand is an fp32 bit pattern whose low 13 mantissa bits are zero (split_tf32 makes them so).
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32): lane = 4 g + c holds A (g, c),
+// (g + 8, c), (g, c + 4), (g + 8, c + 4), B (k = c, n = g), (k = c + 4, n = g), and D (g, 2c), (g, 2c + 1),
+// (g + 8, 2c), (g + 8, 2c + 1).
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// An fp32 value as two tf32 values, x = hi + lo + e with |e| < 2^-21 |x| (normal x): hi is x truncated
+// to tf32 (11 significant bits), x - hi is exact in fp32 and below hi's last bit, lo truncates it. So a
+// product with a tf32-exact factor (a bf16 or fp16 activation) costs two mma and stays within 2^-21 of
+// the fp32 product; an infinite x gives NaN.
+struct Tf32Pair {
+  uint32_t hi, lo;
+};
+__device__ __forceinline__ Tf32Pair split_tf32(float x) {
+  constexpr uint32_t kTf32Mask = 0xffffe000u;
+  const uint32_t hi = __float_as_uint(x) & kTf32Mask;
+  const float rest = x - __uint_as_float(hi);
+  return {hi, __float_as_uint(rest) & kTf32Mask};
+}
+
 // Two e4m3 values (low byte first) as an f16x2 register (exact).
 __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);

@@ -34,6 +34,7 @@
 // docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured.
 #pragma once
 
+#include "mamba2_mma.cuh"
 #include "mamba2_spec_common.cuh"
 
 namespace replayssm {
@@ -596,6 +597,96 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     if (r < my_units) units(r, std::integral_constant<int, 1>{});
   };
 
+  // ---- fp32 source: the reduce warps on tensor cores ----
+  // S C_i for 8 drafts at a time as an m16n8k8 tf32 product, one warp per 16 state rows (an m-tile):
+  // each state element is split into two tf32 parts (split_tf32) and C (a bf16 or fp16 activation) is
+  // tf32-exact, so two mma per k-step give S C_i within 2^-21 of each product, summed in fp32. The window
+  // term sum_j coef[j][i] x_j is a second product, x_j^T (exact) times coef (split): D = 8 drafts x 16
+  // rows, and each lane finishes its 4 outputs (rows g, g + 8; drafts 2c, 2c + 1). Why: the CUDA-core
+  // reduction above costs ~6,500 warp instructions per head and CTA (ncu, super120b b256: 211 M in all,
+  // FFMA 20% of them, the rest address arithmetic, shuffles and branches; IPC 2.2, 65% of DRAM).
+  // Physical columns per k-step as in mamba2_mma.cuh: lane c of a quad loads columns 16 G + 4 c .. + 3
+  // of its rows (one 16-byte load per row), which are k = c, c + 4 of k-step 2 G (the first two) and of
+  // k-step 2 G + 1 (the last two); C's fragments take the same columns.
+  constexpr int kKSteps = kN / 8;
+  constexpr int kMTiles = kP / 16;
+  static_assert(kP % 16 == 0 && kN % 16 == 0, "whole m16n8k8 tiles");
+  const int quad_g = lane >> 2, quad_c = lane & 3;
+  auto load_c_frags = [&](int n0, uint32_t (&cf)[kKSteps][2]) {
+    const int i = n0 + quad_g;
+#pragma unroll
+    for (int G = 0; G < kKSteps / 2; ++G) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float v = i < T ? to_float(sm.C_rows()[i * kN + 16 * G + 4 * quad_c + e]) : 0.0f;
+        cf[2 * G + e / 2][e % 2] = __float_as_uint(v);
+      }
+    }
+  };
+  // z of a lane's 4 outputs of m-tile mt, drafts n0 + 2c, n0 + 2c + 1: raw, so that nothing waits on
+  // the load until the outputs (the first drafts' are requested a head ahead: a z load issued at the
+  // start of the products, ~1 us before its use, left every warp waiting on DRAM at every head's end).
+  auto load_z_frag = [&](int h, int mt, int n0, Act (&zr)[4]) {
+    const int i0 = n0 + 2 * quad_c;
+    const Act* z = static_cast<const Act*>(p.z) + row * p.z_row_stride + (head0 + h) * p.z_head_stride + 16 * mt + quad_g;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = i0 + (k & 1);
+      if (p.z != nullptr && i < T) zr[k] = __ldg(z + i * p.z_token_stride + (k < 2 ? 0 : 8));
+    }
+  };
+  auto mma_tile = [&](const unsigned char* tile, const uint32_t (&cf)[kKSteps][2], int mt, int n0, int h,
+                      const Act (&zr)[4]) {
+    const int b = h & 1;
+    const int r0 = 16 * mt + quad_g, r1 = r0 + 8;
+    const int i0 = n0 + 2 * quad_c;  // this lane's drafts i0, i0 + 1
+    const int head = head0 + h;
+    float hi_acc[4] = {}, lo_acc[4] = {};
+    const float* s0 = reinterpret_cast<const float*>(tile) + r0 * kN + 4 * quad_c;
+    const float* s1 = s0 + 8 * kN;
+#pragma unroll
+    for (int G = 0; G < kKSteps / 2; ++G) {
+      const float4 v = *reinterpret_cast<const float4*>(s0 + 16 * G);
+      const float4 u = *reinterpret_cast<const float4*>(s1 + 16 * G);
+      const mamba2::Tf32Pair a[2][4] = {
+          {mamba2::split_tf32(v.x), mamba2::split_tf32(u.x), mamba2::split_tf32(v.y), mamba2::split_tf32(u.y)},
+          {mamba2::split_tf32(v.z), mamba2::split_tf32(u.z), mamba2::split_tf32(v.w), mamba2::split_tf32(u.w)}};
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const uint32_t(&c)[2] = cf[2 * G + k];
+        mamba2::mma_m16n8k8_tf32(hi_acc, a[k][0].hi, a[k][1].hi, a[k][2].hi, a[k][3].hi, c[0], c[1]);
+        mamba2::mma_m16n8k8_tf32(lo_acc, a[k][0].lo, a[k][1].lo, a[k][2].lo, a[k][3].lo, c[0], c[1]);
+      }
+    }
+    // The window term: A = x_j[p] (rows p, k = entry j), B = coef[j][i]. Entries from E on have zero
+    // coefficients; their x is read at entry E - 1 (a finite value) instead.
+    float win_acc[4] = {};
+    const Act* xw = sm.x_window(h % 3);
+    const float* coef = sm.coef(b);
+    const int ci = n0 + quad_g;  // the draft of this lane's B fragment
+    for (int k0 = 0; k0 < E; k0 += 8) {  // CTA-uniform trip count: mma.sync needs the whole warp
+      const int j0 = k0 + quad_c, j1 = j0 + 4;
+      const int x0 = min(j0, E - 1) * kP, x1 = min(j1, E - 1) * kP;
+      const uint32_t a0 = __float_as_uint(to_float(xw[x0 + r0])), a1 = __float_as_uint(to_float(xw[x0 + r1]));
+      const uint32_t a2 = __float_as_uint(to_float(xw[x1 + r0])), a3 = __float_as_uint(to_float(xw[x1 + r1]));
+      const mamba2::Tf32Pair c0 = mamba2::split_tf32(ci < Tp && j0 < E ? coef[j0 * Tp + ci] : 0.0f);
+      const mamba2::Tf32Pair c1 = mamba2::split_tf32(ci < Tp && j1 < E ? coef[j1 * Tp + ci] : 0.0f);
+      mamba2::mma_m16n8k8_tf32(win_acc, a0, a1, a2, a3, c0.hi, c1.hi);
+      mamba2::mma_m16n8k8_tf32(win_acc, a0, a1, a2, a3, c0.lo, c1.lo);
+    }
+    const float skip = *sm.skip(b);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int i = i0 + (k & 1);
+      const int r = k < 2 ? r0 : r1;
+      if (i < T) {
+        float y = (hi_acc[k] + lo_acc[k]) * sm.decay(b)[i] + win_acc[k] + skip * to_float(xw[(w + i) * kP + r]);
+        if (p.z != nullptr) y *= gate(to_float(zr[k]));
+        store_act<kAct>(p.out, row * p.out_row_stride + i * p.out_token_stride + head * p.out_head_stride + r, y);
+      }
+    }
+  };
+
   // The head loop, one per role (the reduce warps' C values must not be live in the scalar warp's code,
   // nor its temporaries in theirs), the same barriers in both: at the end of head h every reduce warp
   // is done with its stage and x window, and x window h + 1 has landed.
@@ -624,6 +715,48 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
         prepare_head(h + 1, cur);
       }
       append_x(h);
+      end_of_head();
+    }
+  } else if constexpr (kSrc == DType::kFloat32) {
+    uint32_t cf[kKSteps][2];  // this warp's C fragments: drafts 0 .. 7 between heads
+    load_c_frags(0, cf);
+    constexpr int kMaxMTiles = (kMTiles + kReduceWarps - 1) / kReduceWarps;  // a warp's m-tiles: warp, warp + 7
+    Act z_next[kMaxMTiles][4] = {};  // head h + 1's, drafts 0 .. 7
+#pragma unroll
+    for (int m = 0; m < kMaxMTiles; ++m) {
+      if (warp + m * kReduceWarps < kMTiles) load_z_frag(0, warp + m * kReduceWarps, 0, z_next[m]);
+    }
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int h = 0; h < num_heads; ++h) {
+      Act z_now[kMaxMTiles][4];
+#pragma unroll
+      for (int m = 0; m < kMaxMTiles; ++m) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) z_now[m][k] = z_next[m][k];
+        if (h + 1 < num_heads && warp + m * kReduceWarps < kMTiles) load_z_frag(h + 1, warp + m * kReduceWarps, 0, z_next[m]);
+      }
+      stage_ahead(h);
+      mbarrier_wait(sm.full(stage), phase);
+      mbarrier_wait(sm.coef_ready(h & 1), (h >> 1) & 1);
+      const unsigned char* tile = sm.tile(stage);
+#pragma unroll
+      for (int m = 0; m < kMaxMTiles; ++m) {
+        const int mt = warp + m * kReduceWarps;
+        if (mt >= kMTiles) break;
+        mma_tile(tile, cf, mt, 0, h, z_now[m]);
+        for (int n0 = 8; n0 < T; n0 += 8) {  // drafts 8 .. 15: their fragments in the same registers
+          Act z_more[4] = {};
+          load_z_frag(h, mt, n0, z_more);
+          load_c_frags(n0, cf);
+          mma_tile(tile, cf, mt, n0, h, z_more);
+          load_c_frags(0, cf);
+        }
+      }
+      if (++stage == S) {
+        stage = 0;
+        phase ^= 1;
+      }
       end_of_head();
     }
   } else {
