@@ -1,5 +1,6 @@
 // The replay read S C (a P x N source tile times the group's C vector) on tensor cores, one warp per
 // 16 rows: mma.sync m16n8k16 with fp32 accumulation, C as the B operand (the same in all 8 columns).
+// Verify's fp32-source read uses the tf32 helpers further down (mma_m16n8k8_tf32, split_tf32).
 //
 // Why: with a bf16 or fp8 read copy the replay step moves so few bytes per head that the CUDA-core
 // reduction (convert every element to fp32, one FFMA each, a shuffle tree per row) made it issue-bound:

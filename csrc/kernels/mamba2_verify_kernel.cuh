@@ -23,7 +23,9 @@
 // that each draft's sum ends on N / 32 lanes, and those lanes add their shares of the window term
 // (sum_j coef[j][i] x_j) before the last shuffles: each lane then holds one (row, draft) output and
 // the first of its draft's lanes gates and stores it (z loaded a head ahead, its silu parked in shared
-// memory at the end of the head before). One barrier per head.
+// memory at the end of the head before). One barrier per head. With an fp32 source (the checkpoint,
+// no read copy) the reduce warps instead take 16 rows each on tensor cores, 2 x tf32 mma.sync (below:
+// ~4% faster on super120b, session 10).
 // (Until session 7 all 8 warps reduced and wrote the dot products to shared memory, and after the
 // per-head barrier 4 of them formed the outputs: those 4 carried the epilogue on top of their rows
 // while the rest waited at the barrier, 35% of the warp samples in ncu. docs/PERF_NOTES_MAMBA2.md has
@@ -612,6 +614,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   constexpr int kMTiles = kP / 16;
   static_assert(kP % 16 == 0 && kN % 16 == 0, "whole m16n8k8 tiles");
   const int quad_g = lane >> 2, quad_c = lane & 3;
+  // C of drafts n0 + g as B fragments (tf32 bit patterns; zero for drafts >= T).
   auto load_c_frags = [&](int n0, uint32_t (&cf)[kKSteps][2]) {
     const int i = n0 + quad_g;
 #pragma unroll
@@ -623,9 +626,10 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
       }
     }
   };
-  // z of a lane's 4 outputs of m-tile mt, drafts n0 + 2c, n0 + 2c + 1: raw, so that nothing waits on
-  // the load until the outputs (the first drafts' are requested a head ahead: a z load issued at the
-  // start of the products, ~1 us before its use, left every warp waiting on DRAM at every head's end).
+  // z of a lane's 4 outputs of m-tile mt, drafts n0 + 2c, n0 + 2c + 1, kept raw so that nothing waits on
+  // the load before the outputs. Drafts 0 .. 7 are requested a head ahead: requested at the start of
+  // the products instead (this path's first form), verify was slower than the CUDA-core path it
+  // replaced (super120b b256 377 -> 420 us; a head ahead, 372 -> 357 us; session 10, runs 4 and 5).
   auto load_z_frag = [&](int h, int mt, int n0, Act (&zr)[4]) {
     const int i0 = n0 + 2 * quad_c;
     const Act* z = static_cast<const Act*>(p.z) + row * p.z_row_stride + (head0 + h) * p.z_head_stride + 16 * mt + quad_g;
