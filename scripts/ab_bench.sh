@@ -35,6 +35,8 @@ for round in $(seq 1 "${REPLAYSSM_AB_ROUNDS:-2}"); do
   for side in base new; do
     root="$here"; [[ $side == base ]] && root="$base"
     echo "== $side, round $round"
-    (cd "$root" && PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" python3 "$@") 2>&1 | tee "$OUT/ab_${side}_${round}.md"
+    # Each run stops after REPLAYSSM_AB_TIMEOUT seconds (default 240), so that a hang leaves time for the rest.
+    (cd "$root" && PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" timeout "${REPLAYSSM_AB_TIMEOUT:-240}" python3 "$@") 2>&1 |
+      tee "$OUT/ab_${side}_${round}.md"
   done
 done
