@@ -599,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     if (r < my_units) units(r, std::integral_constant<int, 1>{});
   };
 
-  // ---- fp32 source: the reduce warps on tensor cores ----
+  // ---- an fp32 source (and a 16-bit copy of the activations' type, below): the reduce warps on tensor cores ----
   // S C_i for 8 drafts at a time as an m16n8k8 tf32 product, one warp per 16 state rows (an m-tile):
   // each state element is split into two tf32 parts (split_tf32) and C (a bf16 or fp16 activation) is
   // tf32-exact, so two mma per k-step give S C_i within 2^-21 of each product, summed in fp32. The window
@@ -610,19 +610,38 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   // Physical columns per k-step as in mamba2_mma.cuh: lane c of a quad loads columns 16 G + 4 c .. + 3
   // of its rows (one 16-byte load per row), which are k = c, c + 4 of k-step 2 G (the first two) and of
   // k-step 2 G + 1 (the last two); C's fragments take the same columns.
-  constexpr int kKSteps = kN / 8;
+  // A 16-bit read copy of the activations' type (bf16 with bf16, fp16 with fp16) takes the same path with
+  // mma.sync m16n8k16 in that type: products exact, no split, one mma per 16 columns. Its k-steps are
+  // mamba2_mma.cuh's: lane c of a quad loads 16 bytes (8 elements) of its rows at chunk 4 G + c, whose
+  // words 0-1 are k-step 2 G and words 2-3 k-step 2 G + 1. Other pairings keep the CUDA-core path.
+  constexpr bool kTf32 = kSrc == DType::kFloat32;
+  constexpr bool kTensorRead =
+      kTf32 || (kSrc == kAct && (kSrc == DType::kBFloat16 || kSrc == DType::kFloat16));
+  constexpr int kKSteps = kTf32 ? kN / 8 : kN / 16;
   constexpr int kMTiles = kP / 16;
-  static_assert(kP % 16 == 0 && kN % 16 == 0, "whole m16n8k8 tiles");
+  static_assert(kP % 16 == 0 && kN % 16 == 0, "whole m16n8k8 / m16n8k16 tiles");
   const int quad_g = lane >> 2, quad_c = lane & 3;
-  // C of drafts n0 + g as B fragments (tf32 bit patterns; zero for drafts >= T).
+  // C of drafts n0 + g as B fragments (tf32 bit patterns, or 16-bit pairs; zero for drafts >= T).
   auto load_c_frags = [&](int n0, uint32_t (&cf)[kKSteps][2]) {
     const int i = n0 + quad_g;
+    if constexpr (kTf32) {
 #pragma unroll
-    for (int G = 0; G < kKSteps / 2; ++G) {
+      for (int G = 0; G < kKSteps / 2; ++G) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float v = i < T ? to_float(sm.C_rows()[i * kN + 16 * G + 4 * quad_c + e]) : 0.0f;
-        cf[2 * G + e / 2][e % 2] = __float_as_uint(v);
+        for (int e = 0; e < 4; ++e) {
+          const float v = i < T ? to_float(sm.C_rows()[i * kN + 16 * G + 4 * quad_c + e]) : 0.0f;
+          cf[2 * G + e / 2][e % 2] = __float_as_uint(v);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int G = 0; G < kKSteps / 2; ++G) {
+        uint4 v{};
+        if (i < T) v = *reinterpret_cast<const uint4*>(sm.C_rows() + i * kN + 8 * (4 * G + quad_c));
+        cf[2 * G][0] = v.x;
+        cf[2 * G][1] = v.y;
+        cf[2 * G + 1][0] = v.z;
+        cf[2 * G + 1][1] = v.w;
       }
     }
   };
@@ -631,12 +650,13 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   // the products instead (this path's first form), verify was slower than the CUDA-core path it
   // replaced (super120b b256 377 -> 420 us; a head ahead, 372 -> 357 us; session 10, runs 4 and 5).
   auto load_z_frag = [&](int h, int mt, int n0, Act (&zr)[4]) {
+    if (p.z == nullptr) return;
     const int i0 = n0 + 2 * quad_c;
     const Act* z = static_cast<const Act*>(p.z) + row * p.z_row_stride + (head0 + h) * p.z_head_stride + 16 * mt + quad_g;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
       const int i = i0 + (k & 1);
-      if (p.z != nullptr && i < T) zr[k] = __ldg(z + i * p.z_token_stride + (k < 2 ? 0 : 8));
+      if (i < T) zr[k] = __ldg(z + i * p.z_token_stride + (k < 2 ? 0 : 8));
     }
   };
   auto mma_tile = [&](const unsigned char* tile, const uint32_t (&cf)[kKSteps][2], int mt, int n0, int h,
@@ -645,21 +665,34 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     const int r0 = 16 * mt + quad_g, r1 = r0 + 8;
     const int i0 = n0 + 2 * quad_c;  // this lane's drafts i0, i0 + 1
     const int head = head0 + h;
-    float hi_acc[4] = {}, lo_acc[4] = {};
-    const float* s0 = reinterpret_cast<const float*>(tile) + r0 * kN + 4 * quad_c;
-    const float* s1 = s0 + 8 * kN;
+    float hi_acc[4] = {}, lo_acc[4] = {};  // 16-bit sources: hi_acc only
+    if constexpr (kTf32) {
+      const float* s0 = reinterpret_cast<const float*>(tile) + r0 * kN + 4 * quad_c;
+      const float* s1 = s0 + 8 * kN;
 #pragma unroll
-    for (int G = 0; G < kKSteps / 2; ++G) {
-      const float4 v = *reinterpret_cast<const float4*>(s0 + 16 * G);
-      const float4 u = *reinterpret_cast<const float4*>(s1 + 16 * G);
-      const mamba2::Tf32Pair a[2][4] = {
-          {mamba2::split_tf32(v.x), mamba2::split_tf32(u.x), mamba2::split_tf32(v.y), mamba2::split_tf32(u.y)},
-          {mamba2::split_tf32(v.z), mamba2::split_tf32(u.z), mamba2::split_tf32(v.w), mamba2::split_tf32(u.w)}};
+      for (int G = 0; G < kKSteps / 2; ++G) {
+        const float4 v = *reinterpret_cast<const float4*>(s0 + 16 * G);
+        const float4 u = *reinterpret_cast<const float4*>(s1 + 16 * G);
+        const mamba2::Tf32Pair a[2][4] = {
+            {mamba2::split_tf32(v.x), mamba2::split_tf32(u.x), mamba2::split_tf32(v.y), mamba2::split_tf32(u.y)},
+            {mamba2::split_tf32(v.z), mamba2::split_tf32(u.z), mamba2::split_tf32(v.w), mamba2::split_tf32(u.w)}};
 #pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        const uint32_t(&c)[2] = cf[2 * G + k];
-        mamba2::mma_m16n8k8_tf32(hi_acc, a[k][0].hi, a[k][1].hi, a[k][2].hi, a[k][3].hi, c[0], c[1]);
-        mamba2::mma_m16n8k8_tf32(lo_acc, a[k][0].lo, a[k][1].lo, a[k][2].lo, a[k][3].lo, c[0], c[1]);
+        for (int k = 0; k < 2; ++k) {
+          const uint32_t(&c)[2] = cf[2 * G + k];
+          mamba2::mma_m16n8k8_tf32(hi_acc, a[k][0].hi, a[k][1].hi, a[k][2].hi, a[k][3].hi, c[0], c[1]);
+          mamba2::mma_m16n8k8_tf32(lo_acc, a[k][0].lo, a[k][1].lo, a[k][2].lo, a[k][3].lo, c[0], c[1]);
+        }
+      }
+    } else {
+      constexpr int kRowBytes = kN * 2;
+      const unsigned char* s0 = tile + r0 * kRowBytes + 16 * quad_c;
+      const unsigned char* s1 = s0 + 8 * kRowBytes;
+#pragma unroll
+      for (int G = 0; G < kKSteps / 2; ++G) {
+        const uint4 v = *reinterpret_cast<const uint4*>(s0 + 64 * G);  // row g
+        const uint4 u = *reinterpret_cast<const uint4*>(s1 + 64 * G);  // row g + 8
+        mamba2::mma_m16n8k16<kSrc == DType::kBFloat16>(hi_acc, v.x, u.x, v.y, u.y, cf[2 * G][0], cf[2 * G][1]);
+        mamba2::mma_m16n8k16<kSrc == DType::kBFloat16>(hi_acc, v.z, u.z, v.w, u.w, cf[2 * G + 1][0], cf[2 * G + 1][1]);
       }
     }
     // The window term: A = x_j[p] (rows p, k = entry j), B = coef[j][i]. Entries from E on have zero
@@ -721,7 +754,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
       append_x(h);
       end_of_head();
     }
-  } else if constexpr (kSrc == DType::kFloat32) {
+  } else if constexpr (kTensorRead) {
     uint32_t cf[kKSteps][2];  // this warp's C fragments: drafts 0 .. 7 between heads
     load_c_frags(0, cf);
     constexpr int kMaxMTiles = (kMTiles + kReduceWarps - 1) / kReduceWarps;  // a warp's m-tiles: warp, warp + 7
