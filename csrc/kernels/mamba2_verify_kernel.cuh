@@ -224,16 +224,19 @@ __device__ __forceinline__ void write_zero_outputs(const Mamba2SpecParams& p, in
 }
 
 // Copy window rows first .. last-1 of one kind (x or B) to shared memory with cp.async (no commit):
-// entries < w from the buffer, the drafts from the inputs. From the CTA's last thread down: the
-// epilogue warps, first in the CTA, have the most other work.
-template <int kElems, class Act>
+// entries < w from the buffer, the drafts from the inputs. Threads 0 .. kCopiers - 1 copy, from the
+// last of them down: the first warps have the most other work (the CUDA-core epilogue, the tensor-core
+// m-tiles). The per-head x windows leave the scalar warp out (kCopiers = 224): its work is the
+// tensor-core verify's critical path.
+template <int kElems, int kCopiers = kThreads, class Act>
 __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t entry_stride, const Act* drafts,
                                            int64_t token_stride, int w, int count) {
   constexpr int kPerChunk = 16 / sizeof(Act);
   constexpr int kChunks = kElems / kPerChunk;
   static_assert(kElems % kPerChunk == 0, "rows must be whole 16-byte chunks");
   const int total = count * kChunks;
-  for (int k = kThreads - 1 - static_cast<int>(threadIdx.x); k < total; k += kThreads) {
+  if (static_cast<int>(threadIdx.x) >= kCopiers) return;
+  for (int k = kCopiers - 1 - static_cast<int>(threadIdx.x); k < total; k += kCopiers) {
     const int j = k / kChunks;
     const int c = (k - j * kChunks) * kPerChunk;
     const Act* src = j < w ? buffer + j * entry_stride : drafts + (j - w) * token_stride;
@@ -290,10 +293,17 @@ __device__ __forceinline__ float window_dt(const Mamba2SpecParams& p, const Wind
 
 // The scalar warp: coef[j][i] = dt_j exp(Lambda_{w+i} - Lambda_j) (B_j . C_i) for j <= w + i (0 above,
 // up to entry E_pad - 1, and in the padding drafts), and decay[i] = exp(Lambda_{w+i}), into shared memory.
-// dt[h] returns the window's dt_j of the lane's entries, for the drafts' entries to append.
+// dt[h] holds the window's dt_j of the lane's entries j = lane + 32 h.
+// The pairs (j, i) are spread over the lanes: lane l takes entries j = l % 16 + 16 a and drafts
+// i = l / 16 + 2 b, so at L = 16, T = 4 each lane forms 2 coefficients, independent of each other, and
+// every lane < Tp one decay. Why: this warp's work per head is the critical path of the tensor-core
+// verify (ncu, super120b b256, session 11: the reduce warps with an m-tile are busy ~half of each head,
+// the scalar warp all of it, rarely at the barrier). Entry-per-lane with a loop over drafts (the form
+// before) ran the drafts one after another: half the lanes idle at E <= 16, four exps in a chain.
 __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int w, int T,
                                               int E, int E_pad, int L, int Tp, const float* dots, float* coef, float* decay) {
   constexpr int kEntriesPerLane = kMamba2SpecMaxBufferLen / 32;
+  static_assert(kEntriesPerLane == 2, "entries j = lane, lane + 32");
   const int lane = threadIdx.x & 31;
   float prefix[kEntriesPerLane] = {};
   float carry = 0.0f;
@@ -304,19 +314,32 @@ __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBu
     prefix[h] = v + carry;
     carry += __shfl_sync(kFullMask, v, 31);
   }
-  // Tp is a multiple of 4: four drafts at a time, their exps independent of each other.
-  for (int i0 = 0; i0 < Tp; i0 += 4) {
+  // Lambda_{w+i} of draft i = lane (Tp <= 16 lanes), and its decay.
+  const int t_lane = w + lane;
+  const float at0 = __shfl_sync(kFullMask, prefix[0], t_lane & 31);
+  const float at1 = __shfl_sync(kFullMask, prefix[1], t_lane & 31);
+  const float lambda = A * (t_lane < 32 ? at0 : at1);
+  if (lane < Tp) decay[lane] = lane < T ? expf(lambda) : 0.0f;
+
+  const int jl = lane & 15, q = lane >> 4;
+  // Not unrolled: unrolled, the fp8 P = 128, N = 128 kernels spilled 56 bytes at 128 registers.
+#pragma unroll 1
+  for (int a = 0; 16 * a < E_pad; ++a) {  // warp-uniform
+    const int j = jl + 16 * a;
+    const float pj = __shfl_sync(kFullMask, a < 2 ? prefix[0] : prefix[1], j & 31);
+    const float dtj = __shfl_sync(kFullMask, a < 2 ? dt[0] : dt[1], j & 31);
+    // Tp is a multiple of 4: drafts i0 + q and i0 + q + 2 of each four.
+#pragma unroll 1
+    for (int i0 = 0; i0 < Tp; i0 += 4) {
 #pragma unroll
-    for (int i = i0; i < i0 + 4; ++i) {
-      const int t = w + i;
-      const float at_t = __shfl_sync(kFullMask, t < 32 ? prefix[0] : prefix[1], t & 31);
-      const float total = A * at_t;  // Lambda_t
-#pragma unroll
-      for (int h = 0; h < kEntriesPerLane; ++h) {
-        const int j = lane + 32 * h;
-        if (j < E_pad) coef[j * Tp + i] = i < T && j <= t ? dt[h] * expf(total - A * prefix[h]) * dots[i * L + j] : 0.0f;
+      for (int k = 0; k < 2; ++k) {
+        const int i = i0 + q + 2 * k;
+        const float total = __shfl_sync(kFullMask, lambda, i);  // Lambda_t, t = w + i
+        // dots is [T][L]: clamped so that a pair whose coefficient is 0 reads inside it.
+        const float dot = dots[min(i, T - 1) * L + min(j, L - 1)];
+        const float v = dtj * expf(total - A * pj) * dot;
+        if (j < E_pad) coef[j * Tp + i] = i < T && j <= w + i ? v : 0.0f;
       }
-      if (lane == 0) decay[i] = i < T ? expf(total) : 0.0f;
     }
   }
 }
@@ -418,7 +441,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   const Act* B_in = static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride;
   const Act* C_in = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
   auto stage_x_window = [&](int k, int head) {
-    stage_rows<kP>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride,
+    stage_rows<kP, kReduceWarps * 32>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride,
                    static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride, p.x_token_stride, w, E);
   };
 
@@ -739,12 +762,16 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     const WindowDt first = next_dt;
     if (num_heads > 1) next_dt = load_window_dt(p, row, slot, head0 + 1, w, E);
     prepare_head(0, first);
+    int refill = 0;  // (h - 1) % S, counted: a division by the runtime S costs this warp ~50 instructions
     for (int h = 0; h < num_heads; ++h) {
       stage_ahead(h);
       // Head h - 1's stage is free since the last barrier: the tile S heads on goes in.
-      if (lane == 0 && h > 0 && h - 1 + S < num_heads) {
-        fence_proxy_async();
-        issue_tile((h - 1) % S, head0 + h - 1 + S);
+      if (h > 0) {
+        if (lane == 0 && h - 1 + S < num_heads) {
+          fence_proxy_async();
+          issue_tile(refill, head0 + h - 1 + S);
+        }
+        if (++refill == S) refill = 0;
       }
       if (h + 1 < num_heads) {
         const WindowDt cur = next_dt;
