@@ -24,8 +24,9 @@
 // (sum_j coef[j][i] x_j) before the last shuffles: each lane then holds one (row, draft) output and
 // the first of its draft's lanes gates and stores it (z loaded a head ahead, its silu parked in shared
 // memory at the end of the head before). One barrier per head. With an fp32 source (the checkpoint,
-// no read copy) the reduce warps instead take 16 rows each on tensor cores, 2 x tf32 mma.sync (below:
-// ~4% faster on super120b, session 10).
+// no read copy) or a bf16 / fp16 copy of the activations' type, the reduce warps instead take 16 rows
+// each on tensor cores (mma.sync, below; sessions 10-11), and the scalar warp's per-head work is then
+// what sets the head period (see draft_weights).
 // (Until session 7 all 8 warps reduced and wrote the dot products to shared memory, and after the
 // per-head barrier 4 of them formed the outputs: those 4 carried the epilogue on top of their rows
 // while the rest waited at the barrier, 35% of the warp samples in ncu. docs/PERF_NOTES_MAMBA2.md has
@@ -300,6 +301,7 @@ __device__ __forceinline__ float window_dt(const Mamba2SpecParams& p, const Wind
 // verify (ncu, super120b b256, session 11: the reduce warps with an m-tile are busy ~half of each head,
 // the scalar warp all of it, rarely at the barrier). Entry-per-lane with a loop over drafts (the form
 // before) ran the drafts one after another: half the lanes idle at E <= 16, four exps in a chain.
+// Spread (with the two changes in the head loop below), super120b verify alone went 362 -> 305 us.
 __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int w, int T,
                                               int E, int E_pad, int L, int Tp, const float* dots, float* coef, float* decay) {
   constexpr int kEntriesPerLane = kMamba2SpecMaxBufferLen / 32;
