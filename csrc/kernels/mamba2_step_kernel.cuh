@@ -311,13 +311,11 @@ __device__ __forceinline__ float window_weights(const Mamba2Params& p, const Hea
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
     const int j = lane + 32 * h;
-    if (j <= w) {
-      const float v = dts[h] * expf(total - A * prefix[h]);
-      if constexpr (kTimesDots) {
-        wgt[j] = v * dots[j];
-      } else {
-        wgt[j] = v;
-      }
+    const float v = dts[h] * expf(total - A * prefix[h]);
+    if constexpr (kTimesDots) {
+      wgt[j] = j <= w ? v * dots[j] : 0.0f;  // every entry: the consumers read whole groups of 8 (zeros past w)
+    } else if (j <= w) {
+      wgt[j] = v;
     }
   }
   if (lane == 0) *decay = expf(total);
@@ -605,9 +603,27 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             const int pr = first_row + 16 * t + row_in_tile;
             cur[t].D = head_D;
             cur[t].x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
-            float y = 0.0f;
-            for (int j = part; j < w; j += 2) y += wd[j] * to_float(xw[j * kP + pr]);
-            if (part == (w & 1)) y += wd[w] * to_float(cur[t].x);
+            // The window term sum_{j<=w} wgt_j x_j over entries 0 .. w in groups of 8, lane `part` taking
+            // 4 of each (one 16-byte load of weights): a fixed count per group, no remainder branches.
+            // Past w the weights are 0 (the scalar warp writes all 64) and x is read at slot L - 1, the
+            // current token's (entry w): finite, unlike a buffer entry never written. Why: the loop
+            // `j = part; j < w; j += 2`, which ptxas unrolled with remainder branches, had 24% of a
+            // consumer's per-head samples (session 11 ncu, nano4b b256, fp8 copy), 41% of them
+            // instruction-fetch or branch stalls.
+            float y = 0.0f, y_odd = 0.0f;
+#pragma unroll 1
+            for (int j0 = 0; j0 <= w; j0 += 8) {
+              const int j = j0 + 4 * part;
+              const float4 wv = *reinterpret_cast<const float4*>(wd + j);
+              float xv[4];
+#pragma unroll
+              for (int u = 0; u < 4; ++u) xv[u] = to_float(xw[(j + u < w ? j + u : L - 1) * kP + pr]);
+              y += wv.x * xv[0];
+              y_odd += wv.y * xv[1];
+              y += wv.z * xv[2];
+              y_odd += wv.w * xv[3];
+            }
+            y += y_odd;
             y += __shfl_xor_sync(kFullMask, y, 1);
             // Row g's dot sits in the lanes of quad g: y_g for rows 0..7 of the tile, y_g8 for 8..15.
             const int quad_lane = 4 * (row_in_tile & 7);
