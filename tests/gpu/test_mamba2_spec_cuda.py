@@ -118,6 +118,10 @@ SPEC_CONFIGS = [
     (ODD, torch.float16, None, 6, 2, torch.float16),
     (ODD, torch.float32, None, 64, 16, torch.bfloat16),
     (WIDE, torch.float32, None, 64, 16, torch.bfloat16),
+    # 16-bit copies of the activations' type read on tensor cores: drafts 8-15 (the second n-tile), P = 128
+    # (a warp with two m-tiles), N = 64
+    (WIDE, torch.float32, torch.bfloat16, 32, 16, torch.bfloat16),
+    (ODD, torch.float32, torch.float16, 24, 12, torch.float16),
 ]
 
 
