@@ -2,7 +2,8 @@
 speculative rounds (verify, commit, flush, materialize) that cross folds, with and without read copies,
 pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
 whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
-is refilled); the update once more with its ring forced to wrap."""
+is refilled); the update once more with its ring forced to wrap; the step with a bf16 and an fp8 copy
+once more on nano4b's tile (P = 80, N = 128)."""
 
 import os
 
@@ -62,5 +63,25 @@ os.environ["REPLAYSSM_UPDATE_STAGES"] = "2"
 for state in (0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N], 0.1 * torch.randn(S, H, P, N, device=dev)):
     x, dt, B, C, z = inputs(4)
     ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
+# The step with a bf16 and an fp8 copy on nano4b's tile (P = 80, N = 128: 32 lanes a row, 10 rows a
+# thread in the fold, the fp8 copy quantised row by row), across a fold.
+P2, N2 = 80, 128
+for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (torch.bfloat16, torch.float8_e4m3fn)]:
+    os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = heads_per_cta
+    ck = 0.1 * torch.randn(S, H, P2, N2, device=dev)
+    rc = torch.empty(S, H, P2, N2, device=dev, dtype=copy_dtype)
+    rs = torch.empty(S, H, P2, device=dev) if copy_dtype == torch.float8_e4m3fn else None
+    ops.make_read_copy(ck, rc, rs, backend="cuda")
+    x_buf = torch.zeros(S, H, L, P2, device=dev, dtype=torch.bfloat16)
+    B_buf = torch.zeros(S, G, L, N2, device=dev, dtype=torch.bfloat16)
+    dt_buf = torch.zeros(S, H, L, device=dev)
+    cursors = torch.zeros(S, dtype=torch.int32, device=dev)
+    for _ in range(L + 1):
+        x = torch.randn(4, H, P2, device=dev).bfloat16()
+        z = torch.randn(4, H, P2, device=dev).bfloat16()
+        dt = torch.randn(4, H, device=dev).bfloat16()
+        B, C = (torch.randn(4, G, N2, device=dev).bfloat16() for _ in range(2))
+        ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias,
+                        True, 1, slots, -1, backend="cuda")
 torch.cuda.synchronize()
 print("sanitize_ops: all ops ran")

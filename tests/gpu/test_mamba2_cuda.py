@@ -209,6 +209,62 @@ def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T, heads_per_c
     assert rel_err(gpu_state, ref_state) < ck_tol
 
 
+# The fold of an fp32 checkpoint that has a read copy, on every (P, N) and on windows that are not a
+# multiple of 8 entries (L = 5, 20, 64): the checkpoint must be the very one the same cache without a copy
+# folds (a read copy changes what the replay steps read, never the fold's arithmetic), within fp32
+# rounding of the fp64 reference, and the read copy make_read_copy's of the checkpoint stored, bit for bit.
+WIDE = (16, 128, 128, 4)
+COPY_FOLDS = [
+    # dims, activations, read copy, L
+    (NANO4B, torch.bfloat16, FP8, 16),
+    (NANO4B, torch.float16, torch.float16, 5),
+    (SUPER120B, torch.bfloat16, torch.bfloat16, 20),
+    ((8, 64, 128, 2), torch.float16, FP8, 64),   # super120b's tile, fewer heads: 128 steps of the reference
+    (ODD, torch.bfloat16, FP8, 16),
+    (SMALL, torch.float16, FP8, 5),
+    (WIDE, torch.bfloat16, FP8, 20),
+    ((16, 64, 64, 4), torch.bfloat16, torch.bfloat16, 16),
+]
+
+
+@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("dims,act,rc,L", COPY_FOLDS)
+def test_fold_with_a_read_copy_is_the_plain_fold_and_refreshes_the_copy(dims, act, rc, L, heads_per_cta, monkeypatch):
+    if heads_per_cta is not None:
+        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+    layer = Layer(dims, act=act, seed=L + 1)
+    num_slots, batch = 5, 3
+    slots = torch.tensor([4, 0, 2], dtype=torch.int64)
+    with_copy = gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=rc)
+    plain = gpu_cache(layer, num_slots, buffer_len=L)
+    ref = ref_cache(layer, num_slots, buffer_len=L)
+    init = layer.states(num_slots)
+    for c in (with_copy, plain):
+        c.load(init.to("cuda", torch.float32))
+    ref.load(init.float().double())
+    folds = 0
+    for step in range(2 * L):
+        x, dt, B, C, z = layer.inputs(batch)
+        outs = [cuda_step(c, x.cuda(), dt.cuda(), B.cuda(), C.cuda(), z.cuda(), slots.cuda()) for c in (with_copy, plain)]
+        ref_out = ref.step(x.double(), dt.double(), B.double(), C.double(), z.double(), slots=slots)
+        assert rel_err(outs[1], ref_out) < 8e-3
+        if int(with_copy.num_committed[slots[0]]) != 0:
+            continue
+        folds += 1   # this step folded every named slot
+        assert rel_err(outs[0], ref_out) < 8e-3, f"fold output at step {step}"
+        assert torch.equal(with_copy.checkpoint, plain.checkpoint), f"fold {folds}: the copy changed the fold"
+        got, want = with_copy.checkpoint[slots].double().cpu(), ref.checkpoint[slots]
+        err = (got - want).abs().max().item() / want.abs().max().item()
+        assert err < 4e-6, f"fold {folds}: max error {err:.2e} of max|S|"
+        want_rc = torch.empty_like(with_copy.read_copy)
+        want_scale = None if with_copy.read_scale is None else torch.empty_like(with_copy.read_scale)
+        ops.make_read_copy(with_copy.checkpoint, want_rc, want_scale, backend="cuda")
+        assert torch.equal(bits(with_copy.read_copy[slots]), bits(want_rc[slots])), "the fold's copy is make_read_copy's"
+        if want_scale is not None:
+            assert torch.equal(with_copy.read_scale[slots], want_scale[slots])
+    assert folds == 2
+
+
 # The replay read of a bf16 / fp16 / fp8 read copy runs on tensor cores (mamba2_mma.cuh) where the
 # copy's type allows it: fp8 (C goes through f16, scaled by a power of two with bf16 activations),
 # bf16 copy + bf16 activations, fp16 + fp16. A bf16 copy with fp16 activations keeps the CUDA-core
