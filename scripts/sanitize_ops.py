@@ -20,7 +20,7 @@ dt_bias = 0.1 * torch.randn(H, device=dev)
 slots = torch.tensor([3, -1, 0, 99], device=dev, dtype=torch.int32)
 
 
-def inputs(batch, *T):
+def inputs(batch, *T, P=P, N=N):
     return (torch.randn(batch, *T, H, P, device=dev).bfloat16(), torch.randn(batch, *T, H, device=dev).bfloat16(),
             torch.randn(batch, *T, G, N, device=dev).bfloat16(), torch.randn(batch, *T, G, N, device=dev).bfloat16(),
             torch.randn(batch, *T, H, P, device=dev).bfloat16())
@@ -77,10 +77,7 @@ for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (torch.bf
     dt_buf = torch.zeros(S, H, L, device=dev)
     cursors = torch.zeros(S, dtype=torch.int32, device=dev)
     for _ in range(L + 1):
-        x = torch.randn(4, H, P2, device=dev).bfloat16()
-        z = torch.randn(4, H, P2, device=dev).bfloat16()
-        dt = torch.randn(4, H, device=dev).bfloat16()
-        B, C = (torch.randn(4, G, N2, device=dev).bfloat16() for _ in range(2))
+        x, dt, B, C, z = inputs(4, P=P2, N=N2)
         ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias,
                         True, 1, slots, -1, backend="cuda")
 torch.cuda.synchronize()

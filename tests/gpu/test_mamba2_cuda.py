@@ -13,6 +13,7 @@ NANO4B = (96, 80, 128, 8)
 SUPER120B = (128, 64, 128, 8)
 ODD = (24, 80, 64, 8)          # 3 heads per group
 SMALL = (8, 128, 64, 2)
+WIDE = (16, 128, 128, 4)
 
 
 def rel_err(a, b):
@@ -213,7 +214,6 @@ def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T, heads_per_c
 # multiple of 8 entries (L = 5, 20, 64): the checkpoint must be the very one the same cache without a copy
 # folds (a read copy changes what the replay steps read, never the fold's arithmetic), within fp32
 # rounding of the fp64 reference, and the read copy make_read_copy's of the checkpoint stored, bit for bit.
-WIDE = (16, 128, 128, 4)
 COPY_FOLDS = [
     # dims, activations, read copy, L
     (NANO4B, torch.bfloat16, FP8, 16),
