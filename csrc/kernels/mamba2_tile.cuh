@@ -475,12 +475,13 @@ inline int fold_prefetch_heads() {
 }
 
 // Heads per CTA of the kernels that pipeline a group's heads through a ring (step, verify): as many of
-// a group's heads as keep at least kWaves waves of CTAs on the GPU (small batches need more, smaller
-// CTAs to fill the SMs). The environment variable `knob` (REPLAYSSM_STEP_HEADS_PER_CTA,
-// REPLAYSSM_SPEC_HEADS_PER_CTA) = k overrides it with the largest divisor of the group size <= k
-// (read at every launch: tests and benchmarks use it to exercise and compare both ends).
-inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob) {
-  constexpr int kWaves = 4;
+// a group's heads as keep at least `waves` waves of CTAs on the GPU (small batches need more, smaller
+// CTAs to fill the SMs; each CTA pays a set-up of a few DRAM round trips, so fewer waves of larger CTAs
+// trade that set-up against the last wave's tail). The environment variable `knob`
+// (REPLAYSSM_STEP_HEADS_PER_CTA, REPLAYSSM_SPEC_HEADS_PER_CTA) = k overrides it with the largest divisor
+// of the group size <= k (read at every launch: tests and benchmarks use it to exercise and compare both
+// ends).
+inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob, int waves = 4) {
   const int heads_per_group = heads / groups;
   if (const char* forced = std::getenv(knob)) {
     const int k = std::atoi(forced);
@@ -493,7 +494,7 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
   }
   int device = 0, sms = 132;
   if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t target = static_cast<int64_t>(kWaves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  const int64_t target = static_cast<int64_t>(waves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
   for (int d = heads_per_group; d > 1; --d) {
     if (heads_per_group % d == 0 && batch * (heads / d) >= target) return d;
   }
