@@ -107,10 +107,12 @@ def bench_conventional(s: Setup, state_dtype=torch.float32, rounding=False):
 class ReplayPool:
     """A rotating pool of replay caches (fp32 checkpoint unless given, optional read copy; `rounding`:
     stochastic rounding of a 16-bit checkpoint) for one setup: k slot groups of `batch` slots, random
-    checkpoints and full random buffers, and the step launch."""
+    checkpoints and full random buffers, and the step launch (`staggered_flush`: the op's hint that the
+    slots fold at different steps, as Mamba2Cache(staggered_flush=True) passes it)."""
 
-    def __init__(self, s: Setup, read_copy_dtype, checkpoint_dtype=torch.float32, rounding=False):
-        self.s, self.rc_dtype = s, read_copy_dtype
+    def __init__(self, s: Setup, read_copy_dtype, checkpoint_dtype=torch.float32, rounding=False,
+                 staggered_flush=False):
+        self.s, self.rc_dtype, self.staggered_flush = s, read_copy_dtype, staggered_flush
         self.c_bytes = torch.finfo(checkpoint_dtype).bits // 8
         self.r_bytes = self.c_bytes if read_copy_dtype is None else torch.finfo(read_copy_dtype).bits // 8
         self.k = k = s.groups(s.state_elems * self.c_bytes)
@@ -137,7 +139,7 @@ class ReplayPool:
         for i, (x, dt, B, C, z) in enumerate(inputs):
             torch.ops.replayssm.mamba2_step(self.ck, self.rc, self.rs, self.x_buf, self.B_buf, self.dt_buf,
                                             self.cursors, x, dt, self.A, B, C, self.out, self.D, z, self.dt_bias,
-                                            True, 1, self.slots[i % self.k], -1, self.seed)
+                                            True, 1, self.slots[i % self.k], -1, self.seed, self.staggered_flush)
 
     def step_bytes(self, w):
         """Bytes one step at cursor w moves for the whole batch (the byte model in the module doc)."""
@@ -167,8 +169,9 @@ def bench_cycle_steps(s: Setup, read_copy_dtype, staggered: bool):
     """Seconds and bytes of each of the L steps of a cycle, every row's cursor set before each replay to
     where that step finds it: lock-step, all rows at w = c for step c (they all fold at c = L - 1); or
     staggered, slot s at (s % L + c) % L, the phases stagger_cursors (Mamba2Cache(staggered_flush=True))
-    gives, so about batch / L rows fold at every step. Returns [(seconds, bytes)] for c = 0 .. L-1."""
-    pool = ReplayPool(s, read_copy_dtype)
+    gives, so about batch / L rows fold at every step; the staggered steps pass the op's staggered_flush
+    hint, as the cache does. Returns [(seconds, bytes)] for c = 0 .. L-1."""
+    pool = ReplayPool(s, read_copy_dtype, staggered_flush=staggered)
     phase = torch.zeros_like(pool.cursors)
     if staggered:
         ops.stagger_cursors([], phase, s.L, backend="cuda")      # slot % L, by the op the cache uses
@@ -198,7 +201,7 @@ def replay_rows(s: Setup, stagger: bool):
         t, b = bench_replay(s, rc, phase=s.L - 1)
         rows.append((f"fold step (all rows), {rc_label}", t, b))
     if stagger:
-        for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16)]:
+        for rc_label, rc in [("no copy", None), ("bf16 copy", torch.bfloat16), ("fp8 copy", torch.float8_e4m3fn)]:
             for kind, staggered in [("lock-step", False), ("staggered", True)]:
                 steps = bench_cycle_steps(s, rc, staggered)
                 mean = sum(t for t, _ in steps) / len(steps)

@@ -255,7 +255,7 @@ class Mamba2Cache(_ReplayCache):
                                      slots, self.pad_slot_id, self.rounding_seed, backend=self.backend)
         return ops.mamba2_step(*self._cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
                                self.max_draft_tokens, slots, self.pad_slot_id, self.rounding_seed,
-                               backend=self.backend)
+                               self.staggered_flush, backend=self.backend)
 
     def verify(self, x, dt, B, C, z=None, slots=None, out=None):
         """Outputs of T draft tokens per row (x (batch, T, H, P) ...); commits nothing."""

@@ -310,11 +310,17 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
 
 def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
-                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, rounding_seed=None, *,
-                backend="auto"):
+                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, rounding_seed=None,
+                staggered_flush: bool = False, *, backend="auto"):
     """T=1 replay decode with the fold fused in. See reference.mamba2_step. rounding_seed: int64 (2,)
-    [seed, offset] for stochastic rounding of a bf16 / fp16 checkpoint's folds, or None."""
+    [seed, offset] for stochastic rounding of a bf16 / fp16 checkpoint's folds, or None.
+    staggered_flush: a launch hint, no change to the results: True when the slots fold at different
+    steps (Mamba2Cache(staggered_flush=True), or continuous batching once requests have come and gone),
+    False when they fold together (a batch admitted at once). The kernel then sizes its CTAs so that a
+    step's few folding CTAs do not outlast it (True), or for the replay alone (False)."""
     op = "mamba2_step"
+    if not isinstance(staggered_flush, bool):
+        raise ValueError(f"{op}: `staggered_flush` must be a bool, got {staggered_flush!r}")
     L = _expect_mamba2_cache(op, checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed)
     _expect_positive_int(op, "max_draft_tokens", max_draft_tokens, L)
     expect(op, "x", x, shape=(None, None, None))
@@ -326,7 +332,7 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
     _run(op, backend, checkpoint.device, reference.mamba2_step,
                 checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), max_draft_tokens, slots, pad_slot_id,
-                rounding_seed, kernel_limit=mamba2_kernel_limit(checkpoint, read_copy, x))
+                rounding_seed, staggered_flush, kernel_limit=mamba2_kernel_limit(checkpoint, read_copy, x))
     return out  # the compiled ops return nothing
 
 

@@ -510,14 +510,16 @@ def _rows_folding_after_append(num_committed, x_buf, slots, batch, pad_slot_id, 
 
 def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                 x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, rounding_seed=None):
+                max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, rounding_seed=None,
+                staggered_flush: bool = False):
     """T=1 decode: output from the read state + buffer + token, append, fold when the buffer is full.
     x, z, out (batch, H, P); dt (batch, H); B, C (batch, G, N).
 
     verify(T=1) followed by commit(1), with one difference: on a step that folds, the output comes
     from the freshly folded full-precision state, y = S_new C + D x (the fused kernel reads the
     checkpoint for the fold anyway, so this output is the more exact one and costs nothing).
-    rounding_seed: as in mamba2_commit (the step's fold rounds with it; offset += 1 per call)."""
+    rounding_seed: as in mamba2_commit (the step's fold rounds with it; offset += 1 per call).
+    staggered_flush: the CUDA kernel's launch hint (ops.mamba2_step); no effect on the results here."""
     _check_rounding_seed(checkpoint, rounding_seed)
     mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
                   x[:, None], dt[:, None], A, B[:, None], C[:, None], out[:, None], D,

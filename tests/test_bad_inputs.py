@@ -55,6 +55,16 @@ def test_too_many_draft_tokens(m2):
         cache.verify(*fam.inputs(2, 3))
 
 
+def test_step_staggered_flush_hint_must_be_a_bool(m2):
+    fam, cache = m2
+    x, dt, B, C, z = fam.inputs(2)
+    w = cache.weights
+    with pytest.raises(ValueError, match=r"mamba2_step: `staggered_flush` must be a bool, got 1"):
+        ops.mamba2_step(cache.checkpoint, cache.read_copy, cache.read_scale, cache.x_buf, cache.B_buf, cache.dt_buf,
+                        cache.num_committed, x, dt, w.A, B, C, torch.empty_like(x), w.D, z, w.dt_bias, w.dt_softplus,
+                        cache.max_draft_tokens, None, -1, None, 1)
+
+
 def test_non_contiguous_last_dim(m2):
     fam, cache = m2
     x, dt, B, C, z = fam.inputs(2)

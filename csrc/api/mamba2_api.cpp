@@ -220,7 +220,7 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
                  const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
                  const std::optional<at::Tensor>& dt_bias, bool dt_softplus, int64_t max_draft_tokens,
                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
-                 const std::optional<at::Tensor>& rounding_seed) {
+                 const std::optional<at::Tensor>& rounding_seed, bool staggered_flush) {
   constexpr const char* op = "mamba2_step";
   const Expect expect{op, checkpoint};
   expect("checkpoint", checkpoint, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
@@ -239,6 +239,7 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
   fill_inputs(p, expect, op, H, P, N, x, dt, A, B, C, out, D, z, dt_bias, dt_softplus, slots, pad_slot_id, S);
   TORCH_CHECK(B_buf.size(1) == p.groups, checks::cat(op, ": B has ", p.groups, " groups but B_buf holds ", B_buf.size(1)));
   fill_rounding_seed(p, expect, op, "checkpoint", checkpoint, rounding_seed);
+  p.staggered_flush = staggered_flush;
   launch_checked(op, checkpoint, launch_mamba2_step, p);
 }
 

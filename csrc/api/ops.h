@@ -9,6 +9,8 @@
 
 // X(name, schema). rounding_seed (int64 (2,) [seed, offset], optional, last so existing calls stay
 // valid): stochastic rounding of a bf16 / fp16 checkpoint's stores; the op advances the offset.
+// staggered_flush (mamba2_step, after it for the same reason): a launch hint that the slots fold at
+// different steps; it sizes the CTAs and changes no result (replayssm_cuda.ops.mamba2_step).
 #define REPLAYSSM_CUDA_OPS(X)                                                                      \
   X(make_read_copy,                                                                                \
     "make_read_copy(Tensor checkpoint, Tensor(a!) read_copy, Tensor(b!)? read_scale, Tensor? slots, " \
@@ -21,7 +23,7 @@
     "mamba2_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) x_buf, " \
     "Tensor(e!) B_buf, Tensor(f!) dt_buf, Tensor(g!) num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
     "Tensor C, Tensor(h!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, int max_draft_tokens, " \
-    "Tensor? slots, int pad_slot_id, Tensor(i!)? rounding_seed=None) -> ()")                                                    \
+    "Tensor? slots, int pad_slot_id, Tensor(i!)? rounding_seed=None, bool staggered_flush=False) -> ()")                          \
   X(mamba2_verify,                                                                                 \
     "mamba2_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) x_buf, "   \
     "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
@@ -73,7 +75,7 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
                  const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
                  const std::optional<at::Tensor>& dt_bias, bool dt_softplus, int64_t max_draft_tokens,
                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
-                 const std::optional<at::Tensor>& rounding_seed);
+                 const std::optional<at::Tensor>& rounding_seed, bool staggered_flush);
 
 void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,

@@ -83,6 +83,9 @@ struct Mamba2Params {
   int64_t num_slots;
   int32_t batch, heads, groups, head_dim, state_dim;
   int32_t heads_per_cta;  // step: set by the launcher (the heads of one group a CTA pipelines)
+  // step: the caller's slots fold at different steps (staggered flush, continuous batching), so the
+  // launcher keeps CTAs small (a folding CTA must not outlast the step); false: folds come together
+  bool staggered_flush;
   // step fold with a read copy: how many heads ahead of its bulk copy a checkpoint tile is asked into
   // L2 (0: not at all); set by the launcher (REPLAYSSM_FOLD_PREFETCH_HEADS, default 0)
   int32_t fold_prefetch_heads;

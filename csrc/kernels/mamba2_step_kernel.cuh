@@ -1012,13 +1012,15 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   Mamba2Params p = params;
-  // Two waves where the replay runs on tensor cores (bf16 / fp16 / fp8 copies): its per-CTA set-up is
-  // the larger part of a CTA at batch 32-128, and four waves' smaller CTAs cost more than the tail they
-  // save (session 13, run 3: fp8 step at batch 128 65.0 -> 56.9 us nano4b, 77.3 -> 66.6 us super120b;
-  // bf16 step at batch 64 48.6 -> 43.6 / 54.0 -> 49.1 us). The CUDA-core kernels keep four: the no-copy
-  // step measured mixed (super120b batch 128 147.7 -> 151.6 us at two waves, nano4b 140.8 -> 138.7).
-  constexpr int kWaves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay ? 2 : 4;
-  p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", kWaves);
+  // Waves of CTAs: where the replay runs on tensor cores (bf16 / fp16 / fp8 copies) its per-CTA set-up
+  // is the larger part of a CTA at batch 32-128, and two waves of larger CTAs beat four of smaller ones
+  // (session 13, runs 3-4: fp8 step at batch 128 65.0 -> 57.2 us nano4b, 79.0 -> 66.7 us super120b; bf16
+  // step at batch 64 48.5 -> 44.1 / 53.6 -> 49.2 us). But when only a few slots fold in a step
+  // (staggered flush), the step lasts as long as its folding CTAs, which larger CTAs make longer (bf16
+  // copy, batch 64: staggered mean step 76.5 -> 86.8 us nano4b): there, and for the CUDA-core kernels
+  // (no-copy step mixed at two waves: super120b batch 128 147.7 -> 151.6 us), four.
+  const int waves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush ? 2 : 4;
+  p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves);
   p.fold_prefetch_heads = fold_prefetch_heads();
   const dim3 grid(p.heads / p.heads_per_cta, p.batch);
   kernel<<<grid, kThreads, smem, stream>>>(p);

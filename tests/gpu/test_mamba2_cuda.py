@@ -65,12 +65,13 @@ def ref_cache(layer, num_slots, read_copy_dtype=None, **kw):
                        read_copy_dtype=read_copy_dtype, backend="reference", **kw)
 
 
-def cuda_step(cache, x, dt, B, C, z, slots, out=None):
+def cuda_step(cache, x, dt, B, C, z, slots, out=None, staggered_flush=False):
     w = cache.weights
     out = torch.empty_like(x) if out is None else out
     return ops.mamba2_step(cache.checkpoint, cache.read_copy, cache.read_scale, cache.x_buf, cache.B_buf,
                            cache.dt_buf, cache.num_committed, x, dt, w.A, B, C, out, w.D, z, w.dt_bias,
-                           w.dt_softplus, cache.max_draft_tokens, slots, cache.pad_slot_id, backend="cuda")
+                           w.dt_softplus, cache.max_draft_tokens, slots, cache.pad_slot_id, None, staggered_flush,
+                           backend="cuda")
 
 
 # ---- conventional update --------------------------------------------------------------------------
@@ -352,6 +353,26 @@ def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, monkeypatch):
         assert torch.equal(bits(static_out), bits(eager))
     for a, b in zip(caches[0].cache_tensors, caches[1].cache_tensors):
         assert torch.equal(bits(a), bits(b))
+
+
+# The staggered_flush hint only sizes the CTAs: at batch 32 the tensor-core replay kernels (bf16 and fp8
+# copies) get 1 head per CTA with it (nano4b, 132 SMs) and 3 without, and the bits must not change.
+@pytest.mark.parametrize("rc", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_step_staggered_flush_hint_changes_no_bits(rc):
+    layer = Layer(NANO4B, seed=13)
+    num_slots, L = 32, 4
+    caches = [gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=rc) for _ in range(2)]
+    init = layer.states(num_slots).cuda().float()
+    for c in caches:
+        c.load(init)
+    slots = torch.arange(num_slots, dtype=torch.int32, device="cuda").flip(0)
+    for _ in range(L + 2):                   # crosses a fold
+        inputs = [t.cuda() for t in layer.inputs(num_slots)]
+        a = cuda_step(caches[0], *inputs, slots, staggered_flush=False)
+        b = cuda_step(caches[1], *inputs, slots, staggered_flush=True)
+        assert torch.equal(bits(a), bits(b))
+    for t0, t1 in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(bits(t0), bits(t1))
 
 
 @pytest.mark.parametrize("heads_per_cta", [None, "1"], ids=["auto", "one-head-ctas"])
