@@ -62,7 +62,7 @@ def test_step_staggered_flush_hint_must_be_a_bool(m2):
     with pytest.raises(ValueError, match=r"mamba2_step: `staggered_flush` must be a bool, got 1"):
         ops.mamba2_step(cache.checkpoint, cache.read_copy, cache.read_scale, cache.x_buf, cache.B_buf, cache.dt_buf,
                         cache.num_committed, x, dt, w.A, B, C, torch.empty_like(x), w.D, z, w.dt_bias, w.dt_softplus,
-                        cache.max_draft_tokens, None, -1, None, 1)
+                        cache.max_draft_tokens, staggered_flush=1)
 
 
 def test_non_contiguous_last_dim(m2):

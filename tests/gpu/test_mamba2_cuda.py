@@ -70,8 +70,8 @@ def cuda_step(cache, x, dt, B, C, z, slots, out=None, staggered_flush=False):
     out = torch.empty_like(x) if out is None else out
     return ops.mamba2_step(cache.checkpoint, cache.read_copy, cache.read_scale, cache.x_buf, cache.B_buf,
                            cache.dt_buf, cache.num_committed, x, dt, w.A, B, C, out, w.D, z, w.dt_bias,
-                           w.dt_softplus, cache.max_draft_tokens, slots, cache.pad_slot_id, None, staggered_flush,
-                           backend="cuda")
+                           w.dt_softplus, cache.max_draft_tokens, slots, cache.pad_slot_id,
+                           staggered_flush=staggered_flush, backend="cuda")
 
 
 # ---- conventional update --------------------------------------------------------------------------
