@@ -84,7 +84,8 @@ struct Mamba2Params {
   int32_t batch, heads, groups, head_dim, state_dim;
   int32_t heads_per_cta;  // step: set by the launcher (the heads of one group a CTA pipelines)
   // step: the caller's slots fold at different steps (staggered flush, continuous batching), so the
-  // launcher keeps CTAs small (a folding CTA must not outlast the step); false: folds come together
+  // launcher keeps CTAs small (a folding CTA must not outlast the step) and, with a read copy, may start
+  // the folding rows first (row_order below); false: folds come together
   bool staggered_flush;
   // step fold with a read copy: how many heads ahead of its bulk copy a checkpoint tile is asked into
   // L2 (0: not at all); set by the launcher (REPLAYSSM_FOLD_PREFETCH_HEADS, default 0)
@@ -93,12 +94,24 @@ struct Mamba2Params {
   // [seed, offset] (int64, device): stochastic rounding of a bf16 / fp16 checkpoint's stores
   // (stochastic_rounding.cuh); nullptr: round to nearest even. The launch advances the offset.
   int64_t* rounding_seed;
+
+  // step, staggered_flush: int32[2 * batch] of device memory for the order pass, or nullptr (set by the
+  // caller). Where the launcher runs the pass (mamba2_step_order.cu), CTA row y of the step takes batch
+  // row row_order[y], whose slot is row_order[batch + y] (-1: the row touches nothing).
+  int32_t* row_order;
 };
 
 // Conventional T=1 update of `checkpoint` (the state), one launch.
 cudaError_t launch_mamba2_update(const Mamba2Params& params, cudaStream_t stream);
 
-// ReplaySSM T=1 step, one launch: output, append, and the fold where the buffer fills.
+// ReplaySSM T=1 step, one launch: output, append, and the fold where the buffer fills. With
+// staggered_flush and row_order, a small launch before it may order the rows (folds first).
 cudaError_t launch_mamba2_step(const Mamba2Params& params, cudaStream_t stream);
+
+namespace mamba2 {
+// The order pass: fills p.row_order with the rows whose slot folds in this step first, then
+// the others, each part in batch order, and the rows' slots (mamba2_step_order.cu).
+cudaError_t launch_step_row_order(const Mamba2Params& p, cudaStream_t stream);
+}  // namespace mamba2
 
 }  // namespace replayssm

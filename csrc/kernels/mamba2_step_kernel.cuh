@@ -29,6 +29,10 @@
 // and the CTA that draws the last ticket writes the new cursor, which also clears the tickets.
 // Nothing crosses launches.
 //
+// With a staggered flush (the caller's staggered_flush hint) and a read copy, a one-CTA launch before
+// the step (mamba2_step_order.cu) may list the rows whose slot folds first, and CTA row y takes the
+// row it lists (kOrdered): folding CTAs last several replay CTAs, and started late they end the step.
+//
 // This header holds the kernel template; mamba2_step_p<P>_n<N>.cu instantiate it per shape (so the
 // shapes compile in parallel) and mamba2_step.cu picks the shape at run time.
 #pragma once
@@ -42,8 +46,6 @@
 namespace replayssm {
 namespace mamba2 {
 
-constexpr int32_t kTicket = 1 << 16;
-constexpr int32_t kCursorMask = kTicket - 1;
 constexpr unsigned kFullMask = 0xffffffffu;
 
 // How the CTA covers a (P, N) tile of type T in 16-byte chunks: a row is N / kElems consecutive lanes,
@@ -396,7 +398,12 @@ struct TensorReplay {
 // kRound: the fold rounds a 16-bit checkpoint stochastically (p.rounding_seed, stochastic_rounding.cuh).
 // A template flag, not a branch, so that kernels without it compile exactly as before: inlined in a
 // run-time branch, or called out of line, the Philox draw spilled the P = 80 kernels' other paths.
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
+//
+// kOrdered: CTA row y takes the batch row and slot the order pass put at y (p.row_order), not row y. A
+// template flag too, so that the kernels without it compile exactly as before: a row read from memory
+// holds a register for the whole kernel where blockIdx.y needs none (session 14's first version read it
+// in every kernel, and the lock-step fp8-copy fold step ran 3-5% slower).
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered>
 __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct>::kCtasPerSm)) step_kernel(const Mamba2Params p) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   using Act = typename Storage<kAct>::type;
@@ -412,7 +419,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
   const int L = p.buffer_len;
   const StepSmem<kP, kN, kSrc, kAct> sm(smem_base, L);
-  const int row = blockIdx.y;
+  // After the order pass (staggered flush) the folding rows come first, their slots resolved.
+  const int row = kOrdered ? p.row_order[blockIdx.y] : static_cast<int>(blockIdx.y);
   const int tid = threadIdx.x;
   // Roles, spread so that no warp arrives late at the per-head barrier: the last warp derives each
   // head's window weights, warp 6's first lane refills the ring, the first kP * kSplit threads (whole
@@ -429,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   const int ctas_per_group = heads_per_group / num_heads;
   const int group = blockIdx.x / ctas_per_group;
   const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;
-  const int64_t slot = resolve_slot(p, row);
+  const int64_t slot = kOrdered ? p.row_order[p.batch + blockIdx.y] : resolve_slot(p, row);
   if (slot < 0) {
     for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
     return;
@@ -518,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
     return;
   }
-  const bool fold = w + 1 + p.max_draft_tokens > L;
+  const bool fold = step_folds(p, w, L);
   auto stage_x_window = [&](int k, int head) {  // the CUDA-core replay's: entries 0..w - 1, the token in slot L - 1
     stage_rows<kP, false>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
   };
@@ -1000,48 +1008,74 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   }
 }
 
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
+// Every dtype combination of one (P, N), plain (kOrdered = false) or after the order pass (true).
+template <int kP, int kN, bool kOrdered>
+cudaError_t launch_step_shape(const Mamba2Params& p, cudaStream_t stream);
+
+// kOrdered = false: sizes the launch and runs the step, or hands it to the ordered step (below).
+// kOrdered = true: p.heads_per_cta is already chosen; runs the order pass, then the ordered step.
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered>
 cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) {
   constexpr DType kSrc = kCopy ? kRead : kCkpt;
-  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
+  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered>;
   const size_t smem = StepLayout<kP, kN, kSrc, kAct>::bytes(params.buffer_len);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  int ctas_per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
-  if (err != cudaSuccess) return err;
-  if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
-  Mamba2Params p = params;
-  // Waves of CTAs: where the replay runs on tensor cores (bf16 / fp16 / fp8 copies) its per-CTA set-up
-  // is the larger part of a CTA at batch 32-128, and two waves of larger CTAs beat four of smaller ones
-  // (session 13, runs 3-4: fp8 step at batch 128 65.0 -> 57.2 us nano4b, 79.0 -> 66.7 us super120b; bf16
-  // step at batch 64 48.5 -> 44.1 / 53.6 -> 49.2 us). But when only a few slots fold in a step
-  // (staggered flush), the step lasts as long as its folding CTAs, which larger CTAs make longer (bf16
-  // copy, batch 64: staggered mean step 76.5 -> 86.8 us nano4b): there, and for the CUDA-core kernels
-  // (no-copy step mixed at two waves: super120b batch 128 147.7 -> 151.6 us), four.
-  const int waves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush ? 2 : 4;
-  p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves);
-  p.fold_prefetch_heads = fold_prefetch_heads();
-  const dim3 grid(p.heads / p.heads_per_cta, p.batch);
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
-}
-
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
-  if constexpr (kCkpt != DType::kFloat32) {
-    if (p.rounding_seed != nullptr) return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true>(p, stream);
+  if constexpr (kOrdered) {
+    err = launch_step_row_order(params, stream);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3(params.heads / params.heads_per_cta, params.batch), kThreads, smem, stream>>>(params);
+    return cudaGetLastError();
+  } else {
+    int ctas_per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
+    if (err != cudaSuccess) return err;
+    if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
+    Mamba2Params p = params;
+    // Waves of CTAs: where the replay runs on tensor cores (bf16 / fp16 / fp8 copies) its per-CTA set-up
+    // is the larger part of a CTA at batch 32-128, and two waves of larger CTAs beat four of smaller ones
+    // (session 13, runs 3-4: fp8 step at batch 128 65.0 -> 57.2 us nano4b, 79.0 -> 66.7 us super120b; bf16
+    // step at batch 64 48.5 -> 44.1 / 53.6 -> 49.2 us). But when only a few slots fold in a step
+    // (staggered flush), the step lasts as long as its folding CTAs, which larger CTAs make longer (bf16
+    // copy, batch 64: staggered mean step 76.5 -> 86.8 us nano4b): there, and for the CUDA-core kernels
+    // (no-copy step mixed at two waves: super120b batch 128 147.7 -> 151.6 us), four.
+    const int waves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush ? 2 : 4;
+    p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves);
+    p.fold_prefetch_heads = fold_prefetch_heads();
+    const dim3 grid(p.heads / p.heads_per_cta, p.batch);
+    // Staggered flush with a read copy: the folding rows first (mamba2_step_order.cu), where a fold costs
+    // 4-8 replay steps (without a copy ~2, and staggered cycles were within 0-7% of lock-step ones).
+    // Only with more than one wave of CTAs (in one, every CTA starts at once) and more than one head per
+    // CTA (one-head folding CTAs are short; the pass's launch cost more than it won: nano4b batch 32,
+    // 1 head per CTA, fp8 copy, staggered mean step 47.6 -> 51.7 us in session 14's run 1).
+    if (kCopy && p.staggered_flush && p.row_order != nullptr && p.heads_per_cta > 1 &&
+        static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(ctas_per_sm) * multiprocessor_count()) {
+      return launch_step_shape<kP, kN, true>(p, stream);
+    }
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
   }
-  return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false>(p, stream);
 }
 
-template <int kP, int kN, DType kAct>
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kOrdered>
+cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
+  if constexpr (kOrdered && !kCopy) {
+    return cudaErrorInvalidValue;  // the order pass is for the kernels with a read copy only
+  } else {
+    if constexpr (kCkpt != DType::kFloat32) {
+      if (p.rounding_seed != nullptr) return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true, kOrdered>(p, stream);
+    }
+    return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false, kOrdered>(p, stream);
+  }
+}
+
+template <int kP, int kN, DType kAct, bool kOrdered>
 cudaError_t dispatch_state(const Mamba2Params& p, cudaStream_t stream) {
   const bool copy = p.read_copy != nullptr;
   const DType ck = p.checkpoint_dtype, rc = p.read_copy_dtype;
 #define REPLAYSSM_STEP_CASE(CKPT, COPY, READ)                              \
   if (ck == DType::CKPT && copy == COPY && (!COPY || rc == DType::READ)) \
-    return launch_step<kP, kN, DType::CKPT, COPY, DType::READ, kAct>(p, stream);
+    return launch_step<kP, kN, DType::CKPT, COPY, DType::READ, kAct, kOrdered>(p, stream);
   REPLAYSSM_STEP_CASE(kFloat32, false, kFloat32)
   REPLAYSSM_STEP_CASE(kFloat32, true, kBFloat16)
   REPLAYSSM_STEP_CASE(kFloat32, true, kFloat16)
@@ -1054,11 +1088,12 @@ cudaError_t dispatch_state(const Mamba2Params& p, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
-// All dtype combinations of one (P, N); defined here, instantiated once per shape file.
-template <int kP, int kN>
+// All dtype combinations of one (P, N); defined here, instantiated once per shape file
+// (mamba2_step_p<P>_n<N>.cu, which instantiates the plain one, and so the ordered one).
+template <int kP, int kN, bool kOrdered>
 cudaError_t launch_step_shape(const Mamba2Params& p, cudaStream_t stream) {
-  if (p.act_dtype == DType::kBFloat16) return dispatch_state<kP, kN, DType::kBFloat16>(p, stream);
-  if (p.act_dtype == DType::kFloat16) return dispatch_state<kP, kN, DType::kFloat16>(p, stream);
+  if (p.act_dtype == DType::kBFloat16) return dispatch_state<kP, kN, DType::kBFloat16, kOrdered>(p, stream);
+  if (p.act_dtype == DType::kFloat16) return dispatch_state<kP, kN, DType::kFloat16, kOrdered>(p, stream);
   return cudaErrorInvalidValue;
 }
 

@@ -431,6 +431,15 @@ __device__ __forceinline__ int64_t resolve_slot(const Mamba2Params& p, int row) 
   return (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) ? -1 : slot;
 }
 
+// A step's num_committed[slot]: the cursor in the low 16 bits, the step's per-CTA tickets above it
+// (see mamba2_step_kernel.cuh).
+constexpr int32_t kTicket = 1 << 16;
+constexpr int32_t kCursorMask = kTicket - 1;
+
+// Whether a step with cursor w (w < L buffered entries) folds: the buffer must keep room for the
+// largest draft a verify may append after it. The step and its order pass decide it alike.
+__device__ __forceinline__ bool step_folds(const Mamba2Params& p, int w, int L) { return w + 1 + p.max_draft_tokens > L; }
+
 // The epilogue operands of a thread's rows, loaded up front with the state so that no global load
 // sits between a row's reduction and its output store.
 template <int R>
@@ -474,6 +483,13 @@ inline int fold_prefetch_heads() {
   return 0;
 }
 
+// SMs of the current device (132 on the H200 if the query fails).
+inline int multiprocessor_count() {
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms;
+}
+
 // Heads per CTA of the kernels that pipeline a group's heads through a ring (step, verify): as many of
 // a group's heads as keep at least `waves` waves of CTAs on the GPU (small batches need more, smaller
 // CTAs to fill the SMs; each CTA pays a set-up of a few DRAM round trips, so fewer waves of larger CTAs
@@ -492,9 +508,7 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
       return 1;
     }
   }
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int64_t target = static_cast<int64_t>(waves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  const int64_t target = static_cast<int64_t>(waves) * multiprocessor_count() * (ctas_per_sm > 0 ? ctas_per_sm : 1);
   for (int d = heads_per_group; d > 1; --d) {
     if (heads_per_group % d == 0 && batch * (heads / d) >= target) return d;
   }
