@@ -3,7 +3,8 @@ speculative rounds (verify, commit, flush, materialize) that cross folds, with a
 pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
 whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
 is refilled); the update once more with its ring forced to wrap; the step with a bf16 and an fp8 copy
-once more on nano4b's tile (P = 80, N = 128)."""
+once more on nano4b's tile (P = 80, N = 128); the step with the staggered_flush hint on 1,030 rows in
+staggered phases, so that its order pass runs (more than one wave of CTAs) and takes two chunks of rows."""
 
 import os
 
@@ -80,5 +81,23 @@ for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (torch.bf
         x, dt, B, C, z = inputs(4, P=P2, N=N2)
         ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias,
                         True, 1, slots, -1, backend="cuda")
+# The order pass (staggered_flush, more than one wave of CTAs) over 1,030 rows in a random order with a
+# pad row, a quarter of the slots folding in each step, with an fp8 copy.
+os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = "64"
+S3 = 1100
+ck = 0.1 * torch.randn(S3, H, P, N, device=dev)
+rc = torch.empty(S3, H, P, N, device=dev, dtype=torch.float8_e4m3fn)
+rs = torch.empty(S3, H, P, device=dev)
+ops.make_read_copy(ck, rc, rs, backend="cuda")
+x_buf = torch.zeros(S3, H, L, P, device=dev, dtype=torch.bfloat16)
+B_buf = torch.zeros(S3, G, L, N, device=dev, dtype=torch.bfloat16)
+dt_buf = torch.zeros(S3, H, L, device=dev)
+cursors = (torch.arange(S3, device=dev) % L).int()
+rows = torch.randperm(S3, device=dev)[:1030]
+rows[5] = -1
+for _ in range(L + 1):
+    x, dt, B, C, z = inputs(rows.numel())
+    ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias,
+                    True, 1, rows, -1, staggered_flush=True, backend="cuda")
 torch.cuda.synchronize()
 print("sanitize_ops: all ops ran")

@@ -14,6 +14,7 @@ SUPER120B = (128, 64, 128, 8)
 ODD = (24, 80, 64, 8)          # 3 heads per group
 SMALL = (8, 128, 64, 2)
 WIDE = (16, 128, 128, 4)
+MANY_ROWS = (8, 64, 64, 1)     # small enough for batches over 1,024 rows
 
 
 def rel_err(a, b):
@@ -373,6 +374,107 @@ def test_step_staggered_flush_hint_changes_no_bits(rc):
         assert torch.equal(bits(a), bits(b))
     for t0, t1 in zip(caches[0].cache_tensors, caches[1].cache_tensors):
         assert torch.equal(bits(t0), bits(t1))
+
+
+def staggered_rows(layer, num_slots, L, rc, seed, checkpoint_dtype=torch.float32):
+    """Two caches with staggered fold phases (a quarter of the slots fold in each step at L = 4), one
+    slot without room, and a batch naming the slots in a random order (int64) with two pad rows."""
+    caches = [gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=rc, checkpoint_dtype=checkpoint_dtype,
+                        staggered_flush=True) for _ in range(2)]
+    init = layer.states(num_slots).cuda().float()
+    for c in caches:
+        c.load(init)
+        c.num_committed[3] = L + 2
+    slots = torch.randperm(num_slots, generator=torch.Generator().manual_seed(seed))[: num_slots - 4]
+    slots[[1, 7]] = caches[0].pad_slot_id
+    return caches, slots.cuda()
+
+
+# With the hint, a read copy and more than one wave of CTAs of more than one head, the step runs the
+# order pass first (the rows whose slot folds start first): the folding, replaying, pad and no-room rows
+# must come out bit for bit as without it, also past 1,024 rows (the pass takes them 1,024 at a time).
+# nano4b at batch 36 gets 2 heads per CTA with the hint, MANY_ROWS at 1,096 rows 4.
+@pytest.mark.parametrize("dims,num_slots,ck,rc", [(NANO4B, 40, torch.float32, torch.bfloat16),
+                                                  (NANO4B, 40, torch.float32, FP8),
+                                                  (NANO4B, 40, torch.bfloat16, FP8),
+                                                  (MANY_ROWS, 1100, torch.float32, FP8)],
+                         ids=["nano4b-bf16-copy", "nano4b-fp8-copy", "nano4b-bf16-checkpoint-fp8-copy",
+                              "1096-rows-fp8-copy"])
+def test_step_order_pass_changes_no_bits(dims, num_slots, ck, rc):
+    layer = Layer(dims, seed=21)
+    L = 4
+    caches, slots = staggered_rows(layer, num_slots, L, rc, seed=5, checkpoint_dtype=ck)
+    folded = torch.zeros(num_slots, dtype=torch.bool)
+    for _ in range(L + 2):
+        before = caches[1].num_committed.cpu()
+        inputs = [t.cuda() for t in layer.inputs(slots.numel())]
+        a = cuda_step(caches[0], *inputs, slots, staggered_flush=False)
+        b = cuda_step(caches[1], *inputs, slots, staggered_flush=True)
+        assert torch.equal(bits(a), bits(b))
+        assert torch.equal(caches[0].num_committed, caches[1].num_committed)
+        folded |= (before > 0) & (caches[1].num_committed.cpu() == 0)
+    assert folded.sum() >= num_slots // 2        # folds came in different steps, the case the pass orders
+    assert caches[1].num_committed[3].item() == L + 2
+    for t0, t1 in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(bits(t0), bits(t1))
+
+
+def cuda_kernels_run(fn):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return {e.key for e in prof.key_averages()}
+
+
+# Where the order pass runs (the launcher's rule, 132 SMs): with the hint and a read copy, at nano4b
+# batch 40 (2 heads per CTA, 1,920 CTAs); not without the hint, nor without a copy, nor at batch 1 (one
+# wave: every CTA starts at once), nor with one head per CTA.
+def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
+    layer = Layer(NANO4B, seed=2)
+    caches = {rc: gpu_cache(layer, 40, buffer_len=4, read_copy_dtype=rc, staggered_flush=True) for rc in (None, FP8)}
+    for c in caches.values():
+        c.load(layer.states(40).cuda().float())
+
+    def order_pass_ran(batch, hint, rc=FP8):
+        inputs = [t.cuda() for t in layer.inputs(batch)]
+        slots = torch.arange(batch, device="cuda")
+        names = cuda_kernels_run(lambda: cuda_step(caches[rc], *inputs, slots, staggered_flush=hint))
+        assert any("step_kernel" in n for n in names)
+        return any("step_row_order" in n for n in names)
+
+    assert order_pass_ran(40, True)
+    assert not order_pass_ran(40, False)
+    assert not order_pass_ran(40, True, rc=None)
+    assert not order_pass_ran(1, True)
+    monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", "1")
+    assert not order_pass_ran(40, True)
+
+
+def test_step_order_pass_under_cuda_graph_is_bitwise_eager():
+    layer = Layer(NANO4B, seed=8)
+    L = 4
+    caches, slots = staggered_rows(layer, 40, L, FP8, seed=6)
+    static_in = [t.cuda() for t in layer.inputs(slots.numel())]
+    static_out = torch.empty_like(static_in[0])
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):      # warm-up on a side stream, as graph capture requires
+        cuda_step(caches[0], *static_in, slots, static_out, staggered_flush=True)
+        cuda_step(caches[1], *static_in, slots, staggered_flush=True)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cuda_step(caches[0], *static_in, slots, static_out, staggered_flush=True)
+    for _ in range(2 * L + 1):            # every slot folds twice
+        new = [t.cuda() for t in layer.inputs(slots.numel())]
+        for s, n in zip(static_in, new):
+            s.copy_(n)
+        graph.replay()
+        eager = cuda_step(caches[1], *new, slots, staggered_flush=True)
+        assert torch.equal(bits(static_out), bits(eager))
+    for a, b in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(bits(a), bits(b))
 
 
 @pytest.mark.parametrize("heads_per_cta", [None, "1"], ids=["auto", "one-head-ctas"])
