@@ -25,8 +25,9 @@
 // docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured and why it changed.
 //
 // The cursor of a slot is shared by the slot's CTAs (H / heads-per-CTA of them), so none may change
-// it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] when it is done,
-// and the CTA that draws the last ticket writes the new cursor, which also clears the tickets.
+// it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] once all its
+// threads have read it, and the CTA that draws the last ticket writes the new cursor, which also
+// clears the tickets.
 // Nothing crosses launches.
 //
 // With a staggered flush (the caller's staggered_flush hint) and a read copy, a one-CTA launch before
@@ -527,6 +528,13 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     return;
   }
   const bool fold = step_folds(p, w, L);
+  // Every thread of this CTA has read the cursor (the barrier above), so the CTA takes its ticket now,
+  // while its first tiles are in flight, and the last of the slot's CTAs moves the cursor: at the end
+  // of the CTA, the atomic's round trip sat on every CTA's tail.
+  if (tid == 0) {
+    const int32_t old = atomicAdd(p.num_committed + slot, kTicket);
+    if ((old >> 16) == p.heads / num_heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
+  }
   auto stage_x_window = [&](int k, int head) {  // the CUDA-core replay's: entries 0..w - 1, the token in slot L - 1
     stage_rows<kP, false>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
   };
@@ -999,12 +1007,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       }
       if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(b)[tid], cur);
     }
-  }
-
-  // Every thread read the cursor before the first barrier; the last of the slot's CTAs moves it.
-  if (tid == 0) {
-    const int32_t old = atomicAdd(p.num_committed + slot, kTicket);
-    if ((old >> 16) == p.heads / num_heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
   }
 }
 

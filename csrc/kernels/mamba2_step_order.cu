@@ -8,9 +8,9 @@
 // they are done, long after the replaying CTAs (session 13: staggered cycles with an fp8 read copy
 // 41-70% slower than lock-step ones). Started first, the folds overlap the replay instead.
 //
-// The step cannot order itself: the last CTA of a slot rewrites the slot's cursor when it is done,
-// while CTAs of later rows may not have started, so only a launch before it sees every cursor as the
-// step begins. The launcher (launch_step_kernel) says where the pass runs: with a read copy, more
+// The step cannot order itself: the last CTA of a slot rewrites the slot's cursor once the slot's
+// CTAs have read it, while CTAs of later rows may not have started, so only a launch before it sees
+// every cursor as the step begins. The launcher (launch_step_kernel) says where the pass runs: with a read copy, more
 // than one wave of CTAs and more than one head per CTA.
 #include "mamba2.cuh"
 #include "mamba2_tile.cuh"
