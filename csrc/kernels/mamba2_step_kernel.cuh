@@ -528,13 +528,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     return;
   }
   const bool fold = step_folds(p, w, L);
-  // Every thread of this CTA has read the cursor (the barrier above), so the CTA takes its ticket now,
-  // while its first tiles are in flight, and the last of the slot's CTAs moves the cursor: at the end
-  // of the CTA, the atomic's round trip sat on every CTA's tail.
-  if (tid == 0) {
+  // Every thread of this CTA has read the cursor (the barrier above), so the CTA may take its ticket
+  // now, and the last of the slot's CTAs move the cursor. A replaying CTA does, while its first tiles
+  // are in flight: at its end the atomic's round trip sat on its tail. A folding CTA takes it at its end.
+  auto take_ticket = [&] {
     const int32_t old = atomicAdd(p.num_committed + slot, kTicket);
     if ((old >> 16) == p.heads / num_heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
-  }
+  };
+  if (tid == 0 && !fold) take_ticket();
   auto stage_x_window = [&](int k, int head) {  // the CUDA-core replay's: entries 0..w - 1, the token in slot L - 1
     stage_rows<kP, false>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
   };
@@ -1008,6 +1009,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(b)[tid], cur);
     }
   }
+  if (tid == 0 && fold) take_ticket();
 }
 
 // Every dtype combination of one (P, N), plain (kOrdered = false) or after the order pass (true).
