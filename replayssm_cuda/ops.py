@@ -317,7 +317,8 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
     staggered_flush: a launch hint, no change to the results: True when the slots fold at different
     steps (Mamba2Cache(staggered_flush=True), or continuous batching once requests have come and gone),
     False when they fold together (a batch admitted at once). The kernel then sizes its CTAs so that a
-    step's few folding CTAs do not outlast it (True), or for the replay alone (False)."""
+    step's few folding CTAs do not outlast it and, with a read copy, runs a small launch first that puts
+    the folding rows at the front of the grid (True), or sizes them for the replay alone (False)."""
     op = "mamba2_step"
     if not isinstance(staggered_flush, bool):
         raise ValueError(f"{op}: `staggered_flush` must be a bool, got {staggered_flush!r}")

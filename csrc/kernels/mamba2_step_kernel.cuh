@@ -25,9 +25,9 @@
 // docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured and why it changed.
 //
 // The cursor of a slot is shared by the slot's CTAs (H / heads-per-CTA of them), so none may change
-// it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] once all its
-// threads have read it, and the CTA that draws the last ticket writes the new cursor, which also
-// clears the tickets.
+// it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] after all its
+// threads have read it (a replaying CTA right away, a folding one at its end), and the CTA that draws
+// the last ticket writes the new cursor, which also clears the tickets.
 // Nothing crosses launches.
 //
 // With a staggered flush (the caller's staggered_flush hint) and a read copy, a one-CTA launch before
@@ -530,7 +530,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   const bool fold = step_folds(p, w, L);
   // Every thread of this CTA has read the cursor (the barrier above), so the CTA may take its ticket
   // now, and the last of the slot's CTAs move the cursor. A replaying CTA does, while its first tiles
-  // are in flight: at its end the atomic's round trip sat on its tail. A folding CTA takes it at its end.
+  // are in flight: at its end the atomic's round trip sat on its tail (session 14, run 5: the replay
+  // step 2-8% faster at batch 1). A folding CTA takes it at its end: taken here, thread 0 waited for it
+  // before the fold's coefficient loads, the fp8-copy fold step ran 2-4% slower (run 4), and ptxas
+  // spilled 4-16 more bytes in the fp32-checkpoint fp8-copy kernels.
   auto take_ticket = [&] {
     const int32_t old = atomicAdd(p.num_committed + slot, kTicket);
     if ((old >> 16) == p.heads / num_heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
