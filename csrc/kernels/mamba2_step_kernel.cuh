@@ -403,7 +403,8 @@ struct TensorReplay {
 // kOrdered: CTA row y takes the batch row and slot the order pass put at y (p.row_order), not row y. A
 // template flag too, so that the kernels without it compile exactly as before: a row read from memory
 // holds a register for the whole kernel where blockIdx.y needs none (session 14's first version read it
-// in every kernel, and the lock-step fp8-copy fold step ran 3-5% slower).
+// in every kernel, with another change that also moved ptxas's choices, and the lock-step fp8-copy fold
+// step ran 3-5% slower).
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered>
 __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct>::kCtasPerSm)) step_kernel(const Mamba2Params p) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");

@@ -10,8 +10,8 @@
 //
 // The step cannot order itself: the last CTA of a slot rewrites the slot's cursor once the slot's
 // CTAs have read it, while CTAs of later rows may not have started, so only a launch before it sees
-// every cursor as the step begins. The launcher (launch_step_kernel) says where the pass runs: with a read copy, more
-// than one wave of CTAs and more than one head per CTA.
+// every cursor as the step begins. The launcher (launch_step_kernel) says where the pass runs: with a
+// read copy, more than one wave of CTAs and more than one head per CTA.
 #include "mamba2.cuh"
 #include "mamba2_tile.cuh"
 
