@@ -208,7 +208,8 @@ class Mamba2Cache(_ReplayCache):
         stochastically, unbiased, instead of to nearest (reference.stochastic_round); the cache owns the
         device tensor `rounding_seed` = [seed, offset] that the ops advance. Give each layer its own seed.
         staggered_flush: slots start with different fold phases (_stagger), and step() passes the flag on
-        to ops.mamba2_step as its launch hint (smaller CTAs, for steps in which only a few slots fold)."""
+        to ops.mamba2_step as its launch hint (smaller CTAs for steps in which only a few slots fold, and
+        with a read copy the folding rows first)."""
         if not isinstance(stochastic_rounding, bool):
             raise ValueError(f"Mamba2Cache: `stochastic_rounding` must be a bool, got {stochastic_rounding!r}")
         if stochastic_rounding and checkpoint_dtype not in (torch.bfloat16, torch.float16):
