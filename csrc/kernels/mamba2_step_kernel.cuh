@@ -383,7 +383,8 @@ __device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int
 
 // Warp roles of the tensor-core replay (replay_on_tensor_cores): the first kConsumers warps each own
 // kTilesPerWarp tiles of 16 output rows (reduction on tensor cores, their rows' x windows, epilogue);
-// one thread of warp 6 refills the ring; warp 7 derives the window weights. No CTA barrier per head:
+// one thread of warp 6 refills the ring; warp 7 derives the window weights; the first warp after the
+// consumers takes the cursor ticket. No CTA barrier per head:
 // each hand-over is an mbarrier (tile landed / consumed, weights written / read), so a consumer warp
 // waits only for its own inputs, never for the slowest warp of the CTA.
 template <int kP>
@@ -393,6 +394,8 @@ struct TensorReplay {
   static constexpr int kConsumers = kMTiles / kTilesPerWarp;
   static constexpr int kRowsPerWarp = 16 * kTilesPerWarp;
   static constexpr int kProducerThread = kThreads - 64;
+  // The CTA's cursor ticket (see take_ticket): the first warp without tiles, or the producer's thread.
+  static constexpr int kTicketThread = kConsumers < 6 ? 32 * kConsumers : kProducerThread;
   static_assert(kP % 16 == 0 && kMTiles % kTilesPerWarp == 0 && kConsumers <= 6, "P: a multiple of 16, <= 192");
 };
 
@@ -532,14 +535,21 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   // Every thread of this CTA has read the cursor (the barrier above), so the CTA may take its ticket
   // now, and the last of the slot's CTAs move the cursor. A replaying CTA does, while its first tiles
   // are in flight: at its end the atomic's round trip sat on its tail (session 14, run 5: the replay
-  // step 2-8% faster at batch 1). A folding CTA takes it at its end: taken here, thread 0 waited for it
-  // before the fold's coefficient loads, the fp8-copy fold step ran 2-4% slower (run 4), and ptxas
-  // spilled 4-16 more bytes in the fp32-checkpoint fp8-copy kernels.
+  // step 2-8% faster at batch 1). Not here by thread 0, though: warp 0 would wait for the atomic's
+  // round trip before its part of the set-up, and the whole CTA for warp 0. The tensor-core replay
+  // takes it after its set-up barrier, in a warp with no part in the replay
+  // (TensorReplay::kTicketThread); the CUDA-core replay after its first per-head barrier.
+  // A folding CTA takes it at its end: taken here, thread 0 waited for it before the fold's
+  // coefficient loads, the fp8-copy fold step ran 2-4% slower (run 4), and ptxas spilled 4-16 more
+  // bytes in the fp32-checkpoint fp8-copy kernels.
   auto take_ticket = [&] {
     const int32_t old = atomicAdd(p.num_committed + slot, kTicket);
     if ((old >> 16) == p.heads / num_heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
   };
-  if (tid == 0 && !fold) take_ticket();
+  // The CUDA-core replay's: after its first per-head barrier, in a warp with no epilogue rows, so
+  // that the round trip overlaps the first epilogue and the second head's reduction.
+  constexpr int kCoreTicketThread = kThreads - 96;
+  static_assert(kP * kSplit <= kCoreTicketThread, "the ticket's warp has no epilogue rows");
   auto stage_x_window = [&](int k, int head) {  // the CUDA-core replay's: entries 0..w - 1, the token in slot L - 1
     stage_rows<kP, false>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
   };
@@ -583,6 +593,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       dots_in.finish(w, sm.dots());
       if (tid < 32) Dot::write_c(C_now, sm.c_frags());
       __syncthreads();  // the dots and C's fragments are in
+      if (tid == Roles::kTicketThread) take_ticket();
       if (consumer) {
         // In the epilogue two lanes per row.
         const int row_in_tile = lane >> 1;
@@ -794,6 +805,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         }
         if (i + 2 < num_heads) stage_x_window((i + 2) % 3, head + 2);
         cp_async_commit();
+        if (i == 0 && tid == kCoreTicketThread) take_ticket();
 
         if (epilogue_thread) {
           const int pr = epilogue_row;
