@@ -5,7 +5,7 @@
 
 namespace replayssm {
 namespace mamba2 {
-template <int kP, int kN, bool kOrdered>
+template <int kP, int kN>
 cudaError_t launch_step_shape(const Mamba2Params& p, cudaStream_t stream);
 }  // namespace mamba2
 
@@ -19,12 +19,12 @@ cudaError_t dispatch_shape(const Mamba2Params& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   const int P = p.head_dim, N = p.state_dim;
-  if (P == 64 && N == 64) return mamba2::launch_step_shape<64, 64, false>(p, stream);
-  if (P == 64 && N == 128) return mamba2::launch_step_shape<64, 128, false>(p, stream);
-  if (P == 80 && N == 64) return mamba2::launch_step_shape<80, 64, false>(p, stream);
-  if (P == 80 && N == 128) return mamba2::launch_step_shape<80, 128, false>(p, stream);
-  if (P == 128 && N == 64) return mamba2::launch_step_shape<128, 64, false>(p, stream);
-  if (P == 128 && N == 128) return mamba2::launch_step_shape<128, 128, false>(p, stream);
+  if (P == 64 && N == 64) return mamba2::launch_step_shape<64, 64>(p, stream);
+  if (P == 64 && N == 128) return mamba2::launch_step_shape<64, 128>(p, stream);
+  if (P == 80 && N == 64) return mamba2::launch_step_shape<80, 64>(p, stream);
+  if (P == 80 && N == 128) return mamba2::launch_step_shape<80, 128>(p, stream);
+  if (P == 128 && N == 64) return mamba2::launch_step_shape<128, 64>(p, stream);
+  if (P == 128 && N == 128) return mamba2::launch_step_shape<128, 128>(p, stream);
   return cudaErrorInvalidValue;
 }
 

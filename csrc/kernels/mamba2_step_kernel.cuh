@@ -1028,10 +1028,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   if (tid == 0 && fold) take_ticket();
 }
 
-// Every dtype combination of one (P, N), plain (kOrdered = false) or after the order pass (true).
-template <int kP, int kN, bool kOrdered>
-cudaError_t launch_step_shape(const Mamba2Params& p, cudaStream_t stream);
-
 // kOrdered = false: sizes the launch and runs the step, or hands it to the ordered step (below).
 // kOrdered = true: p.heads_per_cta is already chosen; runs the order pass, then the ordered step.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered>
@@ -1068,34 +1064,32 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // Only with more than one wave of CTAs (in one, every CTA starts at once) and more than one head per
     // CTA (one-head folding CTAs are short; the pass's launch cost more than it won: nano4b batch 32,
     // 1 head per CTA, fp8 copy, staggered mean step 47.6 -> 51.7 us in session 14's run 1).
-    if (kCopy && p.staggered_flush && p.row_order != nullptr && p.heads_per_cta > 1 &&
-        static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(ctas_per_sm) * multiprocessor_count()) {
-      return launch_step_shape<kP, kN, true>(p, stream);
+    if constexpr (kCopy) {
+      if (p.staggered_flush && p.row_order != nullptr && p.heads_per_cta > 1 &&
+          static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(ctas_per_sm) * multiprocessor_count()) {
+        return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true>(p, stream);
+      }
     }
     kernel<<<grid, kThreads, smem, stream>>>(p);
     return cudaGetLastError();
   }
 }
 
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kOrdered>
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
-  if constexpr (kOrdered && !kCopy) {
-    return cudaErrorInvalidValue;  // the order pass is for the kernels with a read copy only
-  } else {
-    if constexpr (kCkpt != DType::kFloat32) {
-      if (p.rounding_seed != nullptr) return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true, kOrdered>(p, stream);
-    }
-    return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false, kOrdered>(p, stream);
+  if constexpr (kCkpt != DType::kFloat32) {
+    if (p.rounding_seed != nullptr) return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true, false>(p, stream);
   }
+  return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false, false>(p, stream);
 }
 
-template <int kP, int kN, DType kAct, bool kOrdered>
+template <int kP, int kN, DType kAct>
 cudaError_t dispatch_state(const Mamba2Params& p, cudaStream_t stream) {
   const bool copy = p.read_copy != nullptr;
   const DType ck = p.checkpoint_dtype, rc = p.read_copy_dtype;
 #define REPLAYSSM_STEP_CASE(CKPT, COPY, READ)                              \
   if (ck == DType::CKPT && copy == COPY && (!COPY || rc == DType::READ)) \
-    return launch_step<kP, kN, DType::CKPT, COPY, DType::READ, kAct, kOrdered>(p, stream);
+    return launch_step<kP, kN, DType::CKPT, COPY, DType::READ, kAct>(p, stream);
   REPLAYSSM_STEP_CASE(kFloat32, false, kFloat32)
   REPLAYSSM_STEP_CASE(kFloat32, true, kBFloat16)
   REPLAYSSM_STEP_CASE(kFloat32, true, kFloat16)
@@ -1108,12 +1102,12 @@ cudaError_t dispatch_state(const Mamba2Params& p, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
-// All dtype combinations of one (P, N); defined here, instantiated once per shape file
-// (mamba2_step_p<P>_n<N>.cu, which instantiates the plain one, and so the ordered one).
-template <int kP, int kN, bool kOrdered>
+// All dtype combinations of one (P, N), the ordered step's kernels with them; defined here,
+// instantiated once per shape file (mamba2_step_p<P>_n<N>.cu).
+template <int kP, int kN>
 cudaError_t launch_step_shape(const Mamba2Params& p, cudaStream_t stream) {
-  if (p.act_dtype == DType::kBFloat16) return dispatch_state<kP, kN, DType::kBFloat16, kOrdered>(p, stream);
-  if (p.act_dtype == DType::kFloat16) return dispatch_state<kP, kN, DType::kFloat16, kOrdered>(p, stream);
+  if (p.act_dtype == DType::kBFloat16) return dispatch_state<kP, kN, DType::kBFloat16>(p, stream);
+  if (p.act_dtype == DType::kFloat16) return dispatch_state<kP, kN, DType::kFloat16>(p, stream);
   return cudaErrorInvalidValue;
 }
 

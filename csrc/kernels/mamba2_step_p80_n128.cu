@@ -3,5 +3,5 @@
 #include "mamba2_step_kernel.cuh"
 
 namespace replayssm::mamba2 {
-template cudaError_t launch_step_shape<80, 128, false>(const Mamba2Params&, cudaStream_t);
+template cudaError_t launch_step_shape<80, 128>(const Mamba2Params&, cudaStream_t);
 }  // namespace replayssm::mamba2
