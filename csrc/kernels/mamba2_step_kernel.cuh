@@ -26,7 +26,7 @@
 //
 // The cursor of a slot is shared by the slot's CTAs (H / heads-per-CTA of them), so none may change
 // it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] after all its
-// threads have read it (a replaying CTA right away, a folding one at its end), and the CTA that draws
+// threads have read it (a replaying CTA early, a folding one at its end), and the CTA that draws
 // the last ticket writes the new cursor, which also clears the tickets.
 // Nothing crosses launches.
 //
