@@ -70,16 +70,21 @@ __global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mam
     const int row = start + static_cast<int>(threadIdx.x);
     const bool valid = row < p.batch;
     const bool f = valid && ((folds[row / 32] >> (row & 31)) & 1u);
-    int chunk_folds = 0, chunk_others = 0;
+    int chunk_folds = 0;
     const int fold_rank = cta_exclusive_prefix(f, warp_counts, chunk_folds);
-    const int other_rank = cta_exclusive_prefix(valid && !f, warp_counts, chunk_others);
+    // The valid rows of a chunk are its first threads, so the rows before this one that do not fold
+    // are the threads before it less the folding ones: one prefix serves both parts.
+    const int other_rank = static_cast<int>(threadIdx.x) - fold_rank;
+    const int chunk_rows = p.batch - start < kOrderThreads ? p.batch - start : kOrderThreads;
     if (valid) {
+      // The slot is resolved again rather than kept from pass 1: a chunk's threads hold no state across
+      // chunks, and resolving is one L2-hot load.
       const int dst = f ? next_fold + fold_rank : next_other + other_rank;
       order_rows[dst] = row;
       order_slots[dst] = static_cast<int32_t>(resolve_slot(p, row));
     }
     next_fold += chunk_folds;
-    next_other += chunk_others;
+    next_other += chunk_rows - chunk_folds;
   }
 }
 
