@@ -27,8 +27,7 @@ using mamba2::Vec4;       // 4-element state vectors: the fold's tile is a row o
 using mamba2::store4;     // ... stored as one whole vector (store_whole)
 using mamba2::store_whole;
 using mamba2::store_read_copy4;  // the fold's read-copy refresh, shared with the step's fold
-using mamba2::row_sum;    // sum / NaN-keeping max over the lanes of a state row
-using mamba2::row_max_keep_nan;
+using mamba2::row_sum;    // sum over the lanes of a state row
 using mamba2::warp_inclusive_sum;  // the window's dt prefix sums
 using mamba2::softplus;   // torch.nn.functional.softplus (beta 1, threshold 20), fp32, no fast math
 using mamba2::silu;
