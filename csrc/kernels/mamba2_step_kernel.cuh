@@ -38,6 +38,8 @@
 // shapes compile in parallel) and mamba2_step.cu picks the shape at run time.
 #pragma once
 
+#include <type_traits>
+
 #include "bulk_copy.cuh"
 #include "mamba2.cuh"
 #include "mamba2_mma.cuh"
@@ -89,14 +91,17 @@ struct StepLayout {
   static constexpr size_t kRingOffset = (kYdotOffset + 2 * 4 * kP + 127) / 128 * 128;
 
   __host__ __device__ static constexpr size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
-  __host__ __device__ static constexpr size_t B_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kN; }
+  // The fold's B window holds elements of b_elem bytes: fp32 or the activation type (kFoldBFloat32).
+  __host__ __device__ static constexpr size_t fold_bytes(int L, size_t b_elem) {
+    return FoldCoef<kP, kN>::bytes(L) + b_elem * static_cast<size_t>(L) * kN;
+  }
   __host__ __device__ static constexpr int windows(int stages) { return kTensorReplay ? stages : 3; }
   // Bytes of a CTA with `stages` ring stages: the ring, then the x windows or the fold's coefficients
   // and B window, whichever is larger.
-  __host__ __device__ static constexpr size_t bytes_with(int stages, int L) {
+  __host__ __device__ static constexpr size_t bytes_with(int stages, int L, size_t b_elem = sizeof(Act)) {
     return kRingOffset + static_cast<size_t>(stages) * kTileBytes +
-           (windows(stages) * x_window_bytes(L) > FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L)
-                ? windows(stages) * x_window_bytes(L) : FoldCoef<kP, kN>::bytes(L) + B_window_bytes(L));
+           (windows(stages) * x_window_bytes(L) > fold_bytes(L, b_elem) ? windows(stages) * x_window_bytes(L)
+                                                                        : fold_bytes(L, b_elem));
   }
   // Stages: as many as fit in about 64 KB of tiles, at least two; the step fold with a read copy
   // streams an fp32 checkpoint tile through the ring, which must hold one. Where three CTAs share an
@@ -108,8 +113,8 @@ struct StepLayout {
   __host__ __device__ static constexpr bool three_ctas_fit(size_t cta_bytes) { return 3 * (cta_bytes + 1024) <= 228 * 1024; }
   __host__ __device__ static constexpr int choose_stages() {
     const size_t with_three_windows = kRingOffset + static_cast<size_t>(kMaxStages) * kTileBytes +
-                                      (3 * x_window_bytes(16) > FoldCoef<kP, kN>::bytes(16) + B_window_bytes(16)
-                                           ? 3 * x_window_bytes(16) : FoldCoef<kP, kN>::bytes(16) + B_window_bytes(16));
+                                      (3 * x_window_bytes(16) > fold_bytes(16, sizeof(Act)) ? 3 * x_window_bytes(16)
+                                                                                             : fold_bytes(16, sizeof(Act)));
     int s = kMaxStages;
     if (kTensorReplay && three_ctas_fit(with_three_windows)) {
       while (s > kMinStages && !three_ctas_fit(bytes_with(s, 16))) --s;
@@ -122,13 +127,24 @@ struct StepLayout {
   static_assert((kTensorReplay ? 3 * kStages + 4 : kStages) * sizeof(uint64_t) <= kDotsOffset,
                 "barriers fit before the scalars");
 
+  // CTAs per SM that `bytes` of shared memory allow (228 KB per SM, 1 KB reserved per CTA), at most 3.
+  __host__ __device__ static constexpr int ctas_for(size_t bytes) {
+    const size_t ctas = 228 * 1024 / (bytes + 1024);
+    return ctas > 3 ? 3 : (ctas < 1 ? 1 : static_cast<int>(ctas));
+  }
+  // The fold's B window in fp32, converted once per CTA as it is staged, wherever that costs no CTA per
+  // SM at L = 16 and fits at the longest buffer: its inner loop then loads B as floats instead of
+  // converting 4 activations per window entry and batch of rows (ncu, session 16: the nano4b fp8-copy
+  // fold step issue-bound at 67% of its issue slots, the conversions ~6% of its instructions).
+  static constexpr bool kFoldBFloat32 = ctas_for(bytes_with(kStages, 16, 4)) == ctas_for(bytes_with(kStages, 16)) &&
+                                        bytes_with(kStages, kMamba2MaxBufferLen, 4) <= 227 * 1024;
+  using FoldB = std::conditional_t<kFoldBFloat32, float, Act>;
   // The fold: coefficients, then its B window, in the x windows' area.
   __host__ __device__ static constexpr size_t B_window_offset(int L) { return kXwinOffset + FoldCoef<kP, kN>::bytes(L); }
-  __host__ __device__ static constexpr size_t bytes(int L) { return bytes_with(kStages, L); }
-  // CTAs per SM the shared memory allows at L = 16 (228 KB per SM, 1 KB reserved per CTA), at most 3:
-  // the register budget is sized to match, so that registers never limit occupancy below it.
-  static constexpr int kSmemCtas = static_cast<int>(228 * 1024 / (bytes(16) + 1024));
-  static constexpr int kCtasPerSm = kSmemCtas > 3 ? 3 : (kSmemCtas < 1 ? 1 : kSmemCtas);
+  __host__ __device__ static constexpr size_t bytes(int L) { return bytes_with(kStages, L, sizeof(FoldB)); }
+  // CTAs per SM the shared memory allows at L = 16: the register budget is sized to match, so that
+  // registers never limit occupancy below it.
+  static constexpr int kCtasPerSm = ctas_for(bytes(16));
 };
 
 template <int kP, int kN, DType kSrc, DType kAct>
@@ -153,7 +169,9 @@ struct StepSmem {
   __device__ float* ydot(int b) const { return reinterpret_cast<float*>(base + Layout::kYdotOffset) + b * kP; }
   __device__ unsigned char* tile(int s) const { return base + Layout::kRingOffset + static_cast<size_t>(s) * Layout::kTileBytes; }
   __device__ Act* x_window(int k) const { return reinterpret_cast<Act*>(base + Layout::kXwinOffset + k * Layout::x_window_bytes(L)); }
-  __device__ Act* B_window() const { return reinterpret_cast<Act*>(base + Layout::B_window_offset(L)); }
+  __device__ typename Layout::FoldB* B_window() const {
+    return reinterpret_cast<typename Layout::FoldB*>(base + Layout::B_window_offset(L));
+  }
   __device__ float* fold_coef() const { return reinterpret_cast<float*>(base + Layout::kXwinOffset); }
 };
 
@@ -175,6 +193,28 @@ __device__ __forceinline__ void stage_rows(Act* dst, const Act* buffer, int64_t 
     const int c = (i - j * kChunks) * kPerChunk;
     const int slot = kTokenAtW ? j : (j < w ? j : now_slot);
     cp_async16(dst + slot * kElems + c, (j < w ? buffer + j * entry_stride : current) + c);
+  }
+}
+
+// The fold's B window in fp32 (StepLayout::kFoldBFloat32): entries 0..w - 1 from the buffer, entry w
+// from the current token, each 16-byte chunk of activations loaded, converted and stored as floats.
+// Loaded synchronously, once per CTA: a folding CTA's set-up is a small part of its time.
+template <int kN, DType kAct>
+__device__ __forceinline__ void stage_B_fp32(float* dst, const typename Storage<kAct>::type* buffer, int64_t entry_stride,
+                                             const typename Storage<kAct>::type* current, int w) {
+  constexpr int kPerChunk = Chunk16<kAct>::kElems;
+  constexpr int kChunks = kN / kPerChunk;
+  static_assert(kN % kPerChunk == 0 && kPerChunk % 4 == 0, "rows must be whole 16-byte chunks");
+  const int total = (w + 1) * kChunks;
+  for (int i = kThreads - 1 - static_cast<int>(threadIdx.x); i < total; i += kThreads) {
+    const int j = i / kChunks;
+    const int c = (i - j * kChunks) * kPerChunk;
+    float v[kPerChunk];
+    Chunk16<kAct>::to_float(*reinterpret_cast<const uint4*>((j < w ? buffer + j * entry_stride : current) + c), v);
+#pragma unroll
+    for (int k = 0; k < kPerChunk; k += 4) {
+      *reinterpret_cast<float4*>(dst + j * kN + c + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
+    }
   }
 }
 
@@ -860,8 +900,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // An fp8 read copy is quantised a batch of rows at a time (store_fp8_copy_rows: one pair of divisions
     // per lane for the batch, instead of per row) where the batches are whole: P = 64 / 128. The
     // super120b fp8-copy fold took 8% less time (910.8 -> 834.6 us at b256, 1741.6 -> 1605.1 us at b512;
-    // scripts/ab_bench.sh, session 7 run 1). At P = 80 (10 rows a thread, batches of 4, 4, 2) ptxas
-    // spilled 32 bytes and nano4b's fold took 1% longer (1664 -> 1686 us at b512): it keeps row by row.
+    // scripts/ab_bench.sh, session 7 run 1). At P = 80 (10 rows a thread, batches of 4, 4, 2) it keeps
+    // row by row: batched (the last 2 rows together) ptxas spilled 32 bytes and nano4b's fold took 1%
+    // longer in session 7, and again 12 bytes and 1-2% longer with the fp32 B window (session 16, run 3:
+    // 744.6 -> 751.5 us at b256).
     constexpr bool kFp8CopyByBatch = kRead == DType::kFloat8E4M3 && RF % kBatch == 0;
     constexpr int kCkBytes = dtype_size(kCkpt);
     constexpr uint32_t kCkTileBytes = kP * kN * kCkBytes;
@@ -892,8 +934,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         for (int k = 1; k <= p.fold_prefetch_heads && k < num_heads; ++k) prefetch_checkpoint(head0 + k);
       }
     }
-    stage_rows<kN, true>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
-    cp_async_commit();
+    if constexpr (Layout::kFoldBFloat32) {
+      stage_B_fp32<kN, kAct>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
+    } else {
+      stage_rows<kN, true>(sm.B_window(), B_buf, p.Bb_entry_stride, B_now, w);
+      cp_async_commit();
+    }
     // The window's x values are read once per head, when the coefficients are written; they were
     // requested into L2 one head earlier (bulk prefetch: no registers held across the fold).
     const int window_elems = (w + 1) * kP;
@@ -923,7 +969,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
       }
       if (scalar_warp) window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
-      cp_async_wait<0>();  // the B window (head 0)
+      cp_async_wait<0>();  // the B window (head 0), where it is staged by cp.async
       __syncthreads();     // the window weights of this head are in; the previous head's fold is done
 
       float* coef = sm.fold_coef();
@@ -954,7 +1000,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       mbarrier_wait(sm.full(stage), kCopy ? (i + 1) & 1 : (i / S) & 1);
 
       const float decay = *sm.decay(b);
-      const Act* Bw = sm.B_window();
+      const typename Layout::FoldB* Bw = sm.B_window();
       const unsigned char* ck_smem = sm.tile(stage);
       const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
       RoundingWords rounding_words;  // kRound: rows drawn in pairs, which kBatch (even) never splits
@@ -972,7 +1018,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         const float* coef_rows = coef + Coef::index(0, Shape::row(r0));  // this batch's rows of entry 0
         for (int j = 0; j <= w; ++j) {
           float bj[4];
-          fold_B4<kAct, kBByWords>(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(Bw + j * kN + col0), bj);
+          if constexpr (Layout::kFoldBFloat32) {
+            const float4 b = *reinterpret_cast<const float4*>(Bw + j * kN + col0);
+            bj[0] = b.x, bj[1] = b.y, bj[2] = b.z, bj[3] = b.w;
+          } else {
+            fold_B4<kAct, kBByWords>(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(Bw + j * kN + col0), bj);
+          }
           float cr[(kBatch + 3) / 4 * 4];
           Coef::template load_batch<kBatch>(coef_rows + j * Coef::kPerEntry, cr);
 #pragma unroll
