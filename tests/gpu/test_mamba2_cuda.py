@@ -267,6 +267,38 @@ def test_fold_with_a_read_copy_is_the_plain_fold_and_refreshes_the_copy(dims, ac
     assert folds == 2
 
 
+# The fold's fp8 copy of rows whose maximum is NaN or zero (the fold takes a row's max|v| as an unsigned
+# max of bit patterns since session 16; make_read_copy keeps a float max): a row holding a NaN gets scale
+# 1 and keeps its NaN, an all-zero row scale 1 and zeros, and the copy and scales are make_read_copy's bit
+# for bit. nano4b (P = 80) quantises row by row, super120b (P = 64) a batch of rows at a time.
+@pytest.mark.parametrize("dims", [NANO4B, SUPER120B], ids=["nano4b", "super120b"])
+def test_fold_fp8_copy_of_nan_and_zero_rows_is_make_read_copys(dims):
+    layer = Layer(dims, seed=31)
+    L, num_slots, zero_row, nan_row = 4, 3, 5, 7
+    slots = torch.tensor([2, 0], dtype=torch.int64, device="cuda")
+    cache = gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=FP8)
+    init = layer.states(num_slots).float()
+    init[:, :, zero_row, :] = 0.0
+    init[2, 3, nan_row, 11] = float("nan")
+    cache.load(init.cuda())
+    for _ in range(L):                 # cursor 0 .. L - 1: the last step folds (max_draft_tokens = 1)
+        x, dt, B, C, z = [t.cuda() for t in layer.inputs(slots.numel())]
+        x[:, :, zero_row] = 0          # buffered and current x of the zero row: it stays zero through the fold
+        cuda_step(cache, x, dt, B, C, z, slots)
+    assert int(cache.num_committed[2]) == 0 and int(cache.num_committed[0]) == 0, "the last step folded"
+    ck = cache.checkpoint
+    assert torch.isnan(ck[2, 3, nan_row]).any()
+    assert (ck[slots][:, :, zero_row] == 0).all()
+    want_rc, want_scale = torch.empty_like(cache.read_copy), torch.empty_like(cache.read_scale)
+    ops.make_read_copy(ck, want_rc, want_scale, backend="cuda")
+    assert torch.equal(bits(cache.read_copy[slots]), bits(want_rc[slots]))
+    assert torch.equal(cache.read_scale[slots], want_scale[slots])
+    assert cache.read_scale[2, 3, nan_row].item() == 1.0
+    assert torch.isnan(cache.read_copy[2, 3, nan_row].float()).any()
+    assert (cache.read_scale[slots][:, :, zero_row] == 1.0).all()
+    assert (cache.read_copy[slots][:, :, zero_row].float() == 0).all()
+
+
 # The replay read of a bf16 / fp16 / fp8 read copy runs on tensor cores (mamba2_mma.cuh) where the
 # copy's type allows it: fp8 (C goes through f16, scaled by a power of two with bf16 activations),
 # bf16 copy + bf16 activations, fp16 + fp16. A bf16 copy with fp16 activations keeps the CUDA-core
