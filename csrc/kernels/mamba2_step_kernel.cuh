@@ -572,16 +572,17 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     return;
   }
   const bool fold = step_folds(p, w, L);
-  // Every thread of this CTA has read the cursor (the barrier above), so the CTA may take its ticket
-  // now, and the last of the slot's CTAs move the cursor. A replaying CTA does, while its first tiles
-  // are in flight: at its end the atomic's round trip sat on its tail (session 14, run 5: the replay
-  // step 2-8% faster at batch 1). Not here by thread 0, though: warp 0 would wait for the atomic's
-  // round trip before its part of the set-up, and the whole CTA for warp 0. The tensor-core replay
-  // takes it after its set-up barrier, in a warp with no part in the replay
-  // (TensorReplay::kTicketThread); the CUDA-core replay after its first per-head barrier.
-  // A folding CTA takes it at its end: taken here, thread 0 waited for it before the fold's
-  // coefficient loads, the fp8-copy fold step ran 2-4% slower (run 4), and ptxas spilled 4-16 more
-  // bytes in the fp32-checkpoint fp8-copy kernels.
+  // Every thread of this CTA has read the cursor (the barrier above), so from here on the CTA may take
+  // its ticket, and the last of the slot's CTAs move the cursor. Where:
+  //   - a replaying CTA early, while its first tiles are in flight: at its end the atomic's round trip
+  //     sat on its tail (session 14, run 5: the replay step 2-8% faster at batch 1); but not right here
+  //     by thread 0, or warp 0 would wait for the round trip before its part of the set-up, and the
+  //     whole CTA for warp 0. The tensor-core replay takes it after its set-up barrier, in a warp with
+  //     no part in the replay (TensorReplay::kTicketThread); the CUDA-core replay after its first
+  //     per-head barrier (kCoreTicketThread);
+  //   - a folding CTA at its end: taken here, thread 0 waited for it before the fold's coefficient
+  //     loads, the fp8-copy fold step ran 2-4% slower (session 14, run 4), and ptxas spilled 4-16 more
+  //     bytes in the fp32-checkpoint fp8-copy kernels.
   auto take_ticket = [&] {
     const int32_t old = atomicAdd(p.num_committed + slot, kTicket);
     if ((old >> 16) == p.heads / num_heads - 1) atomicExch(p.num_committed + slot, fold ? 0 : w + 1);
