@@ -65,7 +65,8 @@ for state in (0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N], 0.1 * torc
     x, dt, B, C, z = inputs(4)
     ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
 # The step with a bf16 and an fp8 copy on nano4b's tile (P = 80, N = 128: 32 lanes a row, 10 rows a
-# thread in the fold, the fp8 copy quantised row by row), across a fold.
+# thread in the fold, the fp8 copy quantised after the head's last row from the tile in shared memory),
+# across a fold.
 P2, N2 = 80, 128
 for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (torch.bfloat16, torch.float8_e4m3fn)]:
     os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = heads_per_cta

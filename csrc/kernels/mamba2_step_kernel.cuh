@@ -906,6 +906,17 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // longer in session 7, and again 12 bytes and 1-2% longer with the fp32 B window (session 16, run 3:
     // 744.6 -> 751.5 us at b256).
     constexpr bool kFp8CopyByBatch = kRead == DType::kFloat8E4M3 && RF % kBatch == 0;
+    // Where the batches are not whole (P = 80), the fp8 copy is quantised after the head's last row
+    // instead (kFp8CopyAtEnd): each row's maximum is reduced as the row is folded and kept by lane r of
+    // the row's lanes for row r (RF <= lanes per row at every P, N), the folded row goes back into its
+    // place in the shared-memory tile (as stored: 16-bit checkpoints packed), and at the end one pair of
+    // correctly rounded divisions per lane serves all RF rows: 2 per warp and head instead of 2 RF (ncu,
+    // session 16: the nano4b fp8-copy fold issue-bound, 20 FCHK per warp and head with their branches).
+    // Bitwise the copy and scales of the row-by-row rule (store_read_copy4). The nano4b fp8-copy fold
+    // step took 3.7% less time at batch 256, 3.5% at 512 (746.9 -> 719.5, 1420.6 -> 1371.2 us; session
+    // 17, run 6).
+    constexpr bool kFp8CopyAtEnd = kCopy && kRead == DType::kFloat8E4M3 && !kFp8CopyByBatch;
+    static_assert(!kFp8CopyAtEnd || RF <= Shape::kLanesPerRow, "a lane per row holds its maximum");
     constexpr int kCkBytes = dtype_size(kCkpt);
     constexpr uint32_t kCkTileBytes = kP * kN * kCkBytes;
     static_assert(kCkTileBytes <= S * Layout::kTileBytes, "a checkpoint tile fits in the ring");
@@ -1002,9 +1013,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
       const float decay = *sm.decay(b);
       const typename Layout::FoldB* Bw = sm.B_window();
-      const unsigned char* ck_smem = sm.tile(stage);
+      unsigned char* const ck_smem = sm.tile(stage);
+      auto ck_row = [&](int r) { return reinterpret_cast<typename V::Raw*>(ck_smem + (Shape::row(r) * kN + col0) * kCkBytes); };
       const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
       RoundingWords rounding_words;  // kRound: rows drawn in pairs, which kBatch (even) never splits
+      uint32_t row_max = 0;          // kFp8CopyAtEnd: max|v| (abs_bits) of row lane_in_row (< RF)
 #pragma unroll
       for (int r0 = 0; r0 < RF; r0 += kBatch) {
         float s[kBatch][4];
@@ -1012,7 +1025,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         for (int rb = 0; rb < kBatch; ++rb) {
           const int r = r0 + rb;
           if (r >= RF) break;
-          V::to_float(*reinterpret_cast<const typename V::Raw*>(ck_smem + (Shape::row(r) * kN + col0) * kCkBytes), s[rb]);
+          V::to_float(*ck_row(r), s[rb]);
 #pragma unroll
           for (int k = 0; k < 4; ++k) s[rb][k] *= decay;
         }
@@ -1048,7 +1061,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             stochastic_round4<kCkpt>(s[rb], rw);
           }
           store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);  // one whole store (store4)
-          if constexpr (kCopy && !kFp8CopyByBatch) {
+          if constexpr (kFp8CopyAtEnd) {
+            uint32_t bits = 0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) bits = max(bits, abs_bits(V::round_trip(s[rb][k])));
+            bits = row_max_bits<Shape::kLanesPerRow>(bits);
+            if (Shape::lane_in_row() == r) row_max = bits;
+            *ck_row(r) = V::pack(s[rb]);
+          } else if constexpr (kCopy && !kFp8CopyByBatch) {
             store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
           }
           y = row_sum<Shape::kLanesPerRow>(y);
@@ -1057,6 +1077,24 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if constexpr (kCopy && kFp8CopyByBatch) {  // the batch's rows quantised together
           store_fp8_copy_rows<kCkpt, Shape::kLanesPerRow, kBatch>(p, slot, head, [&](int q) { return Shape::row(r0 + q); },
                                                                   col0, s);
+        }
+      }
+      if constexpr (kFp8CopyAtEnd) {  // each thread reads back only the elements it wrote: no barrier
+        const float amax = __uint_as_float(row_max);
+        const bool nonzero = amax > 0.0f;
+        const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+        const int own = Shape::lane_in_row();
+        float* const scales = p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride;
+        if (own < RF) scales[Shape::row(own)] = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+#pragma unroll
+        for (int r = 0; r < RF; ++r) {
+          const float inv_r = __shfl_sync(kFullMask, inv, r, Shape::kLanesPerRow);
+          float v[4];
+          V::to_float(*ck_row(r), v);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) v[k] = fp8_scaled(v[k], inv_r);
+          store4<DType::kFloat8E4M3>(p.read_copy,
+                                     slot * p.rc_slot_stride + head * p.rc_head_stride + Shape::row(r) * p.rc_row_stride + col0, v);
         }
       }
       __syncthreads();

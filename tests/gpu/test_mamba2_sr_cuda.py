@@ -124,7 +124,10 @@ def test_l1_cache_step_uses_the_rounding_update():
 # ---- replay step: the fused fold ------------------------------------------------------------------
 
 @pytest.mark.parametrize("heads_per_cta", ["1", "64"])
-@pytest.mark.parametrize("dims,rc", [(NANO4B, None), (ODD, None), (SMALL, FP8)], ids=["nano4b", "odd", "small-fp8"])
+# odd-fp8: P = 80, whose fold quantises the fp8 copy after the head's last row (from the tile in shared
+# memory, packed as stored); small-fp8: P = 128, a batch of rows at a time.
+@pytest.mark.parametrize("dims,rc", [(NANO4B, None), (ODD, None), (ODD, FP8), (SMALL, FP8)],
+                         ids=["nano4b", "odd", "odd-fp8", "small-fp8"])
 @pytest.mark.parametrize("dtype", HALF16, ids=_name)
 def test_step_fold_sr_is_the_reference_rounding_of_the_kernel_value(dims, rc, dtype, heads_per_cta, monkeypatch):
     monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
