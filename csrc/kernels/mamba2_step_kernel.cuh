@@ -901,13 +901,13 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // An fp8 read copy is quantised a batch of rows at a time (store_fp8_copy_rows: one pair of divisions
     // per lane for the batch, instead of per row) where the batches are whole: P = 64 / 128. The
     // super120b fp8-copy fold took 8% less time (910.8 -> 834.6 us at b256, 1741.6 -> 1605.1 us at b512;
-    // scripts/ab_bench.sh, session 7 run 1). At P = 80 (10 rows a thread, batches of 4, 4, 2) it keeps
-    // row by row: batched (the last 2 rows together) ptxas spilled 32 bytes and nano4b's fold took 1%
-    // longer in session 7, and again 12 bytes and 1-2% longer with the fp32 B window (session 16, run 3:
-    // 744.6 -> 751.5 us at b256).
+    // scripts/ab_bench.sh, session 7 run 1). Not at P = 80 (10 rows a thread, batches of 4, 4, 2): batched
+    // there (the last 2 rows together) ptxas spilled 32 bytes and nano4b's fold took 1% longer in session
+    // 7, and again 12 bytes and 1-2% longer with the fp32 B window (session 16, run 3: 744.6 -> 751.5 us
+    // at b256).
     constexpr bool kFp8CopyByBatch = kRead == DType::kFloat8E4M3 && RF % kBatch == 0;
     // Where the batches are not whole (P = 80), the fp8 copy is quantised after the head's last row
-    // instead (kFp8CopyAtEnd): each row's maximum is reduced as the row is folded and kept by lane r of
+    // instead of row by row (kFp8CopyAtEnd): each row's maximum is reduced as the row is folded and kept by lane r of
     // the row's lanes for row r (RF <= lanes per row at every P, N), the folded row goes back into its
     // place in the shared-memory tile (as stored: 16-bit checkpoints packed), and at the end one pair of
     // correctly rounded divisions per lane serves all RF rows: 2 per warp and head instead of 2 RF (ncu,
