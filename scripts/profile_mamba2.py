@@ -1,13 +1,16 @@
 """One conventional update, three replay steps (no fold, w = 8 of L = 16: no read copy, bf16 copy, fp8
 copy) and three fold steps (w = 15: no read copy, bf16 copy, fp8 copy) of nano4b at batch 256, for Nsight
-Compute (step launches 0-2 are the replay steps, 3-5 the folds; REPLAYSSM_PROFILE_BATCH picks another batch):
-`ncu --profile-from-start off --clock-control none ... python3 scripts/profile_mamba2.py`."""
+Compute (step launches 0-2 are the replay steps, 3-5 the folds; REPLAYSSM_PROFILE_BATCH picks another batch,
+REPLAYSSM_PROFILE_DIMS=super120b the other dims): `ncu --profile-from-start off --clock-control none ...
+python3 scripts/profile_mamba2.py`."""
 
 import os
 
 import torch
 
-H, P, N, G, L = 96, 80, 128, 8, 16
+DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8)}  # H, P, N, G
+H, P, N, G = DIMS[os.environ.get("REPLAYSSM_PROFILE_DIMS", "nano4b")]
+L = 16
 batch = int(os.environ.get("REPLAYSSM_PROFILE_BATCH", "256"))  # e.g. 64 for the batch-64 targets
 dev = "cuda"
 torch.manual_seed(0)
