@@ -270,7 +270,7 @@ def test_fold_with_a_read_copy_is_the_plain_fold_and_refreshes_the_copy(dims, ac
 # The fold's fp8 copy of rows whose maximum is NaN or zero (the fold takes a row's max|v| as an unsigned
 # max of bit patterns since session 16; make_read_copy keeps a float max): a row holding a NaN gets scale
 # 1 and keeps its NaN, an all-zero row scale 1 and zeros, and the copy and scales are make_read_copy's bit
-# for bit. nano4b (P = 80) quantises row by row, super120b (P = 64) a batch of rows at a time.
+# for bit. nano4b (P = 80) quantises after the head's last row, super120b (P = 64) a batch of rows at a time.
 @pytest.mark.parametrize("dims", [NANO4B, SUPER120B], ids=["nano4b", "super120b"])
 def test_fold_fp8_copy_of_nan_and_zero_rows_is_make_read_copys(dims):
     layer = Layer(dims, seed=31)
