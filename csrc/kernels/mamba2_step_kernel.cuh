@@ -907,11 +907,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // at b256).
     constexpr bool kFp8CopyByBatch = kRead == DType::kFloat8E4M3 && RF % kBatch == 0;
     // Where the batches are not whole (P = 80), the fp8 copy is quantised after the head's last row
-    // instead of row by row (kFp8CopyAtEnd): each row's maximum is reduced as the row is folded and kept by lane r of
-    // the row's lanes for row r (RF <= lanes per row at every P, N), the folded row goes back into its
-    // place in the shared-memory tile (as stored: 16-bit checkpoints packed), and at the end one pair of
-    // correctly rounded divisions per lane serves all RF rows: 2 per warp and head instead of 2 RF (ncu,
-    // session 16: the nano4b fp8-copy fold issue-bound, 20 FCHK per warp and head with their branches).
+    // instead of row by row (kFp8CopyAtEnd): each row's maximum is reduced as the row is folded and kept
+    // by lane r of the row's lanes for row r (RF <= lanes per row at every P, N), the folded row goes
+    // back into its place in the shared-memory tile (as stored: 16-bit checkpoints packed), and at the
+    // end one pair of correctly rounded divisions per lane serves all RF rows: 2 per warp and head
+    // instead of 2 RF (ncu, session 16: the nano4b fp8-copy fold issue-bound, 20 FCHK per warp and head
+    // with their branches).
     // Bitwise the copy and scales of the row-by-row rule (store_read_copy4). The nano4b fp8-copy fold
     // step took 3.7% less time at batch 256, 3.5% at 512 (746.9 -> 719.5, 1420.6 -> 1371.2 us; session
     // 17, run 6).
