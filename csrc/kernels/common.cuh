@@ -59,6 +59,15 @@ __device__ __forceinline__ float fp8_scaled(float v, float inv) {
   return clamp_keep_nan(__fmul_rn(v, inv), -kFp8E4M3Max, kFp8E4M3Max);
 }
 
+// An fp8 row's scales from its max |v| (amax), correctly rounded: the inverse scale that fp8_scaled
+// multiplies by (448 / amax) and the dequantisation scale stored beside the copy (amax / 448). Both are
+// 1 for a zero or NaN maximum (`amax > 0` is false for NaN), like the reference's torch.where. The one
+// rule of make_read_copy and of every fold's copy refresh, which the GPU tests hold bitwise equal.
+__device__ __forceinline__ float fp8_inverse_scale(float amax) {
+  return amax > 0.0f ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+}
+__device__ __forceinline__ float fp8_scale(float amax) { return amax > 0.0f ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f; }
+
 // Max over aligned groups of `width` lanes (a power of two <= 32). Every lane of the warp must call
 // it, with the same width.
 __device__ __forceinline__ float group_max_keep_nan(float v, int width) {

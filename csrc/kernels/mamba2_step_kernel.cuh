@@ -1082,11 +1082,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       }
       if constexpr (kFp8CopyAtEnd) {  // each thread reads back only the elements it wrote: no barrier
         const float amax = __uint_as_float(row_max);
-        const bool nonzero = amax > 0.0f;
-        const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+        const float inv = fp8_inverse_scale(amax);
         const int own = Shape::lane_in_row();
         float* const scales = p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride;
-        if (own < RF) scales[Shape::row(own)] = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+        if (own < RF) scales[Shape::row(own)] = fp8_scale(amax);
 #pragma unroll
         for (int r = 0; r < RF; ++r) {
           const float inv_r = __shfl_sync(kFullMask, inv, r, Shape::kLanesPerRow);

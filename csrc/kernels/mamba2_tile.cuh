@@ -292,13 +292,10 @@ __device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, 
 #pragma unroll
     for (int k = 0; k < 4; ++k) bits = max(bits, abs_bits(v[k]));
     const float amax = __uint_as_float(row_max_bits<kLanes>(bits));
-    const bool nonzero = amax > 0.0f;
-    const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+    const float inv = fp8_inverse_scale(amax);
 #pragma unroll
     for (int k = 0; k < 4; ++k) v[k] = fp8_scaled(v[k], inv);
-    if (threadIdx.x % kLanes == 0) {
-      p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
-    }
+    if (threadIdx.x % kLanes == 0) p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + pr] = fp8_scale(amax);
   }
   store4<kRead>(p.read_copy, rc, v);
 }
@@ -341,11 +338,10 @@ __device__ __forceinline__ void store_fp8_copy_rows(const Params& p, int64_t slo
 #pragma unroll
   for (int offset = kSpan / 2; offset > 0; offset /= 2) m[0] = max(m[0], __shfl_xor_sync(0xffffffffu, m[0], offset));
   const float amax = __uint_as_float(m[0]);  // of row lane / kSpan
-  const bool nonzero = amax > 0.0f;
-  const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
+  const float inv = fp8_inverse_scale(amax);
   const int own = lane / kSpan;
   if (lane % kSpan == 0 && own < kRows) {
-    p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + row_of(own)] = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+    p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + row_of(own)] = fp8_scale(amax);
   }
 #pragma unroll
   for (int q = 0; q < kRows; ++q) {

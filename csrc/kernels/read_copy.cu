@@ -80,10 +80,8 @@ make_read_copy_kernel(const ReadCopyParams p, int threads_per_row_log2) {
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) amax = max_keep_nan(amax, fabsf(v[i]));
       amax = group_max_keep_nan(amax, threads_per_row);
-      // `amax > 0` is false for NaN too: such a row gets scale 1, like the reference's torch.where.
-      const bool nonzero = amax > 0.0f;
-      const float inv = nonzero ? __fdiv_rn(kFp8E4M3Max, amax) : 1.0f;
-      const float scale = nonzero ? __fdiv_rn(amax, kFp8E4M3Max) : 1.0f;
+      const float inv = fp8_inverse_scale(amax);
+      const float scale = fp8_scale(amax);
 #pragma unroll
       for (int i = 0; i < kChunk; ++i) v[i] = fp8_scaled(v[i], inv);
       if (active && col0 == 0) {
