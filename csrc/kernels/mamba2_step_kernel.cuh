@@ -70,16 +70,20 @@ struct ChunkTile {
 // Warp roles of the tensor-core replay (replay_on_tensor_cores): the first kConsumers warps each own
 // kTilesPerWarp tiles of 16 output rows (reduction on tensor cores, their rows' x windows, epilogue);
 // one thread of warp 6 refills the ring; warp 7 derives the window weights; the first warp after the
-// consumers takes the cursor ticket. No CTA barrier per head:
-// each hand-over is an mbarrier (tile landed / consumed, weights written / read), so a consumer warp
-// waits only for its own inputs, never for the slowest warp of the CTA.
+// consumers takes the cursor ticket (the producer's thread where that warp has a role). No CTA barrier
+// per head: each hand-over is an mbarrier (tile landed / consumed, weights written / read), so a
+// consumer warp waits only for its own inputs, never for the slowest warp of the CTA.
 //
 // kSplitEpilogue (where the warps between the consumers and the producer's have a thread per row: P =
 // 64, warps 4 and 5): the consumers only reduce the tile (S C) into shared memory, double-buffered by
 // head parity (head dots, published on dots_ready, handed back on dots_free), and those warps take the
-// window sum and the epilogue, a thread per row. The two halves of a head's work then overlap across
-// heads instead of following each other in one warp: with the consumers' epilogue switched off the fp8
-// step took 13% less time, with their dot off 12%, with both 18% (session 18, diagnostic run 4).
+// window sum and the epilogue, a thread per row, so that the two halves of consecutive heads overlap
+// instead of following each other in one warp. Why: a diagnostic build that switched parts of the
+// per-head work off (session 18, run 4) took the fp8 step 12% faster without the consumers' dot, 13%
+// without their window sum and epilogue, 18% without both, while the producer alone streamed at 85-95%
+// of copy. Measured (run 7, super120b): fp8 step -3.2% / -3.8% / -3.9% at batch 256 / 512 / 64, fp8
+// cycle -1.8% / -2.5% / -2.7%. After it the consumers' dot is the larger half (run 9: -8.6% without it,
+// -3.8% without the epilogue warps' window sum).
 template <int kP>
 struct TensorReplay {
   static constexpr int kMTiles = kP / 16;
