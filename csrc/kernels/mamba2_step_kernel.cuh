@@ -462,6 +462,25 @@ __device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int
   store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
 }
 
+// Entries j .. j + 3 of a head's window term for output row pr: their weights wgt_j (B_j . C) (from wd,
+// zeros past w; 16-byte aligned at j) and x_j[pr] from the stage's x window xw. Past w, x is read at slot
+// L - 1, the current token's (entry w): finite, unlike a buffer entry never written. A fixed count per
+// group, no remainder branches: the loop `j = part; j < w; j += 2`, which ptxas unrolled with remainder
+// branches, had 24% of a consumer's per-head samples (session 11 ncu, nano4b b256, fp8 copy), 41% of them
+// instruction-fetch or branch stalls.
+struct WindowGroup4 {
+  float4 wgt;
+  float x[4];
+};
+template <int kP, class Act>
+__device__ __forceinline__ WindowGroup4 window_group4(const float* wd, const Act* xw, int j, int w, int L, int pr) {
+  WindowGroup4 g;
+  g.wgt = *reinterpret_cast<const float4*>(wd + j);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) g.x[u] = to_float(xw[(j + u < w ? j + u : L - 1) * kP + pr]);
+  return g;
+}
+
 // kRound: the fold rounds a 16-bit checkpoint stochastically (p.rounding_seed, stochastic_rounding.cuh).
 // A template flag, not a branch, so that kernels without it compile exactly as before: inlined in a
 // run-time branch, or called out of line, the Philox draw spilled the P = 80 kernels' other paths.
@@ -704,19 +723,15 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             const float decay = *sm.decay(b);
             cur.D = *sm.head_D(b);
             cur.x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
-            // Entries in groups of 4 (one 16-byte load of weights), a fixed count per group: past w the
-            // weights are 0 and x is read at slot L - 1 (finite), as in the consumers' form.
+            // Entries in groups of 4 (window_group4), a thread per row.
             float y = 0.0f, y_odd = 0.0f;
 #pragma unroll 1
             for (int j0 = 0; j0 <= w; j0 += 4) {
-              const float4 wv = *reinterpret_cast<const float4*>(wd + j0);
-              float xv[4];
-#pragma unroll
-              for (int u = 0; u < 4; ++u) xv[u] = to_float(xw[(j0 + u < w ? j0 + u : L - 1) * kP + pr]);
-              y += wv.x * xv[0];
-              y_odd += wv.y * xv[1];
-              y += wv.z * xv[2];
-              y_odd += wv.w * xv[3];
+              const WindowGroup4 g = window_group4<kP>(wd, xw, j0, w, L, pr);
+              y += g.wgt.x * g.x[0];
+              y_odd += g.wgt.y * g.x[1];
+              y += g.wgt.z * g.x[2];
+              y_odd += g.wgt.w * g.x[3];
             }
             y += y_odd;
             mbarrier_arrive(sm.empty(stage));  // the stage's x window is read
@@ -781,24 +796,15 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             cur[t].D = head_D;
             cur[t].x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
             // The window term sum_{j<=w} wgt_j x_j over entries 0 .. w in groups of 8, lane `part` taking
-            // 4 of each (one 16-byte load of weights): a fixed count per group, no remainder branches.
-            // Past w the weights are 0 (the scalar warp writes all 64) and x is read at slot L - 1, the
-            // current token's (entry w): finite, unlike a buffer entry never written. Why: the loop
-            // `j = part; j < w; j += 2`, which ptxas unrolled with remainder branches, had 24% of a
-            // consumer's per-head samples (session 11 ncu, nano4b b256, fp8 copy), 41% of them
-            // instruction-fetch or branch stalls.
+            // 4 of each (window_group4; the scalar warp writes all 64 weights, zero past w).
             float y = 0.0f, y_odd = 0.0f;
 #pragma unroll 1
             for (int j0 = 0; j0 <= w; j0 += 8) {
-              const int j = j0 + 4 * part;
-              const float4 wv = *reinterpret_cast<const float4*>(wd + j);
-              float xv[4];
-#pragma unroll
-              for (int u = 0; u < 4; ++u) xv[u] = to_float(xw[(j + u < w ? j + u : L - 1) * kP + pr]);
-              y += wv.x * xv[0];
-              y_odd += wv.y * xv[1];
-              y += wv.z * xv[2];
-              y_odd += wv.w * xv[3];
+              const WindowGroup4 g = window_group4<kP>(wd, xw, j0 + 4 * part, w, L, pr);
+              y += g.wgt.x * g.x[0];
+              y_odd += g.wgt.y * g.x[1];
+              y += g.wgt.z * g.x[2];
+              y_odd += g.wgt.w * g.x[3];
             }
             y += y_odd;
             y += __shfl_xor_sync(kFullMask, y, 1);
