@@ -3,8 +3,9 @@ speculative rounds (verify, commit, flush, materialize) that cross folds, with a
 pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
 whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
 is refilled); the update once more with its ring forced to wrap; the step with a bf16 and an fp8 copy
-once more on nano4b's tile (P = 80, N = 128); the step with the staggered_flush hint on 1,030 rows in
-staggered phases, so that its order pass runs (more than one wave of CTAs) and takes two chunks of rows."""
+once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128); the step with the staggered_flush
+hint on 1,030 rows in staggered phases, so that its order pass runs (more than one wave of CTAs) and
+takes two chunks of rows."""
 
 import os
 
@@ -65,10 +66,11 @@ for state in (0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N], 0.1 * torc
     x, dt, B, C, z = inputs(4)
     ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
 # The step with a bf16 and an fp8 copy on nano4b's tile (P = 80, N = 128: 32 lanes a row, 10 rows a
-# thread in the fold, the fp8 copy quantised after the head's last row from the tile in shared memory),
-# across a fold.
-P2, N2 = 80, 128
-for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (torch.bfloat16, torch.float8_e4m3fn)]:
+# thread in the fold, the fp8 copy quantised after the head's last row from the tile in shared memory)
+# and on super120b's (P = 64, N = 128: the split epilogue), across a fold; on both the copy fold stages
+# its x windows in the ring beside the checkpoint tile.
+for (P2, N2), heads_per_cta, copy_dtype in [(t, h, c) for t in ((80, 128), (64, 128)) for h in ("1", "64")
+                                            for c in (torch.bfloat16, torch.float8_e4m3fn)]:
     os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = heads_per_cta
     ck = 0.1 * torch.randn(S, H, P2, N2, device=dev)
     rc = torch.empty(S, H, P2, N2, device=dev, dtype=copy_dtype)

@@ -1064,7 +1064,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       cp_async_commit();
     }
     // The window's x values are read once per head, when the coefficients are written; they were
-    // requested into L2 one head earlier (bulk prefetch: no registers held across the fold).
+    // requested into L2 one head earlier (bulk prefetch: no registers held across the fold), or, in
+    // the copy folds at P <= 80, copied into the ring beside the checkpoint tile (kFoldStagedX).
     const int window_elems = (w + 1) * kP;
     auto load_x = [&](int head, int e) {
       const int j = e / kP, pr = e - j * kP;
@@ -1073,7 +1074,38 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     auto prefetch_x = [&](int head) {  // entries 0 .. w - 1, contiguous when entry_stride == P
       if (p.xb_entry_stride == kP) prefetch_l2_if_aligned(x_buf + head * p.xb_head_stride, w * kP * sizeof(Act));
     };
-    if (producer) prefetch_x(head0);
+    // With a read copy on tensor cores at P = 64 and 80 (the ring has room there for an x window beside
+    // the checkpoint tile): the coefficients' x window itself is copied into shared memory a head ahead
+    // (bulk copies on x_full(1), which the fold does not otherwise use; phase i for head i), so that the
+    // coefficients read it there instead of every thread of the CTA waiting for an L2 round trip at
+    // each head's start. Why: ncu of the super120b fp8-copy fold (session 17, run 8) had ~14% of its
+    // samples on those x loads. Measured (session 19, run 3): fp8-copy fold step -3.9% / -3.1% / -6.1%
+    // at batch 256 / 512 / 64 (nano4b), -1.0% / -1.1% / -0.3% (super120b); bf16-copy fold -1.0..-2.9%;
+    // fp8 cycle -1.7% / -1.8% (nano4b), -0.7% / -0.5% (super120b) at batch 256 / 512; replay steps
+    // unchanged. P = 128, N = 64 has the room too, but there ptxas spilled 12-20 more bytes and it was
+    // not measured: P = 128 stays as it was.
+    constexpr bool kFoldStagedX = kCopy && Layout::kTensorReplay && kP <= 80 &&
+                                  kCkTileBytes + Layout::x_window_bytes(kMamba2MaxBufferLen) <= static_cast<size_t>(S) * Layout::kTileBytes;
+    static_assert(!kFoldStagedX || S >= 2, "x_full(1) exists");
+    Act* const fold_x = reinterpret_cast<Act*>(sm.tile(0) + kCkTileBytes);  // after the checkpoint tile
+    auto issue_fold_x = [&](int head) {  // entries 0 .. w - 1 into slots 0 .. w - 1, the current token into slot w
+      uint64_t* bar = sm.x_full(1);
+      const Act* buffered = x_buf + head * p.xb_head_stride;
+      mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(w + 1) * kEntryBytes);
+      if (p.xb_entry_stride == kP) {
+        if (w > 0) bulk_copy_to_shared(fold_x, buffered, static_cast<uint32_t>(w) * kEntryBytes, bar);
+      } else {
+        for (int j = 0; j < w; ++j) bulk_copy_to_shared(fold_x + j * kP, buffered + j * p.xb_entry_stride, kEntryBytes, bar);
+      }
+      bulk_copy_to_shared(fold_x + w * kP, x_now(head), kEntryBytes, bar);
+    };
+    if (producer) {
+      if constexpr (kFoldStagedX) {
+        issue_fold_x(head0);  // into the ring, drained above
+      } else {
+        prefetch_x(head0);
+      }
+    }
     float c4[4];
     load_act4<kAct>(C_now, col0, c4);
     RowOperands<kAct> next_row;
@@ -1096,6 +1128,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       __syncthreads();     // the window weights of this head are in; the previous head's fold is done
 
       float* coef = sm.fold_coef();
+      if constexpr (kFoldStagedX) mbarrier_wait(sm.x_full(1), i & 1);
       {
         const float* wgt = sm.wgt(b);
         // All loads first (up to L = 16 at once), then the products: one L2 round trip, not one per element.
@@ -1105,7 +1138,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 #pragma unroll
           for (int k = 0; k < kBatchElems; ++k) {
             const int e = e0 + k * kThreads;
-            if (e < window_elems) xv[k] = load_x(head, e);
+            if (e < window_elems) xv[k] = kFoldStagedX ? fold_x[e] : load_x(head, e);
           }
 #pragma unroll
           for (int k = 0; k < kBatchElems; ++k) {
@@ -1114,8 +1147,12 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           }
         }
       }
-      if (producer && i + 1 < num_heads) prefetch_x(head + 1);
+      if (!kFoldStagedX && producer && i + 1 < num_heads) prefetch_x(head + 1);
       __syncthreads();     // the coefficients are in
+      if (kFoldStagedX && producer && i + 1 < num_heads) {  // the x window is read: the next head's goes in
+        fence_proxy_async();
+        issue_fold_x(head + 1);
+      }
       // The tile is waited for only now, so that the coefficients' x loads (an L2 round trip) overlap its
       // copy. With a read copy that copy is issued at the end of the previous head: ncu of the nano4b
       // fp8-copy fold (session 12, run 1) had 10% of its samples on that wait and 3% on the x loads
