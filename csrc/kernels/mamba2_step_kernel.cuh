@@ -637,6 +637,19 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   // that the round trip overlaps the first epilogue and the second head's reduction.
   constexpr int kCoreTicketThread = kThreads - 96;
   static_assert(kP * kSplit <= kCoreTicketThread, "the ticket's warp has no epilogue rows");
+  // Head `head`'s x window by bulk copies on `bar`: the buffered entries 0..w - 1 into slots 0..w - 1 of
+  // dst, the current token into slot now_slot (the API guarantees 16-byte aligned x and x_buf rows, and
+  // an entry is P, a multiple of 16, activations). The tensor-core replay's stages and the copy fold's.
+  auto issue_x_entries = [&](Act* dst, uint64_t* bar, int head, int now_slot) {
+    const Act* buffered = x_buf + head * p.xb_head_stride;
+    mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(w + 1) * kEntryBytes);
+    if (p.xb_entry_stride == kP) {
+      if (w > 0) bulk_copy_to_shared(dst, buffered, static_cast<uint32_t>(w) * kEntryBytes, bar);
+    } else {
+      for (int j = 0; j < w; ++j) bulk_copy_to_shared(dst + j * kP, buffered + j * p.xb_entry_stride, kEntryBytes, bar);
+    }
+    bulk_copy_to_shared(dst + now_slot * kP, x_now(head), kEntryBytes, bar);
+  };
   auto stage_x_window = [&](int k, int head) {  // the CUDA-core replay's: entries 0..w - 1, the token in slot L - 1
     stage_rows<kP, false>(sm.x_window(k), x_buf + head * p.xb_head_stride, p.xb_entry_stride, x_now(head), w, L - 1);
   };
@@ -657,21 +670,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       const bool consumer = warp < Roles::kConsumers;
       // A consumer's rows: first_row .. first_row + kRowsPerWarp - 1.
       const int first_row = warp * Roles::kRowsPerWarp;
-      // Head `head`'s x window (entries 0..w - 1 from the buffer into slots 0..w - 1, the current token
-      // into slot L - 1) into stage `stage`'s window by bulk copies on x_full(stage): the API guarantees
-      // 16-byte aligned x and x_buf rows, and an entry is P (a multiple of 16) activations.
-      auto issue_x_window = [&](int stage, int head) {
-        Act* dst = sm.x_window(stage);
-        uint64_t* bar = sm.x_full(stage);
-        const Act* buffered = x_buf + head * p.xb_head_stride;
-        mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(w + 1) * kEntryBytes);
-        if (p.xb_entry_stride == kP) {
-          if (w > 0) bulk_copy_to_shared(dst, buffered, static_cast<uint32_t>(w) * kEntryBytes, bar);
-        } else {
-          for (int j = 0; j < w; ++j) bulk_copy_to_shared(dst + j * kP, buffered + j * p.xb_entry_stride, kEntryBytes, bar);
-        }
-        bulk_copy_to_shared(dst + (L - 1) * kP, x_now(head), kEntryBytes, bar);
-      };
+      // Head `head`'s x window into stage `stage`'s, on x_full(stage), the current token in slot L - 1.
+      auto issue_x_window = [&](int stage, int head) { issue_x_entries(sm.x_window(stage), sm.x_full(stage), head, L - 1); };
       // The first stages' tiles went in before the cursor was known; their x windows go in now (the
       // first head's already did where speculative_x).
       if (tid == Roles::kProducerThread) {
@@ -1088,17 +1088,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
                                   kCkTileBytes + Layout::x_window_bytes(kMamba2MaxBufferLen) <= static_cast<size_t>(S) * Layout::kTileBytes;
     static_assert(!kFoldStagedX || S >= 2, "x_full(1) exists");
     Act* const fold_x = reinterpret_cast<Act*>(sm.tile(0) + kCkTileBytes);  // after the checkpoint tile
-    auto issue_fold_x = [&](int head) {  // entries 0 .. w - 1 into slots 0 .. w - 1, the current token into slot w
-      uint64_t* bar = sm.x_full(1);
-      const Act* buffered = x_buf + head * p.xb_head_stride;
-      mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(w + 1) * kEntryBytes);
-      if (p.xb_entry_stride == kP) {
-        if (w > 0) bulk_copy_to_shared(fold_x, buffered, static_cast<uint32_t>(w) * kEntryBytes, bar);
-      } else {
-        for (int j = 0; j < w; ++j) bulk_copy_to_shared(fold_x + j * kP, buffered + j * p.xb_entry_stride, kEntryBytes, bar);
-      }
-      bulk_copy_to_shared(fold_x + w * kP, x_now(head), kEntryBytes, bar);
-    };
+    auto issue_fold_x = [&](int head) { issue_x_entries(fold_x, sm.x_full(1), head, w); };  // the token in slot w
     if (producer) {
       if constexpr (kFoldStagedX) {
         issue_fold_x(head0);  // into the ring, drained above
