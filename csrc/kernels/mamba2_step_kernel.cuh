@@ -1079,11 +1079,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // (bulk copies on x_full(1), which the fold does not otherwise use; phase i for head i), so that the
     // coefficients read it there instead of every thread of the CTA waiting for an L2 round trip at
     // each head's start. Why: ncu of the super120b fp8-copy fold (session 17, run 8) had ~14% of its
-    // samples on those x loads. Measured (session 19, run 3): fp8-copy fold step -3.9% / -3.1% / -6.1%
-    // at batch 256 / 512 / 64 (nano4b), -1.0% / -1.1% / -0.3% (super120b); bf16-copy fold -1.0..-2.9%;
-    // fp8 cycle -1.7% / -1.8% (nano4b), -0.7% / -0.5% (super120b) at batch 256 / 512; replay steps
-    // unchanged. P = 128, N = 64 has the room too, but there ptxas spilled 12-20 more bytes and it was
-    // not measured: P = 128 stays as it was.
+    // samples on those x loads. Measured (session 19, run 4, same-run A/B): fp8-copy fold step -4.4% /
+    // -3.8% / -5.7% at batch 256 / 512 / 64 (nano4b), -0.7% / -1.5% / -1.0% (super120b); bf16-copy fold
+    // -1.0..-2.9%; fp8 cycle -1.9% / -2.0% (nano4b), -0.2% / -0.5% (super120b) at batch 256 / 512; replay
+    // steps unchanged. P = 128, N = 64 has the room too, but there ptxas spilled 12-20 more bytes and it
+    // was not measured: P = 128 stays as it was.
     constexpr bool kFoldStagedX = kCopy && Layout::kTensorReplay && kP <= 80 &&
                                   kCkTileBytes + Layout::x_window_bytes(kMamba2MaxBufferLen) <= static_cast<size_t>(S) * Layout::kTileBytes;
     static_assert(!kFoldStagedX || S >= 2, "x_full(1) exists");
@@ -1121,7 +1121,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       if constexpr (kFoldStagedX) mbarrier_wait(sm.x_full(1), i & 1);
       {
         const float* wgt = sm.wgt(b);
-        // All loads first (up to L = 16 at once), then the products: one L2 round trip, not one per element.
+        // All loads first (up to L = 16 at once), then the products: one L2 round trip, not one per element
+        // (none where kFoldStagedX: the window is in shared memory).
         constexpr int kBatchElems = (16 * kP + kThreads - 1) / kThreads;
         for (int e0 = tid; e0 < window_elems; e0 += kBatchElems * kThreads) {
           Act xv[kBatchElems];
