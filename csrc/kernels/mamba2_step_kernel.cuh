@@ -987,9 +987,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // read from shared memory. Without a read copy the ring already holds checkpoint tiles, S heads
     // ahead. With one, the ring's read-copy tiles (issued before the cursor was known) are drained and
     // its memory holds one checkpoint tile at a time (asked into L2 ahead of time only with
-    // REPLAYSSM_FOLD_PREFETCH_HEADS: off by default, see fold_prefetch_heads). The window weights come
-    // one head ahead, as in the replay; the coefficients wgt_j x_j[p] are written once per head
-    // (FoldCoef) from x rows requested into L2 a head earlier.
+    // REPLAYSSM_FOLD_PREFETCH_HEADS: off by default, see fold_prefetch_heads) and, at P <= 80, the next
+    // head's x window beside it (kFoldStagedX). The window weights come one head ahead, as in the
+    // replay; the coefficients wgt_j x_j[p] are written once per head (FoldCoef) from those x windows
+    // or, elsewhere, from x rows requested into L2 a head earlier.
     // The first x window copied before the cursor was known lands in the area the fold reuses.
     if constexpr (Layout::kTensorReplay) {
       if (speculative_x) mbarrier_wait(sm.x_full(0), 0);
