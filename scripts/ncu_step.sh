@@ -7,7 +7,8 @@
 # per-instruction source counters. NCU_SCRIPT picks another launcher, e.g. verify on super120b:
 #   NCU_SCRIPT=scripts/profile_mamba2_spec.py NCU_KERNEL=verify_kernel NCU_SKIP=0 NCU_COUNT=1 bash scripts/ncu_step.sh
 # Writes the report plus its text pages to $OUT: ncu_step_details.txt (sections), ncu_step_sass.csv
-# (per-SASS-instruction samples and stall reasons, for finding the instructions a warp waits on).
+# (per-SASS-instruction samples and stall reasons, for finding the instructions a warp waits on) and
+# its summary ncu_step_sass_top.txt (scripts/ncu_sass_top.py: the most-sampled instructions per launch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -18,3 +19,4 @@ ncu --profile-from-start off --clock-control none --set full --import-source no 
   -f -o "$OUT/ncu_step" python3 "${NCU_SCRIPT:-scripts/profile_mamba2.py}" > "$OUT/ncu_step_log.txt" 2>&1
 ncu -i "$OUT/ncu_step.ncu-rep" --page details > "$OUT/ncu_step_details.txt"
 ncu -i "$OUT/ncu_step.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_step_sass.csv"
+python3 scripts/ncu_sass_top.py "$OUT/ncu_step_sass.csv" > "$OUT/ncu_step_sass_top.txt"
