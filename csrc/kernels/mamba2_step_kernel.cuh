@@ -1283,7 +1283,9 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // step at batch 64 48.5 -> 44.1 / 53.6 -> 49.2 us). But when only a few slots fold in a step
     // (staggered flush), the step lasts as long as its folding CTAs, which larger CTAs make longer (bf16
     // copy, batch 64: staggered mean step 76.5 -> 86.8 us nano4b): there, and for the CUDA-core kernels
-    // (no-copy step mixed at two waves: super120b batch 128 147.7 -> 151.6 us), four.
+    // (no-copy step mixed at two waves: super120b batch 128 147.7 -> 151.6 us), four. Without the hint,
+    // a batch whose whole-group CTAs fill every SM in one wave takes them in every kernel (batch 32 at 8
+    // groups; session 21: see choose_heads_per_cta).
     const int waves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush ? 2 : 4;
     p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves,
                                            /*one_wave_of_groups=*/!p.staggered_flush);
