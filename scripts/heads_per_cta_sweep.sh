@@ -22,5 +22,4 @@ for round in $(seq 1 "$rounds"); do
     done
   done
 done
-unset REPLAYSSM_STEP_HEADS_PER_CTA
 echo "tables in $OUT/<dims>/"

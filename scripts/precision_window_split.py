@@ -1,5 +1,6 @@
-"""CPU estimate for a design (not in the kernels yet): the replay's window term sum_j wd_j x_j on tensor
+"""CPU estimate for a design that is not in the kernels: the replay's window term sum_j wd_j x_j on tensor
 cores, with x in bf16 (exact) and the fp32 weights wd split into bf16 hi + lo, against today's fp32 FMA.
+(Session 21 built it, branch s21-tc: correct on the H200 but 9-17% slower on the fp8 step; not landed.)
 
 Random rows of L = 16 entries: x bf16 from N(0, 1), wd with magnitudes over ~4 decades. Errors are
 relative to sum_j |x_j wd_j| and measured against fp64; the products of two bf16 values are exact in
