@@ -1285,10 +1285,11 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // copy, batch 64: staggered mean step 76.5 -> 86.8 us nano4b): there, and for the CUDA-core kernels
     // (no-copy step mixed at two waves: super120b batch 128 147.7 -> 151.6 us), four. Without the hint,
     // a batch whose whole-group CTAs fill every SM in one wave takes them in every kernel (batch 32 at 8
-    // groups; session 21: see choose_heads_per_cta).
+    // groups; session 21), and a smaller one the smallest part of a group whose CTAs still all fit in that
+    // one wave (batch 4-16 at 8 groups; session 23): see choose_heads_per_cta.
     const int waves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush ? 2 : 4;
     p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves,
-                                           /*one_wave_of_groups=*/!p.staggered_flush);
+                                           /*one_wave=*/!p.staggered_flush);
     p.fold_prefetch_heads = fold_prefetch_heads();
     const dim3 grid(p.heads / p.heads_per_cta, p.batch);
     // Staggered flush with a read copy: the folding rows first (mamba2_step_order.cu), where a fold costs

@@ -502,15 +502,20 @@ inline int multiprocessor_count() {
 // of the group size <= k (read at every launch: tests and benchmarks use it to exercise and compare both
 // ends).
 //
-// one_wave_of_groups: the whole group wherever one CTA per (row, group) fills every SM in a single wave
-// (batch x groups between the SMs and the CTAs they hold at once). Splitting a group there only adds
-// CTAs, each paying its own set-up, and a second, partial wave. The step takes it without the
-// staggered-flush hint (session 21, run 5: at batch 32 whole-group CTAs made every lock-step replay
-// step 13-20% faster, no copy, bf16 and fp8 copies, both dims sets; the fp8 fold step within +1.2%).
-// Not with the hint, where a folding CTA must stay short; nor below one CTA per SM, where a split group
-// is the only way to reach every SM.
+// one_wave: CTAs that all start at once, in a single wave. Where one CTA per (row, group) fills every SM
+// that way (batch x groups between the SMs and the CTAs they hold at once), the whole group: splitting
+// a group there only adds CTAs, each paying its own set-up, and a second, partial wave (session 21, run
+// 5: at batch 32 whole-group CTAs made every lock-step replay step 13-20% faster, no copy, bf16 and fp8
+// copies, both dims sets; the fp8 fold step within +1.2%). Below that (batch x groups < SMs: batch <= 16
+// at 8 groups), the smallest part of a group whose CTAs the SMs still hold at once: the most CTAs
+// without a second wave. The `waves` rule gives one head per CTA there, a second wave wherever
+// batch x heads passes the resident CTAs (session 23's sweep, lock-step cycles: 16-62% slower at
+// super120b batch 4-16, 6-41% at nano4b batch 8-16). The step takes it without the staggered-flush
+// hint. Not with the hint, where a folding CTA must stay short: there the same rule made the staggered
+// mean step 19-43% slower at batch 16 (both dims sets, every copy but nano4b's no-copy one) for at most
+// 10% gained at batch 8 (session 23, run 5).
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob, int waves = 4,
-                                bool one_wave_of_groups = false) {
+                                bool one_wave = false) {
   const int heads_per_group = heads / groups;
   if (const char* forced = std::getenv(knob)) {
     const int k = std::atoi(forced);
@@ -522,11 +527,16 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
     }
   }
   const int sms = multiprocessor_count();
+  const int64_t resident = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
   const int64_t group_ctas = batch * groups;
-  if (one_wave_of_groups && group_ctas >= sms && group_ctas <= static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1)) {
+  if (one_wave && group_ctas >= sms && group_ctas <= resident) return heads_per_group;
+  if (one_wave && group_ctas < sms) {   // the smallest part of a group that keeps every CTA in one wave
+    for (int d = 1; d < heads_per_group; ++d) {
+      if (heads_per_group % d == 0 && batch * (heads / d) <= resident) return d;
+    }
     return heads_per_group;
   }
-  const int64_t target = static_cast<int64_t>(waves) * sms * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  const int64_t target = waves * resident;
   for (int d = heads_per_group; d > 1; --d) {
     if (heads_per_group % d == 0 && batch * (heads / d) >= target) return d;
   }

@@ -2,6 +2,10 @@
 dims (nano4b: H=96 P=80 N=128 G=8; super120b: H=128 P=64 N=128 G=8) and odd ones (3 heads per group,
 N=64, batch 1), over several fold cycles; pads, unnamed slots, strided pools, CUDA graphs, bad input."""
 
+import json
+import os
+import tempfile
+
 import pytest
 import torch
 
@@ -480,6 +484,48 @@ def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
     assert not order_pass_ran(1, True)
     monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", "1")
     assert not order_pass_ran(40, True)
+
+
+def step_grids(fn):
+    """The grids (x, y, z) of the step kernels that fn launches, from the profiler's trace."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    return [tuple(e["args"]["grid"]) for e in events if e.get("cat") == "kernel" and "step_kernel" in e["name"]]
+
+
+# Below one CTA per (row, group) per SM, the step takes the smallest part of a group whose CTAs the SMs
+# hold at once (one wave). The H200's numbers: 132 SMs; nano4b's kernels hold 2 CTAs an SM without a
+# copy (264 at once), 3 with an fp8 copy (396). Without a copy: batch 4 2 heads a CTA (192 CTAs), batch 8
+# 3 heads (256), batch 16 6 heads (256); with fp8: batch 4 1 head (384), batch 8 2 heads (384), batch 16
+# 4 heads (384); batch 1 one head (96 CTAs) for both. With the staggered-flush hint, one head per CTA as
+# before. The grid's x is the CTAs per row: heads / heads per CTA.
+H200_STEP_CTAS_PER_ROW = {(None, 1): 96, (None, 4): 48, (None, 8): 32, (None, 16): 16,
+                          (FP8, 1): 96, (FP8, 4): 96, (FP8, 8): 48, (FP8, 16): 24}
+
+
+def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(monkeypatch):
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.minor, props.multi_processor_count) != (9, 0, 132):
+        pytest.skip("the expected CTA counts are the H200's (132 SMs, sm_90 occupancy)")
+    monkeypatch.delenv("REPLAYSSM_STEP_HEADS_PER_CTA", raising=False)
+    layer = Layer(NANO4B, seed=5)
+
+    def grid_x(batch, rc, hint=False):
+        cache = gpu_cache(layer, batch, buffer_len=4, read_copy_dtype=rc, staggered_flush=hint)
+        inputs = [t.cuda() for t in layer.inputs(batch)]
+        grids = step_grids(lambda: cuda_step(cache, *inputs, torch.arange(batch, device="cuda"), staggered_flush=hint))
+        assert len(grids) == 1 and grids[0][1] == batch, grids
+        return grids[0][0]
+
+    for (rc, batch), ctas_per_row in H200_STEP_CTAS_PER_ROW.items():
+        assert grid_x(batch, rc) == ctas_per_row, (rc, batch)
+    assert grid_x(16, FP8, hint=True) == 96, "hint: one head per CTA"
 
 
 def test_step_order_pass_under_cuda_graph_is_bitwise_eager():
