@@ -1,0 +1,84 @@
+"""The kernels' launch rules (heads per CTA), tested without a GPU: tests/host/launch_rules_probe.cu calls
+the header's rule on each query, compiled here with nvcc. Where no GPU answers, the rule counts the H200's
+132 SMs, the machine these expectations (and the measurements behind the rules) come from."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def find_nvcc():
+    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found ($CUDACXX, PATH, /usr/local/cuda/bin/nvcc)")
+    exe = str(tmp_path_factory.mktemp("probe") / "launch_rules_probe")
+    build = subprocess.run([nvcc, "-std=c++17", "--expt-relaxed-constexpr", "-arch=sm_90a", "-I", os.path.join(ROOT, "csrc"),
+                            os.path.join(ROOT, "tests", "host", "launch_rules_probe.cu"), "-o", exe],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+
+    def heads_per_cta(queries):
+        lines = "".join(f"{b} {h} {g} {c} {w} {int(o)} {k}\n" for b, h, g, c, w, o, k in queries)
+        out = subprocess.run([exe], input=lines, capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        assert out[0] == "sms"
+        if int(out[1]) != 132:
+            pytest.skip(f"this machine's GPU has {out[1]} SMs; the expectations are the H200's 132")
+        return [int(v) for v in out[2:]]
+
+    return heads_per_cta
+
+
+NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
+
+# (dims, CTAs per SM, waves, one_wave, knob) -> {batch: heads per CTA}. The step passes waves 2 where its
+# replay runs on tensor cores (read copies; 3 CTAs an SM on the H200), 4 on CUDA cores (nano4b without a
+# copy: 2 CTAs an SM) and under the staggered-flush hint, and one_wave = not the hint; verify passes the
+# defaults (4 waves, no one_wave).
+CASES = [
+    # Tensor-core step. Below one CTA per (row, group) and SM (batch <= 16): the smallest part of a group
+    # whose CTAs the 396 resident slots hold (session 23); batch 17-49 whole groups in one wave (session
+    # 21); beyond, whole groups while they make 2 waves (792 CTAs), else the next divisor.
+    ((NANO4B, 3, 2, True, "-"), {1: 1, 4: 1, 8: 2, 16: 4, 17: 12, 32: 12, 49: 12, 50: 6, 98: 6, 99: 12, 256: 12}),
+    ((SUPER120B, 3, 2, True, "-"), {1: 1, 2: 1, 4: 2, 8: 4, 16: 8, 32: 16, 256: 16}),
+    ((THREE_PER_GROUP, 3, 2, True, "-"), {4: 1, 16: 1, 17: 3}),
+    # The edges: CTAs exactly the resident ones (99 heads x batch 4 = 396) still one wave; batch x groups
+    # exactly the SMs (33 x 4) takes whole groups, one row fewer (32 x 4 = 128) the below-one-wave rule.
+    (((99, 9), 3, 2, True, "-"), {4: 1, 5: 11}),
+    (((96, 4), 3, 2, True, "-"), {32: 8, 33: 24}),
+    # CUDA-core step (264 resident): batch 8 takes 3 heads (256 CTAs), 11 4 heads (264), 34 the 4-wave
+    # rule.
+    ((NANO4B, 2, 4, True, "-"), {1: 1, 4: 2, 8: 3, 11: 4, 16: 6, 33: 12, 34: 3}),
+    # The staggered-flush hint, and verify: four waves of the largest part, one head below them.
+    ((NANO4B, 3, 4, False, "-"), {16: 1, 32: 1, 64: 3, 256: 12}),
+    # The knob: the largest divisor of the group's 12 heads <= its value, whatever the batch; 0 or
+    # non-numbers leave the rule.
+    ((NANO4B, 3, 2, True, "5"), {1: 4, 256: 4}),
+    ((NANO4B, 3, 2, True, "64"), {1: 12, 16: 12}),
+    ((NANO4B, 3, 2, True, "1"), {32: 1, 256: 1}),
+    ((NANO4B, 3, 2, True, "0"), {16: 4}),
+    ((NANO4B, 3, 2, True, "abc"), {16: 4}),
+]
+
+
+def case_id(rule):
+    (heads, groups), ctas_per_sm, waves, one_wave, knob = rule
+    return f"H{heads}-G{groups}-{ctas_per_sm}ctas-{waves}waves-{'one_wave' if one_wave else 'waves_only'}-knob{knob}"
+
+
+@pytest.mark.parametrize("rule,expected", CASES, ids=[case_id(rule) for rule, _ in CASES])
+def test_heads_per_cta(probe, rule, expected):
+    (heads, groups), ctas_per_sm, waves, one_wave, knob = rule
+    queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, knob) for batch in expected]
+    assert dict(zip(expected, probe(queries))) == expected
