@@ -5,7 +5,7 @@ whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 ve
 is refilled); the update once more with its ring forced to wrap; the step with a bf16 and an fp8 copy
 once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128); the step with the staggered_flush
 hint on 1,030 rows in staggered phases, so that its order pass runs (more than one wave of CTAs) and
-takes two chunks of rows."""
+takes two chunks of rows; and on 24 rows, where the hint takes the fold split."""
 
 import os
 
@@ -101,6 +101,28 @@ rows[5] = -1
 for _ in range(L + 1):
     x, dt, B, C, z = inputs(rows.numel())
     ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias,
+                    True, 1, rows, -1, staggered_flush=True, backend="cuda")
+# The fold split (staggered_flush, a read copy, one wave of CTAs; choose_fold_split): on the H200, 24 rows
+# of 64 heads in 2 groups at L = 4 take 8-head replay CTAs and put the first 6 folding rows' heads in
+# CTAs of two (helper rows first in the grid), in staggered phases with a pad row, on super120b's tile.
+os.environ.pop("REPLAYSSM_STEP_HEADS_PER_CTA")
+H4, G4, S4 = 64, 2, 30
+ck = 0.1 * torch.randn(S4, H4, 64, 128, device=dev)
+rc = torch.empty(S4, H4, 64, 128, device=dev, dtype=torch.float8_e4m3fn)
+rs = torch.empty(S4, H4, 64, device=dev)
+ops.make_read_copy(ck, rc, rs, backend="cuda")
+x_buf = torch.zeros(S4, H4, L, 64, device=dev, dtype=torch.bfloat16)
+B_buf = torch.zeros(S4, G4, L, 128, device=dev, dtype=torch.bfloat16)
+dt_buf = torch.zeros(S4, H4, L, device=dev)
+cursors = (torch.arange(S4, device=dev) % L).int()
+rows = torch.randperm(S4, device=dev)[:24]
+rows[3] = -1
+A4, D4, bias4 = -(0.5 + torch.rand(H4, device=dev)), torch.randn(H4, device=dev), 0.1 * torch.randn(H4, device=dev)
+for _ in range(L + 1):
+    x, z = (torch.randn(24, H4, 64, device=dev).bfloat16() for _ in range(2))
+    dt = torch.randn(24, H4, device=dev).bfloat16()
+    B, C = (torch.randn(24, G4, 128, device=dev).bfloat16() for _ in range(2))
+    ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A4, B, C, torch.empty_like(x), D4, z, bias4,
                     True, 1, rows, -1, staggered_flush=True, backend="cuda")
 torch.cuda.synchronize()
 print("sanitize_ops: all ops ran")

@@ -29,15 +29,22 @@ def probe(tmp_path_factory):
                            capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
 
-    def heads_per_cta(queries):
-        lines = "".join(f"{b} {h} {g} {c} {w} {int(o)} {k}\n" for b, h, g, c, w, o, k in queries)
-        out = subprocess.run([exe], input=lines, capture_output=True, text=True, timeout=60, check=True).stdout.split()
-        assert out[0] == "sms"
-        if int(out[1]) != 132:
-            pytest.skip(f"this machine's GPU has {out[1]} SMs; the expectations are the H200's 132")
-        return [int(v) for v in out[2:]]
+    def answers(lines):
+        out = subprocess.run([exe], input="".join(lines), capture_output=True, text=True, timeout=60,
+                             check=True).stdout.splitlines()
+        assert out[0].startswith("sms ")
+        if int(out[0].split()[1]) != 132:
+            pytest.skip(f"this machine's GPU has {out[0].split()[1]} SMs; the expectations are the H200's 132")
+        return out[1:]
 
-    return heads_per_cta
+    def heads_per_cta(queries):
+        return [int(v) for v in answers(f"{b} {h} {g} {c} {w} {int(o)} {k}\n" for b, h, g, c, w, o, k in queries)]
+
+    def fold_split(queries):
+        lines = answers(f"split {b} {h} {g} {L} {c} {hk} {sk}\n" for b, h, g, L, c, hk, sk in queries)
+        return [tuple(int(v) for v in line.split()) for line in lines]
+
+    return heads_per_cta, fold_split
 
 
 NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
@@ -79,6 +86,39 @@ def case_id(rule):
 
 @pytest.mark.parametrize("rule,expected", CASES, ids=[case_id(rule) for rule, _ in CASES])
 def test_heads_per_cta(probe, rule, expected):
+    heads_per_cta, _ = probe
     (heads, groups), ctas_per_sm, waves, one_wave, knob = rule
     queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, knob) for batch in expected]
-    assert dict(zip(expected, probe(queries))) == expected
+    assert dict(zip(expected, heads_per_cta(queries))) == expected
+
+
+# The step's fold split under the staggered-flush hint (choose_fold_split, from the hint's launch of
+# choose_heads_per_cta: 4 waves, no one-wave rule): (dims, L, CTAs per SM, knobs) -> {batch: (replay heads
+# per CTA, split, fine rows)}; (0, 1, 0) = no split. 396 resident CTAs at 3 an SM.
+SPLIT_CASES = [
+    # super120b: the hint's one-head CTAs make fewer than 3 waves (1,188) up to batch 8: no split; batch
+    # 12: 4-head replay CTAs (384) leave no room for a row of 1- or 2-head folds, so 8-head ones (192 +
+    # 112); 16: 8-head replay, one row of 1-head folds (256 + 112 = 368); 24 and 32: whole groups and two
+    # rows of 2-head folds; 40: three rows of 2-head folds do not fit (320 + 168); 50: past one wave.
+    ((SUPER120B, 16, 3, "-", "-"), {1: (0, 1, 0), 4: (0, 1, 0), 8: (0, 1, 0), 12: (8, 8, 1), 16: (8, 8, 1),
+                                   24: (16, 8, 2), 32: (16, 8, 2), 40: (0, 1, 0), 50: (0, 1, 0)}),
+    # nano4b (12 heads a group): batch 12's hint launch is 1,152 CTAs (< 3 waves); batch 16's 4-head
+    # replay CTAs (384) leave no room, so 6-head ones and one-head folds (256 + 80 = 336); 40 needs folds
+    # of 3 heads (more than 2).
+    ((NANO4B, 16, 3, "-", "-"), {8: (0, 1, 0), 12: (0, 1, 0), 16: (6, 6, 1), 32: (12, 6, 2), 40: (0, 1, 0)}),
+    # A shorter buffer folds more rows per step: batch 16 at L = 4 serves 4 rows, in 2-head CTAs.
+    ((SUPER120B, 4, 3, "-", "-"), {16: (16, 8, 4)}),
+    # Either knob turns it off.
+    ((SUPER120B, 16, 3, "8", "-"), {16: (0, 1, 0)}),
+    ((SUPER120B, 16, 3, "-", "0"), {16: (0, 1, 0)}),
+    ((SUPER120B, 16, 3, "-", "1"), {16: (8, 8, 1)}),
+]
+
+
+@pytest.mark.parametrize("rule,expected", SPLIT_CASES,
+                         ids=[f"H{r[0][0]}-L{r[1]}-{r[2]}ctas-heads{r[3]}-split{r[4]}" for r, _ in SPLIT_CASES])
+def test_fold_split(probe, rule, expected):
+    _, fold_split = probe
+    (heads, groups), L, ctas_per_sm, heads_knob, split_knob = rule
+    queries = [(batch, heads, groups, L, ctas_per_sm, heads_knob, split_knob) for batch in expected]
+    assert dict(zip(expected, fold_split(queries))) == expected

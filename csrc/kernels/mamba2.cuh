@@ -97,9 +97,17 @@ struct Mamba2Params {
 
   // step, staggered_flush: int32[2 * batch] of device memory for the order pass, or nullptr (set by the
   // caller). Where the launcher runs the pass (mamba2_step_order.cu), CTA row y of the step takes batch
-  // row row_order[y], whose slot is row_order[batch + y] (-1: the row touches nothing).
+  // row row_order[y] & ~kFineFoldRow, whose slot is row_order[batch + y] (-1: the row touches nothing).
   int32_t* row_order;
+  // step, set by the launcher with the order pass (choose_fold_split): the first fold_split_rows folding
+  // rows take CTAs of heads_per_cta / fold_split heads, the pass marks them with kFineFoldRow, and the
+  // grid has fold_split_rows * (fold_split - 1) helper rows first for their other CTAs. 1 / 0: no split.
+  int32_t fold_split;
+  int32_t fold_split_rows;
 };
+
+// The order pass's mark on a folding row that the fold split serves (row indices stay below 2^16).
+constexpr int32_t kFineFoldRow = 1 << 30;
 
 // Conventional T=1 update of `checkpoint` (the state), one launch.
 cudaError_t launch_mamba2_update(const Mamba2Params& params, cudaStream_t stream);

@@ -33,6 +33,9 @@
 // With a staggered flush (the caller's staggered_flush hint) and a read copy, a one-CTA launch before
 // the step (mamba2_step_order.cu) may list the rows whose slot folds first, and CTA row y takes the
 // row it lists (kOrdered): folding CTAs last several replay CTAs, and started late they end the step.
+// Where all CTAs fit in one wave, the launcher may instead split the folds (choose_fold_split): the pass
+// marks the first folding rows, whose CTAs take a part of the replay-sized block each, the other parts
+// by helper rows at the top of the grid, so that the few folds of a staggered step run in parallel.
 //
 // This header holds the kernel template; mamba2_step_p<P>_n<N>.cu instantiate it per shape (so the
 // shapes compile in parallel) and mamba2_step.cu picks the shape at run time.
@@ -506,8 +509,28 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
   const int L = p.buffer_len;
   const StepSmem<kP, kN, kSrc, kAct> sm(smem_base, L);
-  // After the order pass (staggered flush) the folding rows come first, their slots resolved.
-  const int row = kOrdered ? p.row_order[blockIdx.y] : static_cast<int>(blockIdx.y);
+  // After the order pass (staggered flush) the folding rows come first, their slots resolved. With a
+  // fold split the grid's first rows are helpers: helper row e serves list position e / (split - 1), the
+  // part 1 + e % (split - 1) of each of its replay-sized blocks, if the pass marked that row (a folding
+  // row within the split's count) and exits otherwise; a marked row's own CTAs take part 0.
+  int order_pos = blockIdx.y;
+  int part = 0;
+  if constexpr (kOrdered) {
+    if (p.fold_split > 1) {
+      const int helpers_per_row = p.fold_split - 1;
+      const int helper_rows = p.fold_split_rows * helpers_per_row;
+      if (static_cast<int>(blockIdx.y) < helper_rows) {
+        order_pos = blockIdx.y / helpers_per_row;
+        part = 1 + blockIdx.y % helpers_per_row;
+      } else {
+        order_pos = blockIdx.y - helper_rows;
+      }
+    }
+  }
+  const int order_entry = kOrdered ? p.row_order[order_pos] : 0;
+  const bool fine_fold = kOrdered && (order_entry & kFineFoldRow) != 0;
+  if (kOrdered && part > 0 && !fine_fold) return;  // a helper of a row that is not folding (or not split)
+  const int row = kOrdered ? (order_entry & ~kFineFoldRow) : static_cast<int>(blockIdx.y);
   const int tid = threadIdx.x;
   // Roles, spread so that no warp arrives late at the per-head barrier: the last warp derives each
   // head's window weights, warp 6's first lane refills the ring, the first kP * kSplit threads (whole
@@ -520,11 +543,13 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   const int epilogue_row = tid / kSplit;
   const int epilogue_part = tid % kSplit;
   const int heads_per_group = p.heads / p.groups;
-  const int num_heads = p.heads_per_cta;  // this CTA's heads: head0 .. head0 + num_heads - 1, one group
-  const int ctas_per_group = heads_per_group / num_heads;
-  const int group = blockIdx.x / ctas_per_group;
-  const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;
-  const int64_t slot = kOrdered ? p.row_order[p.batch + blockIdx.y] : resolve_slot(p, row);
+  // This CTA's heads: head0 .. head0 + num_heads - 1, one group (a block of heads_per_cta, or with the
+  // fold split, part `part` of it).
+  const int num_heads = fine_fold ? p.heads_per_cta / p.fold_split : p.heads_per_cta;
+  const int blocks_per_group = heads_per_group / p.heads_per_cta;
+  const int group = blockIdx.x / blocks_per_group;
+  const int head0 = group * heads_per_group + (blockIdx.x % blocks_per_group) * p.heads_per_cta + part * num_heads;
+  const int64_t slot = kOrdered ? p.row_order[p.batch + order_pos] : resolve_slot(p, row);
   if (slot < 0) {
     for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
     return;
@@ -1269,7 +1294,8 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
   if constexpr (kOrdered) {
     err = launch_step_row_order(params, stream);
     if (err != cudaSuccess) return err;
-    kernel<<<dim3(params.heads / params.heads_per_cta, params.batch), kThreads, smem, stream>>>(params);
+    const int helper_rows = params.fold_split > 1 ? params.fold_split_rows * (params.fold_split - 1) : 0;
+    kernel<<<dim3(params.heads / params.heads_per_cta, params.batch + helper_rows), kThreads, smem, stream>>>(params);
     return cudaGetLastError();
   } else {
     int ctas_per_sm = 0;
@@ -1298,6 +1324,18 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // CTA (one-head folding CTAs are short; the pass's launch cost more than it won: nano4b batch 32,
     // 1 head per CTA, fp8 copy, staggered mean step 47.6 -> 51.7 us in session 14's run 1).
     if constexpr (kCopy) {
+      // The fold split (choose_fold_split): where whole-group CTAs of every row fit in one wave and the
+      // hint's launch above would make 3 or more, the first folding rows in smaller CTAs than the
+      // replaying ones, all of them in one wave.
+      if (p.staggered_flush && p.row_order != nullptr) {
+        const FoldSplit split = choose_fold_split(p.batch, p.heads, p.groups, p.buffer_len, ctas_per_sm, p.heads_per_cta);
+        if (split.split > 1) {
+          p.heads_per_cta = split.heads_per_cta;
+          p.fold_split = split.split;
+          p.fold_split_rows = split.rows;
+          return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true>(p, stream);
+        }
+      }
       if (p.staggered_flush && p.row_order != nullptr && p.heads_per_cta > 1 &&
           static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(ctas_per_sm) * multiprocessor_count()) {
         return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true>(p, stream);

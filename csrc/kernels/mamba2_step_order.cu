@@ -11,7 +11,8 @@
 // The step cannot order itself: the last CTA of a slot rewrites the slot's cursor once the slot's
 // CTAs have read it, while CTAs of later rows may not have started, so only a launch before it sees
 // every cursor as the step begins. The launcher (launch_step_kernel) says where the pass runs: with a
-// read copy, more than one wave of CTAs and more than one head per CTA.
+// read copy, more than one wave of CTAs and more than one head per CTA, or with a fold split (the first
+// folding rows in smaller CTAs than the rest: choose_fold_split), whose rows the pass marks.
 #include "mamba2.cuh"
 #include "mamba2_tile.cuh"
 
@@ -80,7 +81,8 @@ __global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mam
       // The slot is resolved again rather than kept from pass 1: a chunk's threads hold no state across
       // chunks, and resolving is one L2-hot load.
       const int dst = f ? next_fold + fold_rank : next_other + other_rank;
-      order_rows[dst] = row;
+      // The first p.fold_split_rows folding rows take the fold split's smaller CTAs (0 without one).
+      order_rows[dst] = row | (f && dst < p.fold_split_rows ? kFineFoldRow : 0);
       order_slots[dst] = static_cast<int32_t>(resolve_slot(p, row));
     }
     next_fold += chunk_folds;

@@ -543,5 +543,60 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
   return 1;
 }
 
+// The step's fold split (staggered-flush hint, with a read copy): CTAs of `heads_per_cta` heads for the
+// replaying rows, and for the first `rows` folding rows (the order pass lists them first) `split` times
+// smaller CTAs, so that a step whose few folding slots each cost several replays lasts about as long as
+// its replaying CTAs. split = 1: no split (the step keeps choose_heads_per_cta's launch, `hint_heads`
+// heads per CTA).
+//
+// Why: under the hint a step folds about batch / L slots, and a folding CTA of d heads folds them one
+// after the other, so with one CTA size for all rows either the replay pays for small CTAs (each with
+// its own set-up, in several waves) or the folds are long. The hint's launch (one or two heads per CTA
+// below batch 50 at 8 groups) made staggered mean steps 14-61% above lock-step's at batch 4-32
+// (session 24, run 1).
+//
+// Rule, from session 24's sweep (run 3, batch 4-48, bf16 and fp8 copies, same process with and
+// without): only where
+//   - whole-group CTAs of every row fit in one wave (batch x groups <= resident CTAs);
+//   - the hint's launch makes at least 3 waves of CTAs. Below that the split lost 2-18% (super120b
+//     batch 4-8, nano4b 6-8): its order pass (a launch of ~3 us and a dependency, ~5 us of graph time)
+//     costs more than the larger replay CTAs save; from 3.9 waves on it won 3-23% (batch 12-32);
+//   - folding CTAs of at most 2 heads (4-head folds lost 5-9% with a bf16 copy at batch 40).
+// rows = ceil(batch / L), the folds per step of an even stagger (a step with more folds than that folds
+// the rest in replay-sized CTAs). Then the smallest replay CTAs whose CTAs fit in one wave (the one-wave
+// rule: the most CTAs that start at once) with the smallest fold CTAs that still keep every CTA in that
+// wave, else the next larger replay CTAs. REPLAYSSM_STEP_FOLD_SPLIT=0 in the environment turns it off,
+// as does REPLAYSSM_STEP_HEADS_PER_CTA.
+struct FoldSplit {
+  int heads_per_cta = 0;  // the replaying rows' CTAs (0: no split)
+  int split = 1;          // a folding row's CTAs have heads_per_cta / split heads
+  int rows = 0;           // folding rows served so (the first ones in the order pass's list)
+};
+inline FoldSplit choose_fold_split(int64_t batch, int heads, int groups, int buffer_len, int ctas_per_sm,
+                                   int hint_heads) {
+  FoldSplit none;
+  if (const char* off = std::getenv("REPLAYSSM_STEP_FOLD_SPLIT")) {
+    if (std::atoi(off) == 0) return none;
+  }
+  if (std::getenv("REPLAYSSM_STEP_HEADS_PER_CTA") != nullptr || batch < 1 || buffer_len < 1 || hint_heads < 1) {
+    return none;
+  }
+  const int heads_per_group = heads / groups;
+  const int64_t resident = static_cast<int64_t>(multiprocessor_count()) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  if (batch * groups > resident || batch * (heads / hint_heads) < 3 * resident) return none;
+  const int64_t rows = (batch + buffer_len - 1) / buffer_len;
+  constexpr int kMaxFoldHeads = 2;
+  for (int replay = 2; replay <= heads_per_group; ++replay) {
+    if (heads_per_group % replay != 0 || batch * (heads / replay) > resident) continue;
+    for (int fold = 1; fold < replay && fold <= kMaxFoldHeads; ++fold) {
+      if (replay % fold != 0) continue;
+      if (batch * (heads / replay) + rows * (heads / fold - heads / replay) <= resident) {
+        return FoldSplit{replay, replay / fold, static_cast<int>(rows)};
+      }
+    }
+  }
+  return none;
+}
+
 }  // namespace mamba2
 }  // namespace replayssm

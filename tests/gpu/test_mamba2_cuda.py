@@ -393,7 +393,8 @@ def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, monkeypatch):
 
 
 # The staggered_flush hint only sizes the CTAs: at batch 32 the tensor-core replay kernels (bf16 and fp8
-# copies) get 1 head per CTA with it (nano4b, 132 SMs) and 3 without, and the bits must not change.
+# copies) get 1 head per CTA with it (nano4b, 132 SMs) and whole groups without, and the bits must not
+# change.
 @pytest.mark.parametrize("rc", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
 def test_step_staggered_flush_hint_changes_no_bits(rc):
     layer = Layer(NANO4B, seed=13)
@@ -525,7 +526,51 @@ def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(monkeypatch):
 
     for (rc, batch), ctas_per_row in H200_STEP_CTAS_PER_ROW.items():
         assert grid_x(batch, rc) == ctas_per_row, (rc, batch)
-    assert grid_x(16, FP8, hint=True) == 96, "hint: one head per CTA"
+    monkeypatch.setenv("REPLAYSSM_STEP_FOLD_SPLIT", "0")
+    assert grid_x(16, FP8, hint=True) == 96, "hint without the fold split: one head per CTA"
+
+
+# The fold split (staggered-flush hint, a read copy, whole groups of every row within one wave; see
+# choose_fold_split): replaying rows in one-wave CTAs, the first `rows` folding rows in CTAs `split`
+# times smaller, their other parts in helper rows at the top of the grid. Bit for bit as without the
+# hint over two cycles of staggered phases (steps with different numbers of folding rows), with pad and
+# no-room rows, then with every slot folding in the same step (more folding rows than the split serves:
+# the rest fold in replay-sized CTAs). The grid (H200: 396 resident CTAs for these kernels) shows it
+# ran: x = heads / replay heads per CTA, y = batch + rows * (split - 1).
+@pytest.mark.parametrize("dims,num_slots,L,rc,grid", [
+    (SUPER120B, 20, 16, FP8, (16, 16 + 1 * 7)),            # 8-head replay CTAs, one row of 1-head folds
+    (SUPER120B, 20, 4, torch.bfloat16, (8, 16 + 4 * 7)),   # whole-group replay, four rows of 2-head folds
+    (NANO4B, 20, 4, FP8, (16, 16 + 4 * 2)),                # 6-head replay, four rows of 2-head folds
+], ids=["super120b-b16-L16-fp8", "super120b-b16-L4-bf16", "nano4b-b16-L4-fp8"])
+def test_step_fold_split_changes_no_bits(dims, num_slots, L, rc, grid, monkeypatch):
+    monkeypatch.delenv("REPLAYSSM_STEP_HEADS_PER_CTA", raising=False)
+    monkeypatch.delenv("REPLAYSSM_STEP_FOLD_SPLIT", raising=False)
+    layer = Layer(dims, seed=31)
+    caches, slots = staggered_rows(layer, num_slots, L, rc, seed=9)
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.minor, props.multi_processor_count) == (9, 0, 132):
+        inputs = [t.cuda() for t in layer.inputs(slots.numel())]
+        probe = [gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=rc)]
+        grids = step_grids(lambda: cuda_step(probe[0], *inputs, slots, staggered_flush=True))
+        assert grids == [grid + (1,)], grids
+    fold_counts = []
+    for step in range(3 * L + 1):
+        if step == 2 * L:                     # lock-step from here: every named slot folds at once
+            for c in caches:
+                c.num_committed[c.num_committed < L] = 0
+        before = caches[1].num_committed.cpu()
+        inputs = [t.cuda() for t in layer.inputs(slots.numel())]
+        a = cuda_step(caches[0], *inputs, slots, staggered_flush=False)
+        b = cuda_step(caches[1], *inputs, slots, staggered_flush=True)
+        assert torch.equal(bits(a), bits(b))
+        assert torch.equal(caches[0].num_committed, caches[1].num_committed)
+        fold_counts.append(int(((before > 0) & (caches[1].num_committed.cpu() == 0)).sum()))
+    staggered = fold_counts[: 2 * L]
+    assert max(staggered) >= 1 and min(staggered) < max(staggered), fold_counts
+    named = {int(v) for v in slots.cpu() if v >= 0 and v != 3}          # slot 3 has no room, pads fold nothing
+    assert max(fold_counts[2 * L:]) == len(named), fold_counts
+    for t0, t1 in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(bits(t0), bits(t1))
 
 
 def test_step_order_pass_under_cuda_graph_is_bitwise_eager():

@@ -59,7 +59,7 @@ def test_staggered_cuda_cache_matches_reference(rc, heads_per_cta, monkeypatch):
     for step in range(3 * L + 1):
         x, dt, B, C, z = layer.inputs(num_slots)
         before = gpu.checkpoint.clone()
-        out = cuda_step(gpu, x.cuda(), dt.cuda(), B.cuda(), C.cuda(), z.cuda(), slots.cuda())
+        out = cuda_step(gpu, x.cuda(), dt.cuda(), B.cuda(), C.cuda(), z.cuda(), slots.cuda(), staggered_flush=True)
         ref_out = ref.step(x.double(), dt.double(), B.double(), C.double(), z.double(), slots=slots)
         assert rel_err(out, ref_out) < out_tol, f"step {step}"
         assert torch.equal(gpu.num_committed.cpu(), ref.num_committed)
