@@ -1,7 +1,9 @@
 """Where a staggered step's time goes, with and without the fold split: GPU time per step of the step
 kernel and of the order pass (torch.profiler), and the graph replay time per step, for the last step of
-a staggered cycle (bf16 and fp8 copies). Session 24, run 3: the order pass is ~3 us of kernel and ~5 us
-of graph time, which is why the split needs 3 waves of the hint's launch to pay.
+a staggered cycle (bf16 and fp8 copies). Session 24, run 3: the order pass is ~3 us of kernel time,
+which is why the split needs 3 waves of the hint's launch to pay. The graph time here is under the
+profiler, which adds a cost per kernel: compare it between settings with care (the sweep's unprofiled
+mean steps are the measure).
 
     PYTHONPATH=. python3 scripts/staggered_step_kernels.py "8 16 32"
 """

@@ -559,8 +559,8 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
 // without): only where
 //   - whole-group CTAs of every row fit in one wave (batch x groups <= resident CTAs);
 //   - the hint's launch makes at least 3 waves of CTAs. Below that the split lost 2-18% (super120b
-//     batch 4-8, nano4b 6-8): its order pass (a launch of ~3 us and a dependency, ~5 us of graph time)
-//     costs more than the larger replay CTAs save; from 3.9 waves on it won 3-23% (batch 12-32);
+//     batch 4-8, nano4b 6-8): its order pass (~3 us of GPU time ahead of the step) costs more than the
+//     larger replay CTAs save; from 3.9 waves on it won 3-24% (batch 12-32);
 //   - folding CTAs of at most 2 heads (4-head folds lost 5-9% with a bf16 copy at batch 40).
 // rows = ceil(batch / L), the folds per step of an even stagger (a step with more folds than that folds
 // the rest in replay-sized CTAs). Then the smallest replay CTAs whose CTAs fit in one wave (the one-wave
