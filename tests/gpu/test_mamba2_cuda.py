@@ -427,6 +427,18 @@ def staggered_rows(layer, num_slots, L, rc, seed, checkpoint_dtype=torch.float32
     return caches, slots.cuda()
 
 
+def step_with_and_without_hint(caches, layer, slots):
+    """One step of the same inputs, without the staggered_flush hint on caches[0] and with it on
+    caches[1]: outputs and cursors must be bit for bit equal. Returns which slots folded in it."""
+    before = caches[1].num_committed.cpu()
+    inputs = [t.cuda() for t in layer.inputs(slots.numel())]
+    a = cuda_step(caches[0], *inputs, slots, staggered_flush=False)
+    b = cuda_step(caches[1], *inputs, slots, staggered_flush=True)
+    assert torch.equal(bits(a), bits(b))
+    assert torch.equal(caches[0].num_committed, caches[1].num_committed)
+    return (before > 0) & (caches[1].num_committed.cpu() == 0)
+
+
 # With the hint, a read copy and more than one wave of CTAs of more than one head, the step runs the
 # order pass first (the rows whose slot folds start first): the folding, replaying, pad and no-room rows
 # must come out bit for bit as without it, also past 1,024 rows (the pass takes them 1,024 at a time).
@@ -443,13 +455,7 @@ def test_step_order_pass_changes_no_bits(dims, num_slots, ck, rc):
     caches, slots = staggered_rows(layer, num_slots, L, rc, seed=5, checkpoint_dtype=ck)
     folded = torch.zeros(num_slots, dtype=torch.bool)
     for _ in range(L + 2):
-        before = caches[1].num_committed.cpu()
-        inputs = [t.cuda() for t in layer.inputs(slots.numel())]
-        a = cuda_step(caches[0], *inputs, slots, staggered_flush=False)
-        b = cuda_step(caches[1], *inputs, slots, staggered_flush=True)
-        assert torch.equal(bits(a), bits(b))
-        assert torch.equal(caches[0].num_committed, caches[1].num_committed)
-        folded |= (before > 0) & (caches[1].num_committed.cpu() == 0)
+        folded |= step_with_and_without_hint(caches, layer, slots)
     assert folded.sum() >= num_slots // 2        # folds came in different steps, the case the pass orders
     assert caches[1].num_committed[3].item() == L + 2
     for t0, t1 in zip(caches[0].cache_tensors, caches[1].cache_tensors):
@@ -558,13 +564,7 @@ def test_step_fold_split_changes_no_bits(dims, num_slots, L, rc, grid, monkeypat
         if step == 2 * L:                     # lock-step from here: every named slot folds at once
             for c in caches:
                 c.num_committed[c.num_committed < L] = 0
-        before = caches[1].num_committed.cpu()
-        inputs = [t.cuda() for t in layer.inputs(slots.numel())]
-        a = cuda_step(caches[0], *inputs, slots, staggered_flush=False)
-        b = cuda_step(caches[1], *inputs, slots, staggered_flush=True)
-        assert torch.equal(bits(a), bits(b))
-        assert torch.equal(caches[0].num_committed, caches[1].num_committed)
-        fold_counts.append(int(((before > 0) & (caches[1].num_committed.cpu() == 0)).sum()))
+        fold_counts.append(int(step_with_and_without_hint(caches, layer, slots).sum()))
     staggered = fold_counts[: 2 * L]
     assert max(staggered) >= 1 and min(staggered) < max(staggered), fold_counts
     named = {int(v) for v in slots.cpu() if v >= 0 and v != 3}          # slot 3 has no room, pads fold nothing
