@@ -510,8 +510,9 @@ def step_grids(fn):
 # hold at once (one wave). The H200's numbers: 132 SMs; nano4b's kernels hold 2 CTAs an SM without a
 # copy (264 at once), 3 with an fp8 copy (396). Without a copy: batch 4 2 heads a CTA (192 CTAs), batch 8
 # 3 heads (256), batch 16 6 heads (256); with fp8: batch 4 1 head (384), batch 8 2 heads (384), batch 16
-# 4 heads (384); batch 1 one head (96 CTAs) for both. With the staggered-flush hint, one head per CTA as
-# before. The grid's x is the CTAs per row: heads / heads per CTA.
+# 4 heads (384); batch 1 one head (96 CTAs) for both. With the staggered-flush hint and the fold split
+# off, one head per CTA as before (the split's grids: test_step_fold_split_changes_no_bits). The grid's x
+# is the CTAs per row: heads / heads per CTA.
 H200_STEP_CTAS_PER_ROW = {(None, 1): 96, (None, 4): 48, (None, 8): 32, (None, 16): 16,
                           (FP8, 1): 96, (FP8, 4): 96, (FP8, 8): 48, (FP8, 16): 24}
 
