@@ -83,9 +83,10 @@ def make_inputs(s: Setup, steps: int):
     return out
 
 
-def bench_conventional(s: Setup, state_dtype=torch.float32, rounding=False):
-    """Seconds per step of mamba2_update (fp32 state unless given; `rounding`: stochastic rounding of a
-    16-bit state, its offset launch included) and the bytes it moves per step."""
+def conventional_steps(s: Setup, state_dtype=torch.float32, rounding=False):
+    """The conventional update over a rotating pool (fp32 state unless given; `rounding`: stochastic
+    rounding of a 16-bit state, its offset launch included): (record, the steps one record launches, the
+    bytes one step moves). record() launches one mamba2_update per slot group."""
     s_bytes = torch.finfo(state_dtype).bits // 8
     k = s.groups(s.state_elems * s_bytes)
     state = (torch.randn(k * s.batch, s.H, s.P, s.N, device="cuda") * 0.1).to(state_dtype)
@@ -100,8 +101,13 @@ def bench_conventional(s: Setup, state_dtype=torch.float32, rounding=False):
             x, dt, B, C, z = inputs[g]
             torch.ops.replayssm.mamba2_update(state, x, dt, A, B, C, out, D, z, dt_bias, True, slots[g], -1, seed)
 
-    t = time_graph(steps) / k
-    return t, s.batch * 2 * s.state_elems * s_bytes + s.io_bytes()
+    return steps, k, s.batch * 2 * s.state_elems * s_bytes + s.io_bytes()
+
+
+def bench_conventional(s: Setup, state_dtype=torch.float32, rounding=False):
+    """Seconds per step of mamba2_update (arguments as conventional_steps) and the bytes it moves per step."""
+    steps, k, nbytes = conventional_steps(s, state_dtype, rounding)
+    return time_graph(steps) / k, nbytes
 
 
 class ReplayPool:

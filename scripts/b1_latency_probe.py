@@ -16,8 +16,8 @@ sys.path[0:0] = [os.getcwd(), os.path.join(os.getcwd(), "bench")]
 
 import torch  # noqa: E402
 
-from bench_mamba2 import ReplayPool, Setup, bench_conventional, bench_replay, make_inputs  # noqa: E402
-from timing import graph_kernel_times, time_graph, weights  # noqa: E402
+from bench_mamba2 import ReplayPool, Setup, bench_conventional, bench_replay, conventional_steps, make_inputs  # noqa: E402
+from timing import graph_kernel_times, time_graph  # noqa: E402
 
 SHAPES = [(96, 80, 128, 8), (192, 80, 64, 8), (128, 64, 128, 8), (256, 64, 64, 8), (96, 64, 128, 8), (96, 128, 128, 8)]
 
@@ -44,18 +44,7 @@ def main():
             t = time_graph(lambda: pool.record_steps(inputs), before_replay=reset, replays=30) / pool.k
             step[rc] = (t * 1e6, kernel_us(lambda: pool.record_steps(inputs), pool.k, reset))
         cycle = min(bench_replay(s, None)[0] for _ in range(3))
-        k = s.groups(s.state_elems * 4)
-        state = torch.randn(k, H, P, N, device="cuda") * 0.1
-        A, D, dt_bias = weights(s)
-        update_inputs = make_inputs(s, k)
-        out = torch.empty(1, H, P, device="cuda", dtype=torch.bfloat16)
-        slots = [torch.tensor([g], device="cuda", dtype=torch.int32) for g in range(k)]
-
-        def updates():
-            for g in range(k):
-                x, dt, B, C, z = update_inputs[g]
-                torch.ops.replayssm.mamba2_update(state, x, dt, A, B, C, out, D, z, dt_bias, True, slots[g], -1, None)
-
+        updates, k, _ = conventional_steps(s)
         print(f"| {H} {P} {N} {G} | {P * N * 4 // 1024} | {t_update * 1e6:.2f} | {step[None][0]:.2f} | {step[None][1]:.2f} | "
               f"{kernel_us(updates, k):.2f} | {step[torch.bfloat16][0]:.2f} | {cycle * 1e6:.2f} | {t_update / cycle:.3f}x |",
               flush=True)
