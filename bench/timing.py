@@ -3,6 +3,7 @@ ceiling, random Mamba-2 weights, and the CUDA-graph timing loop (capture once, r
 replays), plus a per-kernel breakdown of such a graph (graph_kernel_times)."""
 
 import math
+import os
 import re
 import statistics
 
@@ -20,6 +21,25 @@ def cold_groups(batch: int, bytes_per_row: int) -> int:
     return max(2, math.ceil(COLD_FACTOR * L2_BYTES / (batch * bytes_per_row)))
 
 
+# The timed region starts with its work already queued. graph.replay() (or a copy's launch) costs the
+# host several microseconds; with the GPU idle (the previous replay was waited for), the start event ran
+# at once and the GPU then waited for the first kernel, so that host latency was counted as GPU time:
+# 4-9 us per step where a graph holds two steps (session 25, scripts/wave_probe.py: replay time minus
+# the kernels' CUPTI time; every batch from 64 on has two slot groups per graph). A spinning kernel
+# (torch.cuda._sleep) ahead of the start event keeps the GPU busy while the host queues the timed work,
+# so the interval between the events is GPU time only: the kernels and the gaps between them. It moves
+# no memory, so L2 stays as cold as before. REPLAYSSM_BENCH_HOLD_US sets its length (0: the old method,
+# for comparison).
+HOLD_US = float(os.environ.get("REPLAYSSM_BENCH_HOLD_US", "300"))
+
+
+def hold_gpu(us: float | None = None) -> None:
+    """Queue a kernel that keeps the GPU busy for about `us` microseconds (default HOLD_US)."""
+    us = HOLD_US if us is None else us
+    if us > 0:
+        torch.cuda._sleep(int(us * 2000))  # clock cycles; ~us at the H200's 1.98 GHz, longer at lower clocks
+
+
 def measure_copy_bandwidth() -> float:
     """Bytes read + written per second of a 1 GiB device-to-device copy (median of 20)."""
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
@@ -27,6 +47,7 @@ def measure_copy_bandwidth() -> float:
     times = []
     for _ in range(25):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        hold_gpu()
         start.record()
         dst.copy_(src)
         end.record()
@@ -41,11 +62,11 @@ def weights(s):
     return A, torch.randn(s.H, device="cuda"), 0.1 * torch.randn(s.H, device="cuda")
 
 
-def time_graph(record, replays=15, before_replay=None) -> float:
+def time_graph(record, replays=15, before_replay=None, hold_us=None) -> float:
     """Capture record() (the steps or rounds to time) into a CUDA graph; return the median replay
-    time in seconds."""
+    time in seconds (hold_us: see HOLD_US)."""
     graph = _capture(record)
-    times = _replay_times(graph, replays + 3, before_replay)
+    times = _replay_times(graph, replays + 3, before_replay, hold_us)
     del graph
     return statistics.median(times[3:])
 
@@ -62,12 +83,14 @@ def _capture(record):
     return graph
 
 
-def _replay_times(graph, count, before_replay=None):
-    """Seconds of each of `count` replays between CUDA events (before_replay() runs before each start)."""
+def _replay_times(graph, count, before_replay=None, hold_us=None):
+    """Seconds of each of `count` replays between CUDA events (before_replay() runs before each start,
+    then hold_gpu(hold_us))."""
     times = []
     for _ in range(count):
         if before_replay is not None:
             before_replay()
+        hold_gpu(hold_us)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         graph.replay()
@@ -81,8 +104,8 @@ def graph_kernel_times(record, replays=10, before_replay=None) -> dict:
     """Capture record() as time_graph does and replay it under torch.profiler (CUPTI kernel records):
     GPU seconds per replay of each kernel, keyed by its name without namespace and template arguments,
     and under "(replay)" the median replay time between CUDA events, so that the gaps between kernels
-    show as replay minus the kernels' sum. Kernels launched by before_replay are left out (they run
-    before the start event, so they are not counted in "(replay)" either)."""
+    show as replay minus the kernels' sum. Kernels launched by before_replay, and the hold kernel, are left
+    out (they run before the start event, so they are not counted in "(replay)" either)."""
     from torch.profiler import ProfilerActivity, profile
 
     graph = _capture(record)
@@ -90,12 +113,12 @@ def graph_kernel_times(record, replays=10, before_replay=None) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         times = _replay_times(graph, replays, before_replay)
     del graph
-    before = set()
-    if before_replay is not None:           # the names of before_replay's own kernels
-        with profile(activities=[ProfilerActivity.CUDA]) as probe:
+    with profile(activities=[ProfilerActivity.CUDA]) as probe:  # the names of the kernels ahead of the start
+        if before_replay is not None:
             before_replay()
-            torch.cuda.synchronize()
-        before = {_kernel_name(e.key) for e in probe.key_averages()}
+        hold_gpu(1.0)
+        torch.cuda.synchronize()
+    before = {_kernel_name(e.key) for e in probe.key_averages()}
     totals = {}
     for e in prof.key_averages():
         name = _kernel_name(e.key)
