@@ -3,7 +3,8 @@
 Method (SPEC.md section 8): every timed region is a CUDA-graph replay; state pools rotate over enough
 slot groups that each step touches slots the previous steps did not (well over 4 x 60 MB of state,
 so L2 is cold); replay figures cover whole L-step cycles, fold steps included; medians of repeated
-replays. The device-to-device copy bandwidth is measured in the same run and every figure is also
+replays, each queued behind a spinning kernel so that the host's launch is not timed (timing.HOLD_US).
+The device-to-device copy bandwidth is measured in the same run, the same way, and every figure is also
 given as a fraction of it.
 
 Byte model (per batch row; H heads, G groups, P x N state, L buffer length, w = cursor before the step):

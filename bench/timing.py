@@ -1,6 +1,7 @@
 """What every benchmark here shares: the reference dims, the cold-L2 slot rotation, the copy-bandwidth
 ceiling, random Mamba-2 weights, and the CUDA-graph timing loop (capture once, replay, median of the
-replays), plus a per-kernel breakdown of such a graph (graph_kernel_times)."""
+replays, each replay queued behind a spinning kernel so that only GPU time is timed: HOLD_US), plus a
+per-kernel breakdown of such a graph (graph_kernel_times)."""
 
 import math
 import os
@@ -21,15 +22,16 @@ def cold_groups(batch: int, bytes_per_row: int) -> int:
     return max(2, math.ceil(COLD_FACTOR * L2_BYTES / (batch * bytes_per_row)))
 
 
-# The timed region starts with its work already queued. graph.replay() (or a copy's launch) costs the
-# host several microseconds; with the GPU idle (the previous replay was waited for), the start event ran
-# at once and the GPU then waited for the first kernel, so that host latency was counted as GPU time:
-# 4-9 us per step where a graph holds two steps (session 25, scripts/wave_probe.py: replay time minus
-# the kernels' CUPTI time; every batch from 64 on has two slot groups per graph). A spinning kernel
-# (torch.cuda._sleep) ahead of the start event keeps the GPU busy while the host queues the timed work,
-# so the interval between the events is GPU time only: the kernels and the gaps between them. It moves
-# no memory, so L2 stays as cold as before. REPLAYSSM_BENCH_HOLD_US sets its length (0: the old method,
-# for comparison).
+# The timed region starts with its work already queued. With the GPU idle (the previous replay was
+# waited for), the start event ran at once and the GPU then waited for what the host was still
+# launching, so host time was counted as GPU time: graph.replay()'s launch, 1.3-2.4 us a step where a
+# graph holds two steps (every batch from 64 on), 2-6 us once torch.profiler had run in the process
+# (its callbacks slow every launch); and torch's dispatch of the copy, which made the 1 GiB copy 1.8%
+# slower and so every "% of copy" 1.8% too high (session 25, scripts/wave_probe.py, runs 1-2). A spinning
+# kernel (torch.cuda._sleep) ahead of the start event keeps the GPU busy while the host queues the
+# timed work, so the interval between the events is GPU time only: the kernels and the gaps between
+# them. It moves no memory, so L2 stays as cold as before. REPLAYSSM_BENCH_HOLD_US sets its length (0:
+# the old method, for comparison).
 HOLD_US = float(os.environ.get("REPLAYSSM_BENCH_HOLD_US", "300"))
 
 

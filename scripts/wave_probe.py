@@ -8,6 +8,7 @@ the gap between back-to-back kernels shows, and the step timed without the bench
 (bench/timing.py HOLD_US = 0: the method before session 25, which counted the host's graph launch).
 
     PYTHONPATH=. python3 scripts/wave_probe.py [--dims nano4b super120b] [--knobs auto 16] [--copy none]
+    PYTHONPATH=. python3 scripts/wave_probe.py --slots-chain --batches 1 64   # with / without `slots`
 
 Runs from the repository root; the tree it runs in comes first on the path (scripts/ab_bench.sh)."""
 
@@ -21,14 +22,14 @@ import torch  # noqa: E402
 
 from bench_mamba2 import ReplayPool, Setup, conventional_steps, make_inputs  # noqa: E402
 import timing  # noqa: E402
-from timing import DIMS, graph_kernel_times, measure_copy_bandwidth, time_graph  # noqa: E402
+from timing import DIMS, graph_kernel_times, measure_copy_bandwidth, time_graph, weights  # noqa: E402
 
 COPIES = {"none": None, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 KNOB = "REPLAYSSM_STEP_HEADS_PER_CTA"
 
 
 # CTAs per SM of the fp32-checkpoint no-copy step kernel at L = 16 (StepLayout::kCtasPerSm, from its
-# shared memory: 93.7 KB at P = 80, N = 128; 75.1 KB at P = 64, N = 128).
+# shared memory: 97.8 KB at P = 80, N = 128; 75.1 KB at P = 64, N = 128).
 NO_COPY_CTAS_PER_SM = {"nano4b": 2, "super120b": 3}
 
 
@@ -63,13 +64,14 @@ def slots_chain(dims, batches, rc) -> None:
             updates, k, _ = conventional_steps(s)
             update_slots = time_graph(updates, replays=20) / k
             state = torch.randn(k * batch, H, P, N, device="cuda") * 0.1
-            A, D, dt_bias = -(0.5 + torch.rand(H, device="cuda")), torch.randn(H, device="cuda"), torch.zeros(H, device="cuda")
+            A, D, dt_bias = weights(s)
             uin = make_inputs(s, k)
             out = torch.empty(batch, H, P, device="cuda", dtype=s.act)
 
             def update_views():
                 for g, (x, dt, B, C, z) in enumerate(uin):
-                    torch.ops.replayssm.mamba2_update(group(state, g), x, dt, A, B, C, out, D, z, dt_bias, True, None, -1, None)
+                    torch.ops.replayssm.mamba2_update(group(state, g), x, dt, A, B, C, out, D, z, dt_bias, True,
+                                                      None, -1, None)
 
             update_no_slots = time_graph(update_views, replays=20) / k
             del state
@@ -127,7 +129,8 @@ def main() -> int:
                 kernel = sum(v for k, v in kt.items() if k != "(replay)") / pool.k
                 nbytes = pool.step_bytes(8)
                 print(f"| {name} | {knob} | {batch} | {batch * G / (sms * ctas_per_sm):.2f} | {t * 1e6:.1f} | "
-                      f"{t_no_hold * 1e6:.1f} | {kernel * 1e6:.1f} | {nbytes / t / 1e9:.0f} | {100 * nbytes / t / copy_bw:.1f}% |", flush=True)
+                      f"{t_no_hold * 1e6:.1f} | {kernel * 1e6:.1f} | {nbytes / t / 1e9:.0f} | "
+                      f"{100 * nbytes / t / copy_bw:.1f}% |", flush=True)
                 del pool
     os.environ.pop(KNOB, None)
     return 0
