@@ -26,8 +26,8 @@ def cold_groups(batch: int, bytes_per_row: int) -> int:
 # waited for), the start event ran at once and the GPU then waited for what the host was still
 # launching, so host time was counted as GPU time: graph.replay()'s launch, 1.3-2.4 us a step where a
 # graph holds two steps (every batch from 64 on), 2-6 us once torch.profiler had run in the process
-# (its callbacks slow every launch); and torch's dispatch of the copy, which made the 1 GiB copy 1.8%
-# slower and so every "% of copy" 1.8% too high (session 25, scripts/wave_probe.py, runs 1-2). A spinning
+# (its callbacks slow every launch); and torch's dispatch of the copy, which made the 1 GiB copy
+# 1.8-3.2% slower and so every "% of copy" as much too high (session 25, scripts/wave_probe.py, runs 2, 6). A spinning
 # kernel (torch.cuda._sleep) ahead of the start event keeps the GPU busy while the host queues the
 # timed work, so the interval between the events is GPU time only: the kernels and the gaps between
 # them. It moves no memory, so L2 stays as cold as before. REPLAYSSM_BENCH_HOLD_US sets its length (0:
