@@ -27,11 +27,11 @@ def cold_groups(batch: int, bytes_per_row: int) -> int:
 # launching, so host time was counted as GPU time: graph.replay()'s launch, 1.3-2.4 us a step where a
 # graph holds two steps (every batch from 64 on), 2-6 us once torch.profiler had run in the process
 # (its callbacks slow every launch); and torch's dispatch of the copy, which made the 1 GiB copy
-# 1.8-3.2% slower and so every "% of copy" as much too high (session 25, scripts/wave_probe.py, runs 2, 6). A spinning
-# kernel (torch.cuda._sleep) ahead of the start event keeps the GPU busy while the host queues the
-# timed work, so the interval between the events is GPU time only: the kernels and the gaps between
-# them. It moves no memory, so L2 stays as cold as before. REPLAYSSM_BENCH_HOLD_US sets its length (0:
-# the old method, for comparison).
+# 1.8-3.2% slower and so every "% of copy" as much too high (session 25, scripts/wave_probe.py, runs 2
+# and 6). A spinning kernel (torch.cuda._sleep) ahead of the start event keeps the GPU busy while the
+# host queues the timed work, so the interval between the events is GPU time only: the kernels and the
+# gaps between them. It moves no memory, so L2 stays as cold as before. REPLAYSSM_BENCH_HOLD_US sets its
+# length (0: the old method, for comparison).
 HOLD_US = float(os.environ.get("REPLAYSSM_BENCH_HOLD_US", "300"))
 
 
@@ -42,14 +42,15 @@ def hold_gpu(us: float | None = None) -> None:
         torch.cuda._sleep(int(us * 2000))  # clock cycles; ~us at the H200's 1.98 GHz, longer at lower clocks
 
 
-def measure_copy_bandwidth() -> float:
-    """Bytes read + written per second of a 1 GiB device-to-device copy (median of 20)."""
+def measure_copy_bandwidth(hold_us=None) -> float:
+    """Bytes read + written per second of a 1 GiB device-to-device copy (median of 20; hold_us: see
+    HOLD_US)."""
     src = torch.empty(2**30, dtype=torch.uint8, device="cuda").random_(0, 255)
     dst = torch.empty_like(src)
     times = []
     for _ in range(25):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        hold_gpu()
+        hold_gpu(hold_us)
         start.record()
         dst.copy_(src)
         end.record()

@@ -33,6 +33,14 @@ KNOB = "REPLAYSSM_STEP_HEADS_PER_CTA"
 NO_COPY_CTAS_PER_SM = {"nano4b": 2, "super120b": 3}
 
 
+def step_graph(s: Setup, rc):
+    """A rotating replay pool for s and the graph body that steps each of its groups once with every
+    cursor at w = 8: (pool, its inputs, record, reset), reset to run before each replay."""
+    pool = ReplayPool(s, rc)
+    inputs = make_inputs(s, pool.k)
+    return pool, inputs, (lambda: pool.record_steps(inputs)), (lambda: pool.cursors.fill_(8))
+
+
 def slots_chain(dims, batches, rc) -> None:
     """The step (w = 8) and the update with `slots` (state_batch_indices, as the benchmark and engines pass
     them: a CTA loads its slot, then the slot's cursor and tiles) against the same launches without it
@@ -44,10 +52,8 @@ def slots_chain(dims, batches, rc) -> None:
         H, P, N, G = DIMS[name]
         for batch in batches:
             s = Setup(H, P, N, G, batch, 16)
-            pool = ReplayPool(s, rc)
-            inputs = make_inputs(s, pool.k)
-            reset = lambda: pool.cursors.fill_(8)  # noqa: E731
-            with_slots = time_graph(lambda: pool.record_steps(inputs), before_replay=reset, replays=20) / pool.k
+            pool, inputs, record, reset = step_graph(s, rc)
+            with_slots = time_graph(record, before_replay=reset, replays=20) / pool.k
 
             def group(t, g):
                 return None if t is None else t[g * batch:(g + 1) * batch]
@@ -99,9 +105,7 @@ def main() -> int:
         return 0
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy_bw = measure_copy_bandwidth()
-    hold, timing.HOLD_US = timing.HOLD_US, 0.0
-    copy_bw_no_hold = measure_copy_bandwidth()
-    timing.HOLD_US = hold
+    copy_bw_no_hold = measure_copy_bandwidth(hold_us=0.0)
     print(f"# {torch.cuda.get_device_name()}, {sms} SMs; copy {copy_bw / 1e12:.3f} TB/s ({copy_bw_no_hold / 1e12:.3f} "
           f"without the hold); step at w = 8 of L = 16, {args.copy} copy, bf16 activations, z gate; GPU hold "
           f"{timing.HOLD_US:.0f} us")
@@ -119,13 +123,10 @@ def main() -> int:
                 os.environ[KNOB] = knob
             for batch in batches:
                 s = Setup(H, P, N, G, batch, 16)
-                pool = ReplayPool(s, rc)
-                inputs = make_inputs(s, pool.k)
-                reset = lambda: pool.cursors.fill_(8)  # noqa: E731
-                t = time_graph(lambda: pool.record_steps(inputs), before_replay=reset, replays=20) / pool.k
-                t_no_hold = time_graph(lambda: pool.record_steps(inputs), before_replay=reset, replays=20,
-                                       hold_us=0.0) / pool.k
-                kt = graph_kernel_times(lambda: pool.record_steps(inputs), before_replay=reset)
+                pool, _, record, reset = step_graph(s, rc)
+                t = time_graph(record, before_replay=reset, replays=20) / pool.k
+                t_no_hold = time_graph(record, before_replay=reset, replays=20, hold_us=0.0) / pool.k
+                kt = graph_kernel_times(record, before_replay=reset)
                 kernel = sum(v for k, v in kt.items() if k != "(replay)") / pool.k
                 nbytes = pool.step_bytes(8)
                 print(f"| {name} | {knob} | {batch} | {batch * G / (sms * ctas_per_sm):.2f} | {t * 1e6:.1f} | "
