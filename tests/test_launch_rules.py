@@ -38,7 +38,7 @@ def probe(tmp_path_factory):
         return out[1:]
 
     def heads_per_cta(queries):
-        return [int(v) for v in answers(f"{b} {h} {g} {c} {w} {int(o)} {k}\n" for b, h, g, c, w, o, k in queries)]
+        return [int(v) for v in answers(f"{b} {h} {g} {c} {w} {int(o)} {int(f)} {k}\n" for b, h, g, c, w, o, f, k in queries)]
 
     def fold_split(queries):
         lines = answers(f"split {b} {h} {g} {L} {c} {hk} {sk}\n" for b, h, g, L, c, hk, sk in queries)
@@ -49,46 +49,54 @@ def probe(tmp_path_factory):
 
 NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
 
-# (dims, CTAs per SM, waves, one_wave, knob) -> {batch: heads per CTA}. The step passes waves 2 where its
-# replay runs on tensor cores (read copies; 3 CTAs an SM on the H200), 4 on CUDA cores (nano4b without a
-# copy: 2 CTAs an SM) and under the staggered-flush hint, and one_wave = not the hint; verify passes the
-# defaults (4 waves, no one_wave).
+# (dims, CTAs per SM, waves, one_wave, full_waves, knob) -> {batch: heads per CTA}. The step passes waves 2
+# where its replay runs on tensor cores (read copies; 3 CTAs an SM on the H200), 4 on CUDA cores (nano4b
+# without a copy: 2 CTAs an SM) and under the staggered-flush hint, one_wave = not the hint, and full_waves
+# = CUDA cores and not the hint; verify passes the defaults (4 waves, neither).
 CASES = [
     # Tensor-core step. Below one CTA per (row, group) and SM (batch <= 16): the smallest part of a group
     # whose CTAs the 396 resident slots hold (session 23); batch 17-49 whole groups in one wave (session
     # 21); beyond, whole groups while they make 2 waves (792 CTAs), else the next divisor.
-    ((NANO4B, 3, 2, True, "-"), {1: 1, 4: 1, 8: 2, 16: 4, 17: 12, 32: 12, 49: 12, 50: 6, 98: 6, 99: 12, 256: 12}),
-    ((SUPER120B, 3, 2, True, "-"), {1: 1, 2: 1, 4: 2, 8: 4, 16: 8, 32: 16, 256: 16}),
-    ((THREE_PER_GROUP, 3, 2, True, "-"), {4: 1, 16: 1, 17: 3}),
+    ((NANO4B, 3, 2, True, False, "-"), {1: 1, 4: 1, 8: 2, 16: 4, 17: 12, 32: 12, 49: 12, 50: 6, 98: 6, 99: 12, 256: 12}),
+    ((SUPER120B, 3, 2, True, False, "-"), {1: 1, 2: 1, 4: 2, 8: 4, 16: 8, 32: 16, 256: 16}),
+    ((THREE_PER_GROUP, 3, 2, True, False, "-"), {4: 1, 16: 1, 17: 3}),
     # The edges: CTAs exactly the resident ones (99 heads x batch 4 = 396) still one wave; batch x groups
     # exactly the SMs (33 x 4) takes whole groups, one row fewer (32 x 4 = 128) the below-one-wave rule.
-    (((99, 9), 3, 2, True, "-"), {4: 1, 5: 11}),
-    (((96, 4), 3, 2, True, "-"), {32: 8, 33: 24}),
+    (((99, 9), 3, 2, True, False, "-"), {4: 1, 5: 11}),
+    (((96, 4), 3, 2, True, False, "-"), {32: 8, 33: 24}),
     # CUDA-core step (264 resident): batch 8 takes 3 heads (256 CTAs), 11 4 heads (264), 34 the 4-wave
-    # rule.
-    ((NANO4B, 2, 4, True, "-"), {1: 1, 4: 2, 8: 3, 11: 4, 16: 6, 33: 12, 34: 3}),
+    # rule. Past one wave at 2 CTAs an SM (full_waves), the largest part whose CTAs fill their last wave
+    # to 95%: batch 48 6 heads (768 CTAs, 2.91 waves; the 4-wave rule's 4), 64-192 whole groups
+    # (1.94-5.82 waves); batch 40 and 100 keep the 4-wave rule's 3 and 6 (no larger part fills 95%: 3.64
+    # and 3.03 waves), as do the same batches without full_waves and 3 CTAs an SM (super120b's kernels;
+    # batch 48 is one wave of whole groups there).
+    ((NANO4B, 2, 4, True, True, "-"), {1: 1, 4: 2, 8: 3, 11: 4, 16: 6, 33: 12, 34: 3, 40: 3, 48: 6, 64: 12, 96: 12,
+                                       100: 6, 128: 12, 192: 12, 256: 12}),
+    ((NANO4B, 2, 4, True, False, "-"), {48: 4, 64: 4, 96: 6, 128: 6}),
+    ((SUPER120B, 3, 4, True, True, "-"), {48: 16, 64: 4, 96: 4, 128: 8, 192: 8}),
     # The staggered-flush hint, and verify: four waves of the largest part, one head below them.
-    ((NANO4B, 3, 4, False, "-"), {16: 1, 32: 1, 64: 3, 256: 12}),
+    ((NANO4B, 3, 4, False, False, "-"), {16: 1, 32: 1, 64: 3, 256: 12}),
     # The knob: the largest divisor of the group's 12 heads <= its value, whatever the batch; 0 or
     # non-numbers leave the rule.
-    ((NANO4B, 3, 2, True, "5"), {1: 4, 256: 4}),
-    ((NANO4B, 3, 2, True, "64"), {1: 12, 16: 12}),
-    ((NANO4B, 3, 2, True, "1"), {32: 1, 256: 1}),
-    ((NANO4B, 3, 2, True, "0"), {16: 4}),
-    ((NANO4B, 3, 2, True, "abc"), {16: 4}),
+    ((NANO4B, 3, 2, True, False, "5"), {1: 4, 256: 4}),
+    ((NANO4B, 3, 2, True, False, "64"), {1: 12, 16: 12}),
+    ((NANO4B, 3, 2, True, False, "1"), {32: 1, 256: 1}),
+    ((NANO4B, 3, 2, True, False, "0"), {16: 4}),
+    ((NANO4B, 3, 2, True, False, "abc"), {16: 4}),
 ]
 
 
 def case_id(rule):
-    (heads, groups), ctas_per_sm, waves, one_wave, knob = rule
-    return f"H{heads}-G{groups}-{ctas_per_sm}ctas-{waves}waves-{'one_wave' if one_wave else 'waves_only'}-knob{knob}"
+    (heads, groups), ctas_per_sm, waves, one_wave, full_waves, knob = rule
+    return (f"H{heads}-G{groups}-{ctas_per_sm}ctas-{waves}waves-{'one_wave' if one_wave else 'waves_only'}"
+            f"{'-full_waves' if full_waves else ''}-knob{knob}")
 
 
 @pytest.mark.parametrize("rule,expected", CASES, ids=[case_id(rule) for rule, _ in CASES])
 def test_heads_per_cta(probe, rule, expected):
     heads_per_cta, _ = probe
-    (heads, groups), ctas_per_sm, waves, one_wave, knob = rule
-    queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, knob) for batch in expected]
+    (heads, groups), ctas_per_sm, waves, one_wave, full_waves, knob = rule
+    queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, full_waves, knob) for batch in expected]
     assert dict(zip(expected, heads_per_cta(queries))) == expected
 
 

@@ -1312,10 +1312,13 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // (no-copy step mixed at two waves: super120b batch 128 147.7 -> 151.6 us), four. Without the hint,
     // a batch whose whole-group CTAs fill every SM in one wave takes them in every kernel (batch 32 at 8
     // groups; session 21), and a smaller one the smallest part of a group whose CTAs still all fit in that
-    // one wave (batch 4-16 at 8 groups; session 23): see choose_heads_per_cta.
+    // one wave (batch 4-16 at 8 groups; session 23): see choose_heads_per_cta. Past one wave, the CUDA-core
+    // kernels at two CTAs an SM take the largest part of a group whose CTAs fill their last wave
+    // (full_waves; session 26: nano4b's no-copy step at batch 64 80.5 -> 74.9 us).
     const int waves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush ? 2 : 4;
     p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves,
-                                           /*one_wave=*/!p.staggered_flush);
+                                           /*one_wave=*/!p.staggered_flush,
+                                           /*full_waves=*/!StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush);
     p.fold_prefetch_heads = fold_prefetch_heads();
     const dim3 grid(p.heads / p.heads_per_cta, p.batch);
     // Staggered flush with a read copy: the folding rows first (mamba2_step_order.cu), where a fold costs

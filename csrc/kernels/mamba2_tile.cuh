@@ -514,8 +514,18 @@ inline int multiprocessor_count() {
 // hint. Not with the hint, where a folding CTA must stay short: there the same rule made the staggered
 // mean step 19-43% slower at batch 16 (both dims sets, every copy but nano4b's no-copy one) for at most
 // 10% gained at batch 8 (session 23, run 5).
+//
+// full_waves (the step's CUDA-core kernels without the hint), where at most two CTAs share an SM: past
+// the `waves` rule's choice, the largest part of a group whose CTAs fill their last wave to >= 95%
+// (CTAs / resident over its ceiling). With two CTAs an SM, a CTA's start (its slot -> cursor chain and
+// the ring's first fill) has one other CTA to hide behind, so fewer, larger CTAs win wherever the last
+// wave stays full (session 26's sweep, no-copy step at w = 8, nano4b: batch 48 64.2 -> 60.0 us with 6
+// heads (2.91 waves), 64 80.5 -> 74.9 with 12 (1.94), 96 109.1 -> 106.9, 128 141.0 -> 139.2; whole groups
+// at 1.45 waves lost 10%). Not at three CTAs an SM, where the same CTAs gained nothing or lost (super120b,
+// batch 96-192: whole groups 1.0-2.3% slower at 1.94-3.88 waves, 16% at batch 64, 1.29). Measured on the fp32
+// checkpoint's kernels; the 16-bit checkpoints' CUDA-core kernels at two CTAs an SM take it unmeasured.
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob, int waves = 4,
-                                bool one_wave = false) {
+                                bool one_wave = false, bool full_waves = false) {
   const int heads_per_group = heads / groups;
   if (const char* forced = std::getenv(knob)) {
     const int k = std::atoi(forced);
@@ -537,10 +547,22 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
     return heads_per_group;
   }
   const int64_t target = waves * resident;
+  int chosen = 1;
   for (int d = heads_per_group; d > 1; --d) {
-    if (heads_per_group % d == 0 && batch * (heads / d) >= target) return d;
+    if (heads_per_group % d == 0 && batch * (heads / d) >= target) {
+      chosen = d;
+      break;
+    }
   }
-  return 1;
+  if (full_waves && ctas_per_sm <= 2) {
+    for (int d = heads_per_group; d > chosen; --d) {
+      if (heads_per_group % d != 0) continue;
+      const int64_t ctas = batch * (heads / d);
+      const int64_t last_waves = (ctas + resident - 1) / resident;
+      if (ctas >= resident && 100 * ctas >= 95 * last_waves * resident) return d;
+    }
+  }
+  return chosen;
 }
 
 // The step's fold split (staggered-flush hint, with a read copy): CTAs of `heads_per_cta` heads for the
