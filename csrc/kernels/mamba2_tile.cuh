@@ -522,9 +522,8 @@ inline int multiprocessor_count() {
 // wave stays full (session 26's sweep, no-copy step at w = 8, nano4b: batch 48 64.2 -> 60.0 us with 6
 // heads (2.91 waves), 64 80.5 -> 74.9 with 12 (1.94), 96 109.1 -> 106.9, 128 141.0 -> 139.2; whole groups
 // at 1.45 waves lost 10%). Not at three CTAs an SM, where the same CTAs gained nothing or lost (super120b,
-// batch 96-192: whole groups 1.0-2.3% slower at 1.94-3.88 waves; batch 64, 1.29 waves: 16% slower).
-// Measured on the fp32 checkpoint's kernels; the 16-bit checkpoints' CUDA-core kernels at two CTAs an SM
-// take it unmeasured.
+// batch 96-192: whole groups 1.0-2.3% slower at 1.94-3.88 waves, 16% at batch 64, 1.29). Measured on the fp32
+// checkpoint's kernels; the 16-bit checkpoints' CUDA-core kernels at two CTAs an SM take it unmeasured.
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob, int waves = 4,
                                 bool one_wave = false, bool full_waves = false) {
   const int heads_per_group = heads / groups;
@@ -559,8 +558,8 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
     for (int d = heads_per_group; d > chosen; --d) {
       if (heads_per_group % d != 0) continue;
       const int64_t ctas = batch * (heads / d);
-      const int64_t waves_started = (ctas + resident - 1) / resident;  // the last one partly full
-      if (ctas >= resident && 100 * ctas >= 95 * waves_started * resident) return d;
+      const int64_t last_waves = (ctas + resident - 1) / resident;
+      if (ctas >= resident && 100 * ctas >= 95 * last_waves * resident) return d;
     }
   }
   return chosen;
