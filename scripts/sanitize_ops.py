@@ -3,7 +3,8 @@ speculative rounds (verify, commit, flush, materialize) that cross folds, with a
 pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
 whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
 is refilled); the update once more with its ring forced to wrap; the step with a bf16 and an fp8 copy
-once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128); the step with the staggered_flush
+once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128), and without one there on tensor
+cores and on CUDA cores; the step with the staggered_flush
 hint on 1,030 rows in staggered phases, so that its order pass runs (more than one wave of CTAs) and
 takes two chunks of rows; and on 24 rows, where the hint takes the fold split."""
 
@@ -68,14 +69,18 @@ for state in (0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N], 0.1 * torc
 # The step with a bf16 and an fp8 copy on nano4b's tile (P = 80, N = 128: 32 lanes a row, 10 rows a
 # thread in the fold, the fp8 copy quantised after the head's last row from the tile in shared memory)
 # and on super120b's (P = 64, N = 128: the split epilogue), across a fold; on both the copy fold stages
-# its x windows in the ring beside the checkpoint tile.
+# its x windows in the ring beside the checkpoint tile. And without a copy, the fp32 checkpoint replayed
+# on tensor cores (the default, "tf32") and on CUDA cores (REPLAYSSM_STEP_TF32_REPLAY=0, "ffma").
 for (P2, N2), heads_per_cta, copy_dtype in [(t, h, c) for t in ((80, 128), (64, 128)) for h in ("1", "64")
-                                            for c in (torch.bfloat16, torch.float8_e4m3fn)]:
+                                            for c in (torch.bfloat16, torch.float8_e4m3fn, "tf32", "ffma")]:
     os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = heads_per_cta
+    os.environ["REPLAYSSM_STEP_TF32_REPLAY"] = "0" if copy_dtype == "ffma" else "1"
     ck = 0.1 * torch.randn(S, H, P2, N2, device=dev)
-    rc = torch.empty(S, H, P2, N2, device=dev, dtype=copy_dtype)
-    rs = torch.empty(S, H, P2, device=dev) if copy_dtype == torch.float8_e4m3fn else None
-    ops.make_read_copy(ck, rc, rs, backend="cuda")
+    rc = rs = None
+    if not isinstance(copy_dtype, str):
+        rc = torch.empty(S, H, P2, N2, device=dev, dtype=copy_dtype)
+        rs = torch.empty(S, H, P2, device=dev) if copy_dtype == torch.float8_e4m3fn else None
+        ops.make_read_copy(ck, rc, rs, backend="cuda")
     x_buf = torch.zeros(S, H, L, P2, device=dev, dtype=torch.bfloat16)
     B_buf = torch.zeros(S, G, L, N2, device=dev, dtype=torch.bfloat16)
     dt_buf = torch.zeros(S, H, L, device=dev)
@@ -84,6 +89,7 @@ for (P2, N2), heads_per_cta, copy_dtype in [(t, h, c) for t in ((80, 128), (64, 
         x, dt, B, C, z = inputs(4, P=P2, N=N2)
         ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias,
                         True, 1, slots, -1, backend="cuda")
+os.environ.pop("REPLAYSSM_STEP_TF32_REPLAY")
 # The order pass (staggered_flush, more than one wave of CTAs) over 1,030 rows in a random order with a
 # pad row, a quarter of the slots folding in each step, with an fp8 copy.
 os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = "64"

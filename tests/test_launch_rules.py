@@ -44,15 +44,19 @@ def probe(tmp_path_factory):
         lines = answers(f"split {b} {h} {g} {L} {c} {hk} {sk}\n" for b, h, g, L, c, hk, sk in queries)
         return [tuple(int(v) for v in line.split()) for line in lines]
 
-    return heads_per_cta, fold_split
+    def tf32_replay(knobs):
+        return [int(v) for v in answers(f"tf32 {k}\n" for k in knobs)]
+
+    return heads_per_cta, fold_split, tf32_replay
 
 
 NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
 
 # (dims, CTAs per SM, waves, one_wave, full_waves, knob) -> {batch: heads per CTA}. The step passes waves 2
-# where its replay runs on tensor cores (read copies; 3 CTAs an SM on the H200), 4 on CUDA cores (nano4b
-# without a copy: 2 CTAs an SM) and under the staggered-flush hint, one_wave = not the hint, and full_waves
-# = CUDA cores and not the hint; verify passes the defaults (4 waves, neither).
+# where its replay runs on tensor cores (read copies: 3 CTAs an SM on the H200; the fp32 checkpoint
+# without one by default: 2 at nano4b, 3 at super120b), 4 on CUDA cores (REPLAYSSM_STEP_TF32_REPLAY=0
+# without a copy: 2 CTAs an SM at nano4b) and under the staggered-flush hint, one_wave = not the hint, and
+# full_waves = CUDA cores and not the hint; verify passes the defaults (4 waves, neither).
 CASES = [
     # Tensor-core step. Below one CTA per (row, group) and SM (batch <= 16): the smallest part of a group
     # whose CTAs the 396 resident slots hold (session 23); batch 17-49 whole groups in one wave (session
@@ -94,7 +98,7 @@ def case_id(rule):
 
 @pytest.mark.parametrize("rule,expected", CASES, ids=[case_id(rule) for rule, _ in CASES])
 def test_heads_per_cta(probe, rule, expected):
-    heads_per_cta, _ = probe
+    heads_per_cta, _, _ = probe
     (heads, groups), ctas_per_sm, waves, one_wave, full_waves, knob = rule
     queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, full_waves, knob) for batch in expected]
     assert dict(zip(expected, heads_per_cta(queries))) == expected
@@ -126,7 +130,15 @@ SPLIT_CASES = [
 @pytest.mark.parametrize("rule,expected", SPLIT_CASES,
                          ids=[f"H{r[0][0]}-L{r[1]}-{r[2]}ctas-heads{r[3]}-split{r[4]}" for r, _ in SPLIT_CASES])
 def test_fold_split(probe, rule, expected):
-    _, fold_split = probe
+    _, fold_split, _ = probe
     (heads, groups), L, ctas_per_sm, heads_knob, split_knob = rule
     queries = [(batch, heads, groups, L, ctas_per_sm, heads_knob, split_knob) for batch in expected]
     assert dict(zip(expected, fold_split(queries))) == expected
+
+
+# The fp32 checkpoint's replay without a read copy: on tensor cores unless REPLAYSSM_STEP_TF32_REPLAY is
+# exactly "0" (step_tf32_replay); any other value leaves the default.
+def test_tf32_replay_knob(probe):
+    _, _, tf32_replay = probe
+    knobs = ["-", "0", "1", "00", "abc"]
+    assert dict(zip(knobs, tf32_replay(knobs))) == {"-": 1, "0": 0, "1": 1, "00": 1, "abc": 1}

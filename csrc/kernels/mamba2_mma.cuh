@@ -1,6 +1,7 @@
 // The replay read S C (a P x N source tile times the group's C vector) on tensor cores, one warp per
 // 16 rows: mma.sync m16n8k16 with fp32 accumulation, C as the B operand (the same in all 8 columns).
-// Verify's fp32-source read uses the tf32 helpers further down (mma_m16n8k8_tf32, split_tf32).
+// An fp32 source (the checkpoint of a step without a read copy, StepLayout's kTf32Replay; verify's
+// fp32-source read) goes through the tf32 helpers further down (mma_m16n8k8_tf32, split_tf32).
 //
 // Why: with a bf16 or fp8 read copy the replay step moves so few bytes per head that the CUDA-core
 // reduction (convert every element to fp32, one FFMA each, a shuffle tree per row) made it issue-bound:
@@ -89,9 +90,13 @@ __device__ __forceinline__ uint32_t floats_to_f16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// kSrc = fp32 (an fp32 checkpoint read without a copy): m16n8k8 tf32 mma, each element split into two
+// tf32 parts (split_tf32) against C, which is tf32-exact (a bf16 or fp16 activation), so S C stays
+// within 2^-21 of each fp32 product, summed in fp32: two mma per 8 columns.
 template <int kN, DType kSrc, DType kAct>
 struct TensorDot {
-  static_assert(replay_on_tensor_cores(kSrc, kAct), "no tensor-core form for this source / activation pair");
+  static constexpr bool kTf32 = kSrc == DType::kFloat32;
+  static_assert(replay_on_tensor_cores(kSrc, kAct) || kTf32, "no tensor-core form for this source / activation pair");
   using Act = typename Storage<kAct>::type;
   static constexpr bool kFp8 = kSrc == DType::kFloat8E4M3;
   static constexpr bool kBf16 = kSrc == DType::kBFloat16;  // the mma's input type; fp8 goes through f16
@@ -100,71 +105,83 @@ struct TensorDot {
   // C's B fragments live in shared memory (a register copy spilled the P = 80 kernels): lane c of a
   // quad reads words [c * kCStride, + kCRegs), two per k-step; the stride keeps the 4 lanes' 8-byte
   // reads of one k-step on different banks. Word 4 * kCStride: the factor that undoes C's scaling.
+  // tf32: C itself as N floats (a lane's fragments are 4 consecutive columns, see dot), no scaling.
   static constexpr int kCStride = kCRegs + 2;
-  static constexpr int kCWords = 4 * kCStride + 1;
+  static constexpr int kCWords = kTf32 ? kN : 4 * kCStride + 1;
 
-  // Written by one whole warp (lanes 0..3 store).
+  // Written by one whole warp (lanes 0..3 store; tf32: every lane, N / 32 columns each).
   __device__ static void write_c(const Act* C, uint32_t* cf) {
     const int lane = threadIdx.x & 31;
-    const int c = lane & 3;
-    uint32_t frag[kCRegs];
-    float unscale = 1.0f;
-    if constexpr (kFp8) {
-      // Columns 64 h + 16 c .. + 15 feed k-steps 4 h .. 4 h + 3; frag[8 h + k] = columns 2k, 2k + 1 of those.
-      constexpr int kH = kN / 64;
-      float v[kH][16];
+    if constexpr (kTf32) {
 #pragma unroll
-      for (int h = 0; h < kH; ++h) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          float part[8];
-          Chunk16<kAct>::to_float(Chunk16<kAct>::load(C, 64 * h + 16 * c + 8 * half), part);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) v[h][8 * half + e] = part[e];
-        }
-      }
-      float scale = 1.0f;
-      if constexpr (kAct == DType::kBFloat16) {
-        float amax = 0.0f;
+      for (int k = lane; k < kN; k += 32) cf[k] = __float_as_uint(to_float(C[k]));
+    } else {
+      const int c = lane & 3;
+      uint32_t frag[kCRegs];
+      float unscale = 1.0f;
+      if constexpr (kFp8) {
+        // Columns 64 h + 16 c .. + 15 feed k-steps 4 h .. 4 h + 3; frag[8 h + k] = columns 2k, 2k + 1 of those.
+        constexpr int kH = kN / 64;
+        float v[kH][16];
 #pragma unroll
         for (int h = 0; h < kH; ++h) {
 #pragma unroll
-          for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(v[h][e]));
+          for (int half = 0; half < 2; ++half) {
+            float part[8];
+            Chunk16<kAct>::to_float(Chunk16<kAct>::load(C, 64 * h + 16 * c + 8 * half), part);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[h][8 * half + e] = part[e];
+          }
         }
-        // The four lanes of a quad (c = 0..3) hold all N columns.
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu);
-        if (amax > 0.0f && e < 255) {  // zero or inf / NaN in C: no scaling (inf and NaN carry through)
-          const int k = min(max(141 - e, -100), 100);  // amax * 2^k in [2^14, 2^15)
-          scale = __uint_as_float(static_cast<uint32_t>(127 + k) << 23);
-          unscale = __uint_as_float(static_cast<uint32_t>(127 - k) << 23);
+        float scale = 1.0f;
+        if constexpr (kAct == DType::kBFloat16) {
+          float amax = 0.0f;
+#pragma unroll
+          for (int h = 0; h < kH; ++h) {
+#pragma unroll
+            for (int e = 0; e < 16; ++e) amax = fmaxf(amax, fabsf(v[h][e]));
+          }
+          // The four lanes of a quad (c = 0..3) hold all N columns.
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+          amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+          const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu);
+          if (amax > 0.0f && e < 255) {  // zero or inf / NaN in C: no scaling (inf and NaN carry through)
+            const int k = min(max(141 - e, -100), 100);  // amax * 2^k in [2^14, 2^15)
+            scale = __uint_as_float(static_cast<uint32_t>(127 + k) << 23);
+            unscale = __uint_as_float(static_cast<uint32_t>(127 - k) << 23);
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < kH; ++h) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) frag[8 * h + k] = floats_to_f16x2(v[h][2 * k] * scale, v[h][2 * k + 1] * scale);
+        }
+      } else {
+        // Columns 32 h + 8 c .. + 7 feed k-steps 2 h, 2 h + 1: the raw 16-bit pairs, in order.
+#pragma unroll
+        for (int h = 0; h < kN / 32; ++h) {
+          const uint4 raw = Chunk16<kAct>::load(C, 32 * h + 8 * c);
+          frag[4 * h + 0] = raw.x;
+          frag[4 * h + 1] = raw.y;
+          frag[4 * h + 2] = raw.z;
+          frag[4 * h + 3] = raw.w;
         }
       }
+      if (lane < 4) {
 #pragma unroll
-      for (int h = 0; h < kH; ++h) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) frag[8 * h + k] = floats_to_f16x2(v[h][2 * k] * scale, v[h][2 * k + 1] * scale);
+        for (int k = 0; k < kCRegs; ++k) cf[c * kCStride + k] = frag[k];
+        if (lane == 0) cf[4 * kCStride] = __float_as_uint(unscale);
       }
-    } else {
-      // Columns 32 h + 8 c .. + 7 feed k-steps 2 h, 2 h + 1: the raw 16-bit pairs, in order.
-#pragma unroll
-      for (int h = 0; h < kN / 32; ++h) {
-        const uint4 raw = Chunk16<kAct>::load(C, 32 * h + 8 * c);
-        frag[4 * h + 0] = raw.x;
-        frag[4 * h + 1] = raw.y;
-        frag[4 * h + 2] = raw.z;
-        frag[4 * h + 3] = raw.w;
-      }
-    }
-    if (lane < 4) {
-#pragma unroll
-      for (int k = 0; k < kCRegs; ++k) cf[c * kCStride + k] = frag[k];
-      if (lane == 0) cf[4 * kCStride] = __float_as_uint(unscale);
     }
   }
 
-  __device__ static float c_unscale(const uint32_t* cf) { return __uint_as_float(cf[4 * kCStride]); }
+  __device__ static float c_unscale(const uint32_t* cf) {
+    if constexpr (kTf32) {
+      return 1.0f;
+    } else {
+      return __uint_as_float(cf[4 * kCStride]);
+    }
+  }
 
   // (S C) for rows row0 + g and row0 + g + 8 of the shared-memory tile (row-major, N elements a row),
   // before C's unscale.
@@ -176,29 +193,55 @@ struct TensorDot {
     const unsigned char* row_g8 = row_g + 8 * kRowBytes;
     float acc[4] = {};
     constexpr int kLoads = kRowBytes / 64;  // 16-byte loads per lane and row
+    if constexpr (kTf32) {
+      // Lane c's load h of a row is columns 16 h + 4 c .. + 3: k = c and c + 4 of k-step 2 h (the first
+      // two columns) and of k-step 2 h + 1 (the last two), as verify's fp32 read (PTX m16n8k8 .tf32
+      // fragments: A (g, c), (g + 8, c), (g, c + 4), (g + 8, c + 4); B (k = c), (k = c + 4)). C's are the
+      // same columns, one 16-byte load (the 4 lanes of a quad on different banks, the 8 quads broadcast).
+      // hi and lo parts in accumulators of their own: two independent mma chains.
+      float lo_acc[4] = {};
+      const float* cvals = reinterpret_cast<const float*>(cf) + 4 * c;
 #pragma unroll
-    for (int h = 0; h < kLoads; ++h) {
-      const uint4 ra = *reinterpret_cast<const uint4*>(row_g + 64 * h);
-      const uint4 rb = *reinterpret_cast<const uint4*>(row_g8 + 64 * h);
-      const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w};
-      const uint32_t wb[4] = {rb.x, rb.y, rb.z, rb.w};
-      if constexpr (kFp8) {
+      for (int h = 0; h < kLoads; ++h) {
+        const float4 v = *reinterpret_cast<const float4*>(row_g + 64 * h);
+        const float4 u = *reinterpret_cast<const float4*>(row_g8 + 64 * h);
+        const uint4 cc = *reinterpret_cast<const uint4*>(cvals + 16 * h);
+        const Tf32Pair a[2][4] = {{split_tf32(v.x), split_tf32(u.x), split_tf32(v.y), split_tf32(u.y)},
+                                  {split_tf32(v.z), split_tf32(u.z), split_tf32(v.w), split_tf32(u.w)}};
+        const uint32_t b[2][2] = {{cc.x, cc.y}, {cc.z, cc.w}};
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const uint2 b = *reinterpret_cast<const uint2*>(cfrag + 8 * h + 2 * q);
-          mma_m16n8k16<false>(acc, fp8x2_to_f16x2(wa[q]), fp8x2_to_f16x2(wb[q]), fp8x2_to_f16x2(wa[q] >> 16),
-                              fp8x2_to_f16x2(wb[q] >> 16), b.x, b.y);
-        }
-      } else {
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-          const uint2 b = *reinterpret_cast<const uint2*>(cfrag + 4 * h + 2 * q);
-          mma_m16n8k16<kBf16>(acc, wa[2 * q], wb[2 * q], wa[2 * q + 1], wb[2 * q + 1], b.x, b.y);
+        for (int k = 0; k < 2; ++k) {
+          mma_m16n8k8_tf32(acc, a[k][0].hi, a[k][1].hi, a[k][2].hi, a[k][3].hi, b[k][0], b[k][1]);
+          mma_m16n8k8_tf32(lo_acc, a[k][0].lo, a[k][1].lo, a[k][2].lo, a[k][3].lo, b[k][0], b[k][1]);
         }
       }
+      y_g = acc[0] + lo_acc[0];
+      y_g8 = acc[2] + lo_acc[2];
+    } else {
+#pragma unroll
+      for (int h = 0; h < kLoads; ++h) {
+        const uint4 ra = *reinterpret_cast<const uint4*>(row_g + 64 * h);
+        const uint4 rb = *reinterpret_cast<const uint4*>(row_g8 + 64 * h);
+        const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w};
+        const uint32_t wb[4] = {rb.x, rb.y, rb.z, rb.w};
+        if constexpr (kFp8) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const uint2 b = *reinterpret_cast<const uint2*>(cfrag + 8 * h + 2 * q);
+            mma_m16n8k16<false>(acc, fp8x2_to_f16x2(wa[q]), fp8x2_to_f16x2(wb[q]), fp8x2_to_f16x2(wa[q] >> 16),
+                                fp8x2_to_f16x2(wb[q] >> 16), b.x, b.y);
+          }
+        } else {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const uint2 b = *reinterpret_cast<const uint2*>(cfrag + 4 * h + 2 * q);
+            mma_m16n8k16<kBf16>(acc, wa[2 * q], wb[2 * q], wa[2 * q + 1], wb[2 * q + 1], b.x, b.y);
+          }
+        }
+      }
+      y_g = acc[0];
+      y_g8 = acc[2];
     }
-    y_g = acc[0];
-    y_g8 = acc[2];
   }
 };
 

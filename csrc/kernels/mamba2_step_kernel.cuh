@@ -21,7 +21,11 @@
 //     window weights one head ahead by the last warp, so no warp arrives late at the per-head barrier;
 //   - per head, each thread reduces its 16-byte chunks of the tile against C (4 fp32, 8 bf16/fp16,
 //     16 fp8 elements) into shared memory, one barrier, then the first warps finish the output rows
-//     (two threads per row where P <= 112) and store them coalesced.
+//     (two threads per row where P <= 112) and store them coalesced. That is the CUDA-core replay (a
+//     16-bit copy of the other 16-bit type than the activations; the fp32 checkpoint with
+//     REPLAYSSM_STEP_TF32_REPLAY=0); the others run the warp-specialised tensor-core replay
+//     (TensorReplay below): fp8 and same-type 16-bit copies, and by default the fp32 checkpoint without
+//     a copy, in tf32 pairs (kTf32Replay; session 27: faster at every batch 1-512).
 // docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured and why it changed.
 //
 // The cursor of a slot is shared by the slot's CTAs (H / heads-per-CTA of them), so none may change
@@ -70,7 +74,7 @@ struct ChunkTile {
   __device__ static bool valid(int r) { return kP % kRowsPerPass == 0 || row(r) < kP; }
 };
 
-// Warp roles of the tensor-core replay (replay_on_tensor_cores): the first kConsumers warps each own
+// Warp roles of the tensor-core replay (replay_on_tensor_cores, or kTf32Replay): the first kConsumers warps each own
 // kTilesPerWarp tiles of 16 output rows (reduction on tensor cores, their rows' x windows, epilogue);
 // one thread of warp 6 refills the ring; warp 7 derives the window weights; the first warp after the
 // consumers takes the cursor ticket (the producer's thread where that warp has a role). No CTA barrier
@@ -113,13 +117,17 @@ struct TensorReplay {
 // anything. The fold uses the x-window area differently: its coefficient buffer (wgt_j x_j[row] in
 // fp32, see FoldCoef) and its B window. At P = 64 that is 2 KB less than three x windows plus a B
 // window, which is what lets three CTAs share an SM for every P = 64 source type.
-template <int kP, int kN, DType kSrc, DType kAct>
+// kTf32Replay: an fp32 source (the checkpoint, no read copy) replayed on tensor cores in tf32 pairs
+// (TensorDot) by the warp-specialised kernel instead of the CUDA-core one: the default, and
+// REPLAYSSM_STEP_TF32_REPLAY=0 keeps the CUDA-core kernel (step_tf32_replay in mamba2_tile.cuh).
+template <int kP, int kN, DType kSrc, DType kAct, bool kTf32Replay = false>
 struct StepLayout {
+  static_assert(!kTf32Replay || kSrc == DType::kFloat32, "the tf32 replay reads an fp32 source");
   using Act = typename Storage<kAct>::type;
   static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
   // The tensor-core replay also has a barrier per stage for "tile consumed" and one for "x window
   // landed", and two pairs for the window weights (written / read, double-buffered).
-  static constexpr bool kTensorReplay = replay_on_tensor_cores(kSrc, kAct);
+  static constexpr bool kTensorReplay = replay_on_tensor_cores(kSrc, kAct) || kTf32Replay;
   // kSplitEpilogue adds two pairs for the head dots (ready / free) and the head dots themselves.
   static constexpr bool kSplitEpilogue = kTensorReplay && TensorReplay<kP>::kSplitEpilogue;
   static constexpr size_t kBarrierOffset = 0;  // uint64_t[kStages] full, then (tensor) [kStages] empty, [2] + [2], [kStages] x_full, (split) [2] + [2]
@@ -186,9 +194,9 @@ struct StepLayout {
   static constexpr int kCtasPerSm = ctas_for(bytes(16));
 };
 
-template <int kP, int kN, DType kSrc, DType kAct>
+template <int kP, int kN, DType kSrc, DType kAct, bool kTf32Replay = false>
 struct StepSmem {
-  using Layout = StepLayout<kP, kN, kSrc, kAct>;
+  using Layout = StepLayout<kP, kN, kSrc, kAct, kTf32Replay>;
   using Act = typename Storage<kAct>::type;
   unsigned char* base;
   int L;
@@ -493,14 +501,19 @@ __device__ __forceinline__ WindowGroup4 window_group4(const float* wd, const Act
 // holds a register for the whole kernel where blockIdx.y needs none (session 14's first version read it
 // in every kernel, with another change that also moved ptxas's choices, and the lock-step fp8-copy fold
 // step ran 3-5% slower).
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered>
-__global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct>::kCtasPerSm)) step_kernel(const Mamba2Params p) {
+//
+// kTf32Replay: the fp32 checkpoint without a copy replays on tensor cores (StepLayout); its folds are
+// the CUDA-core kernel's code.
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered, bool kTf32Replay>
+__global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct, kTf32Replay>::kCtasPerSm))
+    step_kernel(const Mamba2Params p) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
+  static_assert(!kTf32Replay || (kCkpt == DType::kFloat32 && !kCopy && !kOrdered), "tf32 replay: fp32 checkpoint, no copy");
   using Act = typename Storage<kAct>::type;
   constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what a replay step reads
   using Tile = ChunkTile<kP, kN, kSrc>;
   using Src = Chunk16<kSrc>;
-  using Layout = StepLayout<kP, kN, kSrc, kAct>;
+  using Layout = StepLayout<kP, kN, kSrc, kAct, kTf32Replay>;
   constexpr int E = Tile::kElems;
   constexpr int R = Tile::kPasses;
   constexpr int S = Layout::kStages;
@@ -508,7 +521,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   extern __shared__ __align__(128) unsigned char smem_base[];
 
   const int L = p.buffer_len;
-  const StepSmem<kP, kN, kSrc, kAct> sm(smem_base, L);
+  const StepSmem<kP, kN, kSrc, kAct, kTf32Replay> sm(smem_base, L);
   // After the order pass (staggered flush) the folding rows come first, their slots resolved. With a
   // fold split the grid's first rows are helpers: helper row e serves list position e / (split - 1), the
   // part 1 + e % (split - 1) of each of its replay-sized blocks, if the pass marked that row (a folding
@@ -1284,11 +1297,20 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
 // kOrdered = false: sizes the launch and runs the step, or hands it to the ordered step (below).
 // kOrdered = true: p.heads_per_cta is already chosen; runs the order pass, then the ordered step.
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered>
+// kTf32Replay: the tensor-core replay of an fp32 checkpoint without a copy, which the CUDA-core
+// kernel's launch hands the step to unless step_tf32_replay says otherwise; sized by the same rules.
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered,
+          bool kTf32Replay = false>
 cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) {
   constexpr DType kSrc = kCopy ? kRead : kCkpt;
-  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered>;
-  const size_t smem = StepLayout<kP, kN, kSrc, kAct>::bytes(params.buffer_len);
+  if constexpr (kCkpt == DType::kFloat32 && !kCopy && !kRound && !kOrdered && !kTf32Replay) {
+    if (step_tf32_replay()) {
+      return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered, true>(params, stream);
+    }
+  }
+  using Layout = StepLayout<kP, kN, kSrc, kAct, kTf32Replay>;
+  auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered, kTf32Replay>;
+  const size_t smem = Layout::bytes(params.buffer_len);
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   if constexpr (kOrdered) {
@@ -1315,10 +1337,10 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // one wave (batch 4-16 at 8 groups; session 23): see choose_heads_per_cta. Past one wave, the CUDA-core
     // kernels at two CTAs an SM take the largest part of a group whose CTAs fill their last wave
     // (full_waves; session 26: nano4b's no-copy step at batch 64 80.5 -> 74.9 us).
-    const int waves = StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush ? 2 : 4;
+    const int waves = Layout::kTensorReplay && !p.staggered_flush ? 2 : 4;
     p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves,
                                            /*one_wave=*/!p.staggered_flush,
-                                           /*full_waves=*/!StepLayout<kP, kN, kSrc, kAct>::kTensorReplay && !p.staggered_flush);
+                                           /*full_waves=*/!Layout::kTensorReplay && !p.staggered_flush);
     p.fold_prefetch_heads = fold_prefetch_heads();
     const dim3 grid(p.heads / p.heads_per_cta, p.batch);
     // Staggered flush with a read copy: the folding rows first (mamba2_step_order.cu), where a fold costs

@@ -487,6 +487,21 @@ inline int fold_prefetch_heads() {
   return 0;
 }
 
+// The fp32 checkpoint's replay step without a read copy: on tensor cores (2 x tf32, the
+// warp-specialised kernel: StepLayout's kTf32Replay) by default, on CUDA cores (fp32 FFMA) with
+// REPLAYSSM_STEP_TF32_REPLAY=0 (read at every launch; other values leave the default). Why the
+// default: in session 27's sweep (scripts/tf32_replay_sweep.py, H200, L = 16) the tensor-core replay
+// step was faster at every batch 1-512 on both dims sets (nano4b batch 1 6.04 -> 5.31 us, 64 75.1 ->
+// 71.0, 512 514.3 -> 507.7; super120b batch 64 78.6 -> 74.5), and so was the whole cycle, although the
+// nano4b fold step in that kernel is up to 4% slower (batch 64 160.4 -> 166.8 us). The CUDA-core kernel
+// stays for the knob: its outputs carry fp32 FFMA rounding, the tf32 pairs' within 2^-21 of each product.
+inline bool step_tf32_replay() {
+  if (const char* forced = std::getenv("REPLAYSSM_STEP_TF32_REPLAY")) {
+    if (forced[0] == '0' && forced[1] == '\0') return false;
+  }
+  return true;
+}
+
 // SMs of the current device (132 on the H200 if the query fails).
 inline int multiprocessor_count() {
   int device = 0, sms = 132;
