@@ -6,7 +6,8 @@ lets one process compare them. Session 24 chose the fold split's rule with it (r
 
     PYTHONPATH=. python3 scripts/staggered_launch_sweep.py "auto nosplit k2" "8 16 32" [rounds] [copies]
 
-settings: auto (the launcher's choice), nosplit (REPLAYSSM_STEP_FOLD_SPLIT=0), k<n>
+settings: auto (the launcher's choice), nosplit (REPLAYSSM_STEP_FOLD_SPLIT=0), noorder
+(REPLAYSSM_STEP_ORDER=0: no order pass, so no split either), k<n>
 (REPLAYSSM_STEP_HEADS_PER_CTA=n); copies: any of "none bf16 fp8" (default all). Each cell is the
 fastest round's mean step in us, the slowest round's in brackets. Runs from the repository root; the
 tree it runs in comes first on the path, so scripts/ab_bench.sh can run it in a base tree too."""
@@ -29,7 +30,10 @@ def use(setting):
     """Set the launch knobs for one setting (see the module doc)."""
     os.environ.pop("REPLAYSSM_STEP_HEADS_PER_CTA", None)
     os.environ.pop("REPLAYSSM_STEP_FOLD_SPLIT", None)
-    if setting == "nosplit":
+    os.environ.pop("REPLAYSSM_STEP_ORDER", None)
+    if setting == "noorder":
+        os.environ["REPLAYSSM_STEP_ORDER"] = "0"
+    elif setting == "nosplit":
         os.environ["REPLAYSSM_STEP_FOLD_SPLIT"] = "0"
     elif setting != "auto":
         os.environ["REPLAYSSM_STEP_HEADS_PER_CTA"] = setting.lstrip("k")

@@ -508,7 +508,7 @@ template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool
 __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct, kTf32Replay>::kCtasPerSm))
     step_kernel(const Mamba2Params p) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
-  static_assert(!kTf32Replay || (kCkpt == DType::kFloat32 && !kCopy && !kOrdered), "tf32 replay: fp32 checkpoint, no copy");
+  static_assert(!kTf32Replay || (kCkpt == DType::kFloat32 && !kCopy), "tf32 replay: fp32 checkpoint, no copy");
   using Act = typename Storage<kAct>::type;
   constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what a replay step reads
   using Tile = ChunkTile<kP, kN, kSrc>;
@@ -1344,11 +1344,18 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     p.fold_prefetch_heads = fold_prefetch_heads();
     const dim3 grid(p.heads / p.heads_per_cta, p.batch);
     // Staggered flush with a read copy: the folding rows first (mamba2_step_order.cu), where a fold costs
-    // 4-8 replay steps (without a copy ~2, and staggered cycles were within 0-7% of lock-step ones).
-    // Only with more than one wave of CTAs (in one, every CTA starts at once) and more than one head per
-    // CTA (one-head folding CTAs are short; the pass's launch cost more than it won: nano4b batch 32,
-    // 1 head per CTA, fp8 copy, staggered mean step 47.6 -> 51.7 us in session 14's run 1).
-    if constexpr (kCopy) {
+    // 4-8 replay steps. Only with more than one wave of CTAs (in one, every CTA starts at once) and more
+    // than one head per CTA (one-head folding CTAs are short; the pass's launch cost more than it won:
+    // nano4b batch 32, 1 head per CTA, fp8 copy, staggered mean step 47.6 -> 51.7 us in session 14's run
+    // 1). Without a copy a fold costs ~2 replay steps, and the CUDA-core kernels go without the pass
+    // (staggered cycles within 0-7% of lock-step ones); the tensor-core replay of the fp32 checkpoint
+    // (kTf32Replay) takes it as the copies do (session 27). REPLAYSSM_STEP_ORDER=0 turns the pass (and so
+    // the fold split) off (step_order_pass).
+    if constexpr (kCopy || kTf32Replay) {
+      if (!step_order_pass()) {
+        kernel<<<grid, kThreads, smem, stream>>>(p);
+        return cudaGetLastError();
+      }
       // The fold split (choose_fold_split): where whole-group CTAs of every row fit in one wave and the
       // hint's launch above would make 3 or more, the first folding rows in smaller CTAs than the
       // replaying ones, all of them in one wave.
@@ -1358,12 +1365,16 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
           p.heads_per_cta = split.heads_per_cta;
           p.fold_split = split.split;
           p.fold_split_rows = split.rows;
-          return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true>(p, stream);
+          return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true, kTf32Replay>(p, stream);
         }
       }
-      if (p.staggered_flush && p.row_order != nullptr && p.heads_per_cta > 1 &&
+      // Without a copy a fold is shorter, and the pass paid only from 3 heads per CTA: at 2 (nano4b batch
+      // 24-32) the staggered mean step was 7-8% slower with it, at 3 even, at 4 and more 5-11% faster
+      // (session 27, runs 7-8, scripts/staggered_launch_sweep.py "auto nosplit noorder").
+      constexpr int kMinOrderedHeads = kCopy ? 2 : 3;
+      if (p.staggered_flush && p.row_order != nullptr && p.heads_per_cta >= kMinOrderedHeads &&
           static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(ctas_per_sm) * multiprocessor_count()) {
-        return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true>(p, stream);
+        return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true, kTf32Replay>(p, stream);
       }
     }
     kernel<<<grid, kThreads, smem, stream>>>(p);

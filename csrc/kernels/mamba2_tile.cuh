@@ -502,6 +502,16 @@ inline bool step_tf32_replay() {
   return true;
 }
 
+// Whether the step under the staggered_flush hint may run its order pass (mamba2_step_order.cu) and
+// with it the fold split: REPLAYSSM_STEP_ORDER=0 turns both off (read at every launch: a tuning and
+// testing knob; other values leave the launcher's rule).
+inline bool step_order_pass() {
+  if (const char* forced = std::getenv("REPLAYSSM_STEP_ORDER")) {
+    if (forced[0] == '0' && forced[1] == '\0') return false;
+  }
+  return true;
+}
+
 // SMs of the current device (132 on the H200 if the query fails).
 inline int multiprocessor_count() {
   int device = 0, sms = 132;

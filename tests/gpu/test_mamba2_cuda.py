@@ -490,16 +490,18 @@ def step_with_and_without_hint(caches, layer, slots):
     return (before > 0) & (caches[1].num_committed.cpu() == 0)
 
 
-# With the hint, a read copy and more than one wave of CTAs of more than one head, the step runs the
-# order pass first (the rows whose slot folds start first): the folding, replaying, pad and no-room rows
+# With the hint, a read copy (or the fp32 checkpoint's tensor-core replay) and more than one wave of CTAs
+# of more than one head, the step runs the order pass first (the rows whose slot folds start first): the folding, replaying, pad and no-room rows
 # must come out bit for bit as without it, also past 1,024 rows (the pass takes them 1,024 at a time).
 # nano4b at batch 36 gets 2 heads per CTA with the hint, MANY_ROWS at 1,096 rows 4.
 @pytest.mark.parametrize("dims,num_slots,ck,rc", [(NANO4B, 40, torch.float32, torch.bfloat16),
                                                   (NANO4B, 40, torch.float32, FP8),
                                                   (NANO4B, 40, torch.bfloat16, FP8),
-                                                  (MANY_ROWS, 1100, torch.float32, FP8)],
+                                                  (MANY_ROWS, 1100, torch.float32, FP8),
+                                                  (NANO4B, 40, torch.float32, None),
+                                                  (MANY_ROWS, 1100, torch.float32, None)],
                          ids=["nano4b-bf16-copy", "nano4b-fp8-copy", "nano4b-bf16-checkpoint-fp8-copy",
-                              "1096-rows-fp8-copy"])
+                              "1096-rows-fp8-copy", "nano4b-no-copy", "1096-rows-no-copy"])
 def test_step_order_pass_changes_no_bits(dims, num_slots, ck, rc):
     layer = Layer(dims, seed=21)
     L = 4
@@ -520,9 +522,10 @@ def cuda_kernels_run(fn):
     return {e.key for e in prof.key_averages()}
 
 
-# Where the order pass runs (the launcher's rule, 132 SMs): with the hint and a read copy, at nano4b
-# batch 40 (2 heads per CTA, 1,920 CTAs); not without the hint, nor without a copy, nor at batch 1 (one
-# wave: every CTA starts at once), nor with one head per CTA.
+# Where the order pass runs (the launcher's rule, 132 SMs): with the hint and a read copy, or without one
+# on tensor cores (the default), at nano4b batch 40 (2 heads per CTA, 1,920 CTAs); not without the hint,
+# nor on CUDA cores without a copy, nor at batch 1 (one wave: every CTA starts at once), nor with one
+# head per CTA, nor with REPLAYSSM_STEP_ORDER=0.
 def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
     layer = Layer(NANO4B, seed=2)
     caches = {rc: gpu_cache(layer, 40, buffer_len=4, read_copy_dtype=rc, staggered_flush=True) for rc in (None, FP8)}
@@ -538,8 +541,15 @@ def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
 
     assert order_pass_ran(40, True)
     assert not order_pass_ran(40, False)
-    assert not order_pass_ran(40, True, rc=None)
+    assert order_pass_ran(40, True, rc=None)
     assert not order_pass_ran(1, True)
+    monkeypatch.setenv("REPLAYSSM_STEP_TF32_REPLAY", "0")
+    assert not order_pass_ran(40, True, rc=None)
+    monkeypatch.delenv("REPLAYSSM_STEP_TF32_REPLAY")
+    monkeypatch.setenv("REPLAYSSM_STEP_ORDER", "0")
+    assert not order_pass_ran(40, True)
+    assert not order_pass_ran(40, True, rc=None)
+    monkeypatch.delenv("REPLAYSSM_STEP_ORDER")
     monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", "1")
     assert not order_pass_ran(40, True)
 
@@ -599,7 +609,8 @@ def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(monkeypatch):
     (SUPER120B, 20, 16, FP8, (16, 16 + 1 * 7)),            # 8-head replay CTAs, one row of 1-head folds
     (SUPER120B, 20, 4, torch.bfloat16, (8, 16 + 4 * 7)),   # whole-group replay, four rows of 2-head folds
     (NANO4B, 20, 4, FP8, (16, 16 + 4 * 2)),                # 6-head replay, four rows of 2-head folds
-], ids=["super120b-b16-L16-fp8", "super120b-b16-L4-bf16", "nano4b-b16-L4-fp8"])
+    (SUPER120B, 20, 4, None, (8, 16 + 4 * 7)),             # no copy (tf32 replay, 3 CTAs an SM): as bf16
+], ids=["super120b-b16-L16-fp8", "super120b-b16-L4-bf16", "nano4b-b16-L4-fp8", "super120b-b16-L4-no-copy"])
 def test_step_fold_split_changes_no_bits(dims, num_slots, L, rc, grid, monkeypatch):
     monkeypatch.delenv("REPLAYSSM_STEP_HEADS_PER_CTA", raising=False)
     monkeypatch.delenv("REPLAYSSM_STEP_FOLD_SPLIT", raising=False)
