@@ -5,6 +5,8 @@ Install with `pip install --no-build-isolation .` (the build needs the torch you
 The extension is built when torch imports, torch.version.cuda is set and nvcc is found (CUDA_HOME);
 otherwise the pure-Python package is installed and one line says why. Knobs:
     REPLAYSSM_CUDA_ARCHS   archs to compile, ';' or ',' separated (default "90a;100a")
+    REPLAYSSM_CTA_TIMELINE 1: a diagnostic build whose update and step kernels record a time line per CTA
+                           (csrc/kernels/cta_timeline.cuh, scripts/cta_timeline.py); never for a product
     MAX_JOBS               parallel compile jobs (torch's ninja build)
 CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is installed.
 """
@@ -78,6 +80,9 @@ def extension_kwargs() -> dict:
     # Build facts for replayssm_cuda._C.build_info(). The archs travel as one token ("90a_100a"): a ';'
     # would be cut by the shell that runs each compile command.
     defines = [f"-DREPLAYSSM_VERSION={project_version()}", f"-DREPLAYSSM_CUDA_ARCHS={'_'.join(archs)}"]
+    if os.environ.get("REPLAYSSM_CTA_TIMELINE", "0") not in ("", "0"):
+        defines.append("-DREPLAYSSM_CTA_TIMELINE=1")
+        print(f"{PREFIX} diagnostic build: per-CTA time lines in the update and step kernels", file=sys.stderr)
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
     nvcc += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
     print(f"{PREFIX} building replayssm_cuda._C for sm_{', sm_'.join(archs)}", file=sys.stderr)

@@ -10,6 +10,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "api/checks.h"
+#include "api/cta_timeline_api.h"
 #include "api/ops.h"
 #include "api/tensor_args.h"
 #include "kernels/mamba2.cuh"
@@ -211,6 +212,17 @@ void mamba2_update(const at::Tensor& state, const at::Tensor& x, const at::Tenso
   fill_checkpoint(p, state);
   fill_inputs(p, expect, op, H, P, N, x, dt, A, B, C, out, D, z, dt_bias, dt_softplus, slots, pad_slot_id, state.size(0));
   fill_rounding_seed(p, expect, op, "state", state, rounding_seed);
+  // The launcher's item counter (see Mamba2Params::work_counter): from the caching allocator on the
+  // current stream, so that concurrent launches never share one; under graph capture from the graph's
+  // pool, its zeroing captured with the launch.
+  at::Tensor work_counter;
+  if (p.batch > 0) {
+    work_counter = at::empty({1}, state.options().dtype(at::kInt));
+    p.work_counter = work_counter.data_ptr<int32_t>();
+  }
+#if REPLAYSSM_CTA_TIMELINE
+  attach_cta_timeline(p);
+#endif
   launch_checked(op, state, launch_mamba2_update, p);
 }
 
@@ -250,6 +262,9 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
     row_order = at::empty({2 * static_cast<int64_t>(p.batch)}, checkpoint.options().dtype(at::kInt));
     p.row_order = row_order.data_ptr<int32_t>();
   }
+#if REPLAYSSM_CTA_TIMELINE
+  attach_cta_timeline(p);
+#endif
   launch_checked(op, checkpoint, launch_mamba2_step, p);
 }
 

@@ -104,6 +104,17 @@ struct Mamba2Params {
   // grid has fold_split_rows * (fold_split - 1) helper rows first for their other CTAs. 1 / 0: no split.
   int32_t fold_split;
   int32_t fold_split_rows;
+
+  // update: 4 bytes of device memory (int32) that the launcher may zero and hand the CTAs to claim items
+  // from, in stream order (mamba2_update.cu); nullptr: every CTA takes a fixed share.
+  int32_t* work_counter;
+
+#if REPLAYSSM_CTA_TIMELINE
+  // Diagnostic builds only (cta_timeline.cuh): int64[cta_timeline_ctas][kCtaTimelineWords] of device
+  // memory for this launch's per-CTA time line, or nullptr.
+  int64_t* cta_timeline;
+  int64_t cta_timeline_ctas;
+#endif
 };
 
 // The order pass's mark on a folding row that the fold split serves (row indices stay below 2^16).

@@ -48,6 +48,7 @@
 #include <type_traits>
 
 #include "bulk_copy.cuh"
+#include "cta_timeline.cuh"
 #include "mamba2.cuh"
 #include "mamba2_mma.cuh"
 #include "mamba2_tile.cuh"
@@ -589,6 +590,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   constexpr uint32_t kEntryBytes = kP * sizeof(Act);
   const bool speculative_x = Layout::kTensorReplay && p.xb_entry_stride == kP;
   if (tid == 0) {
+    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
     for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
     if constexpr (Layout::kTensorReplay) {
       // Every lane that read or wrote arrives itself (no elected lane after __syncwarp): each lane's own
@@ -729,6 +731,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             const int stage = i % S;
             const int b = i & 1;
             mbarrier_wait(sm.full(stage), (i / S) & 1);
+            if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
             float y_g, y_g8;
             Dot::dot(sm.tile(stage), first_row, cfrag, y_g, y_g8);
             mbarrier_arrive(sm.empty(stage));
@@ -740,6 +743,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             }
             mbarrier_arrive(sm.dots_ready(b));
           }
+          if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
         } else if (warp < Roles::kConsumers + Roles::kEpilogueWarps) {
           // The epilogue, thread pr for output row pr: the window term sum_{j<=w} wgt_j (B_j . C) x_j[pr]
           // from the stage's x window, then the head's dot, D, the gate, the output and the append.
@@ -790,6 +794,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             one_head(i, even);
             if (i + 1 < num_heads) one_head(i + 1, odd);
           }
+          if (pr == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineOtherEnd);
         }
       }
       if (consumer && !Layout::kSplitEpilogue) {
@@ -818,6 +823,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           const uint32_t phase = (i / S) & 1;
 
           mbarrier_wait(sm.full(stage), phase);
+          if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
           float y_g[kTiles], y_g8[kTiles];
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) Dot::dot(sm.tile(stage), first_row + 16 * t, cfrag, y_g[t], y_g8[t]);
@@ -869,6 +875,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           one_head(i, even);
           if (i + 1 < num_heads) one_head(i + 1, odd);
         }
+        if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
       } else if (tid == Roles::kProducerThread) {
         // Besides its tile and x window, a head's small operands are asked into L2 as early as its
         // tile: a consumer warp finishes a head in well under a DRAM round trip, so the row operands it
@@ -971,6 +978,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (scalar_warp) dt_now = window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
 
         mbarrier_wait(sm.full(stage), (i / S) & 1);
+        if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
         const unsigned char* tile = sm.tile(stage);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -1014,6 +1022,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         }
         if (scalar_warp && (tid & 31) == 0) p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
       }
+      if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
     }
     if (head0 == group * heads_per_group && tid < kN / 8) {  // B once per group, by its first head's CTA
       Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride + w * p.Bb_entry_stride;
@@ -1352,14 +1361,11 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // (kTf32Replay) takes it as the copies do (session 27). REPLAYSSM_STEP_ORDER=0 turns the pass (and so
     // the fold split) off (step_order_pass).
     if constexpr (kCopy || kTf32Replay) {
-      if (!step_order_pass()) {
-        kernel<<<grid, kThreads, smem, stream>>>(p);
-        return cudaGetLastError();
-      }
+      const bool order = p.staggered_flush && p.row_order != nullptr && step_order_pass();
       // The fold split (choose_fold_split): where whole-group CTAs of every row fit in one wave and the
       // hint's launch above would make 3 or more, the first folding rows in smaller CTAs than the
       // replaying ones, all of them in one wave.
-      if (p.staggered_flush && p.row_order != nullptr) {
+      if (order) {
         const FoldSplit split = choose_fold_split(p.batch, p.heads, p.groups, p.buffer_len, ctas_per_sm, p.heads_per_cta);
         if (split.split > 1) {
           p.heads_per_cta = split.heads_per_cta;
@@ -1372,7 +1378,7 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
       // 24-32) the staggered mean step was 7-8% slower with it, at 3 even, at 4 and more 5-11% faster
       // (session 27, runs 7-8, scripts/staggered_launch_sweep.py "auto nosplit noorder").
       constexpr int kMinOrderedHeads = kCopy ? 2 : 3;
-      if (p.staggered_flush && p.row_order != nullptr && p.heads_per_cta >= kMinOrderedHeads &&
+      if (order && p.heads_per_cta >= kMinOrderedHeads &&
           static_cast<int64_t>(grid.x) * grid.y > static_cast<int64_t>(ctas_per_sm) * multiprocessor_count()) {
         return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true, kTf32Replay>(p, stream);
       }

@@ -474,6 +474,13 @@ __device__ __forceinline__ void write_zero_output(const Mamba2Params& p, int row
   }
 }
 
+// Whether the on/off knob `name` is set to exactly "0" (read at every launch; any other value, or none,
+// leaves the launcher's default).
+inline bool knob_is_off(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && value[0] == '0' && value[1] == '\0';
+}
+
 // The step fold with a read copy streams one checkpoint tile at a time and can ask the next ones into L2
 // this many heads ahead (REPLAYSSM_FOLD_PREFETCH_HEADS, 0 to 4; default 0: off). Off by default because
 // it cost DRAM bytes: at one head ahead, ncu measured 1.97 GB read for a fold whose model reads ~1.2 GB
@@ -495,22 +502,12 @@ inline int fold_prefetch_heads() {
 // 71.0, 512 514.3 -> 507.7; super120b batch 64 78.6 -> 74.5), and so was the whole cycle, although the
 // nano4b fold step in that kernel is up to 4% slower (batch 64 160.4 -> 166.8 us). The CUDA-core kernel
 // stays for the knob: its outputs carry fp32 FFMA rounding, the tf32 pairs' within 2^-21 of each product.
-inline bool step_tf32_replay() {
-  if (const char* forced = std::getenv("REPLAYSSM_STEP_TF32_REPLAY")) {
-    if (forced[0] == '0' && forced[1] == '\0') return false;
-  }
-  return true;
-}
+inline bool step_tf32_replay() { return !knob_is_off("REPLAYSSM_STEP_TF32_REPLAY"); }
 
 // Whether the step under the staggered_flush hint may run its order pass (mamba2_step_order.cu) and
 // with it the fold split: REPLAYSSM_STEP_ORDER=0 turns both off (read at every launch: a tuning and
 // testing knob; other values leave the launcher's rule).
-inline bool step_order_pass() {
-  if (const char* forced = std::getenv("REPLAYSSM_STEP_ORDER")) {
-    if (forced[0] == '0' && forced[1] == '\0') return false;
-  }
-  return true;
-}
+inline bool step_order_pass() { return !knob_is_off("REPLAYSSM_STEP_ORDER"); }
 
 // SMs of the current device (132 on the H200 if the query fails).
 inline int multiprocessor_count() {

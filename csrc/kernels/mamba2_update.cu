@@ -1,7 +1,8 @@
 // Conventional Mamba-2 decode (T=1): read the state, update it, write it, output. The kernel moves
 // 2 * P * N * sizeof(state) bytes per (row, head) and should run at copy bandwidth.
 //
-// A persistent grid walks the (row, head) items k = blockIdx.x, blockIdx.x + gridDim.x, ... Each CTA
+// A persistent grid walks the (row, head) items: CTA c takes items c, c + gridDim.x, ... for its first S
+// and, past those, claims the next item from a counter as it becomes ready for one (see item_after). Each CTA
 // keeps a ring of S state tiles in shared memory that its producer warp fills by bulk copy (TMA) up to
 // S items ahead, so the CTA always has reads in flight while its 8 consumer warps update the current
 // tile and store it from registers. A consumer warp hands a stage back as soon as it has read its rows
@@ -12,8 +13,10 @@
 // CTA's reads and writes came in two bursts, 82-86% of copy bandwidth at batch 256-512.)
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "bulk_copy.cuh"
+#include "cta_timeline.cuh"
 #include "mamba2.cuh"
 #include "mamba2_tile.cuh"
 #include "stochastic_rounding.cuh"
@@ -124,6 +127,11 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   static_assert(R <= kLanes, "a row's lane group loads the x and z of its R passes, one per lane");
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ uint64_t full[kMaxStages];
+  // The item whose tile goes into stage s next (-1: none), written by the producer as it issues the
+  // copy before it, S - 1 items ahead of its use, and published on id_ready[s]: the consumers load an
+  // item's operands one item ahead, before its tile lands.
+  __shared__ int64_t item_of[kMaxStages];
+  __shared__ uint64_t id_ready[kMaxStages];
   // Stage s is handed back on named barrier 1 + s: the 8 consumer warps arrive, the producer warp syncs.
   auto stage_read = [](int stage) { return 1 + stage; };
 
@@ -131,7 +139,11 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   const int64_t grid = gridDim.x;
   const int tid = threadIdx.x;
   if (tid == 0) {
-    for (int s = 0; s < stages; ++s) mbarrier_init(&full[s], 1);
+    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
+    for (int s = 0; s < stages; ++s) {
+      mbarrier_init(&full[s], 1);
+      mbarrier_init(&id_ready[s], 1);
+    }
     fence_barrier_init();
   }
   __syncthreads();
@@ -143,10 +155,23 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
       const int64_t row = k / p.heads;
       return p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
     };
-    int64_t k = blockIdx.x;
-    int64_t slot = slot_of(k);
-    for (int i = 0; k < items; ++i, k += grid) {
-      const int64_t next_slot = k + grid < items ? slot_of(k + grid) : -1;  // in flight while this item waits
+    // This CTA's item i + 1 (-1: none), chosen as item i's copy is issued: the first S round-robin
+    // (k = blockIdx.x + i * grid), the rest claimed one at a time from p.work_counter where the launcher
+    // gave one (items S * grid, S * grid + 1, ... in claim order), else round-robin too. Claimed items
+    // go to the CTAs that are ready for one: CTAs stream at different rates (session 28's time lines:
+    // with equal shares, half the SMs idled for the last ~11 us of a batch-64 update).
+    auto item_after = [&](int i) -> int64_t {
+      const int64_t j = i + 1;
+      const int64_t k = j < stages || p.work_counter == nullptr ? blockIdx.x + j * grid
+                                                                : stages * grid + atomicAdd(p.work_counter, 1);
+      return k < items ? k : -1;
+    };
+    int64_t k = static_cast<int64_t>(blockIdx.x) < items ? static_cast<int64_t>(blockIdx.x) : -1;
+    item_of[0] = k;
+    mbarrier_arrive(&id_ready[0]);
+    int64_t slot = k >= 0 ? slot_of(k) : 0;
+    int i = 0;
+    for (; k >= 0; ++i) {
       const int stage = i % stages;
       if (i >= stages) {
         named_barrier_sync(stage_read(stage), kUpdateThreads);  // every consumer warp has read item i - S
@@ -160,12 +185,20 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
             ring + stage * Tile::kBytes, state + (slot * p.ck_slot_stride + head * p.ck_head_stride) * kStateBytes,
             p.ck_row_stride * kStateBytes, &full[stage]);
       }
-      slot = next_slot;
+      // The next item's id for the consumers (they read item i + 1 - S's from this entry before item
+      // i - S's tile, which the barrier above waited for), and its slot, in flight while it waits.
+      const int64_t next = item_after(i);
+      const int next_stage = (i + 1) % stages;
+      item_of[next_stage] = next;
+      mbarrier_arrive(&id_ready[next_stage]);
+      slot = next >= 0 ? slot_of(next) : 0;
+      k = next;
     }
     // The consumers hand back every item's stage, the last S too: sync on those as well, so that every
     // named-barrier phase completes (none is left half-arrived when the CTA exits).
-    const int64_t n = (items - blockIdx.x + grid - 1) / grid;  // this CTA's items
-    for (int64_t i = n > stages ? n - stages : 0; i < n; ++i) named_barrier_sync(stage_read(static_cast<int>(i % stages)), kUpdateThreads);
+    const int n = i;  // this CTA's items
+    for (int j = n > stages ? n - stages : 0; j < n; ++j) named_barrier_sync(stage_read(j % stages), kUpdateThreads);
+    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineOtherEnd);
     return;
   }
 
@@ -174,13 +207,17 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   const int pass = lane % kLanes;  // the pass whose x and z this lane holds (when < R)
   RoundingKey key{};
   if constexpr (kRound) key = RoundingKey::load(p.rounding_seed);
-  int64_t k = blockIdx.x;
+  int64_t k = static_cast<int64_t>(blockIdx.x) < items ? static_cast<int64_t>(blockIdx.x) : -1;  // item 0
+  int64_t k_next = -1;
   Ops next{};
-  if (k < items) next = Ops::template load<Shape>(p, static_cast<int>(k / p.heads), static_cast<int>(k % p.heads), pass);
-  for (int i = 0; k < items; ++i, k += grid) {
+  if (k >= 0) next = Ops::template load<Shape>(p, static_cast<int>(k / p.heads), static_cast<int>(k % p.heads), pass);
+  for (int i = 0; k >= 0; ++i, k = k_next) {
     const Ops cur = next;
-    if (k + grid < items) {
-      next = Ops::template load<Shape>(p, static_cast<int>((k + grid) / p.heads), static_cast<int>((k + grid) % p.heads), pass);
+    const int next_stage = (i + 1) % stages;
+    mbarrier_wait(&id_ready[next_stage], ((i + 1) / stages) & 1);
+    k_next = item_of[next_stage];
+    if (k_next >= 0) {
+      next = Ops::template load<Shape>(p, static_cast<int>(k_next / p.heads), static_cast<int>(k_next % p.heads), pass);
     }
     const int row = static_cast<int>(k / p.heads);
     const int head = static_cast<int>(k % p.heads);
@@ -195,6 +232,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
     const float x_mine = to_float(cur.x);
 
     mbarrier_wait(&full[stage], (i / stages) & 1);
+    if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
     typename V::Raw raw[R];
     if (touches) {
       const unsigned char* tile = ring + stage * Tile::kBytes;
@@ -243,6 +281,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
       store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
     }
   }
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
 }
 
 // Ring stages of a tile of `tile_bytes`: as many (up to 4) as let two CTAs share an SM, else as many
@@ -269,7 +308,7 @@ cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_per_cta, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
-  const int stages = choose_stages(kTileBytes, smem_per_sm, smem_per_cta - 2 * kMaxStages * 8);
+  const int stages = choose_stages(kTileBytes, smem_per_sm, smem_per_cta - 4 * kMaxStages * 8);
   if (stages < 1) return cudaErrorInvalidConfiguration;
   const size_t smem = static_cast<size_t>(stages) * kTileBytes;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -277,17 +316,41 @@ cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   // One wave of CTAs (REPLAYSSM_UPDATE_CTAS = n caps it at n: a testing knob that makes small batches
-  // wrap the ring), trimmed so that every CTA gets the same number of items, give or take one: a CTA
-  // with one item more than the others would run its last item alone.
+  // wrap the ring).
   int64_t wave = static_cast<int64_t>(sms) * ctas_per_sm;
   if (const char* forced = std::getenv("REPLAYSSM_UPDATE_CTAS")) {
     const int64_t n = std::atoll(forced);
     if (n >= 1 && n < wave) wave = n;
   }
   const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
-  const int64_t rounds = (items + wave - 1) / wave;
-  const int64_t grid = (items + rounds - 1) / rounds;
-  kernel<<<static_cast<unsigned>(grid), kUpdateThreads, smem, stream>>>(p, stages);
+  Mamba2Params q = p;
+  int64_t grid = 0;
+  // Past the first S rounds, items are claimed from a counter (zeroed here, in stream order) by
+  // whichever CTA is ready for one, where the caller gave the counter's memory and the launch has at
+  // least kClaimRounds rounds of items. Otherwise every CTA takes a fixed share, the grid trimmed so
+  // that the shares differ by at most one item (a CTA with one more than the others would run its last
+  // item alone). REPLAYSSM_UPDATE_CLAIMS (read at every launch; a tuning and testing knob): 0 never
+  // claims, 1 claims wherever there is an item past the first S rounds.
+  // Why claims: CTAs stream at different rates, and with fixed shares at batch 64 the last SMs finished
+  // 12-16 us after the median one (session 28, scripts/cta_timeline.py); with claims, 3-4 us. Why not
+  // always: the counter's zeroing costs a memset node, ~2 us between launches, which lost at batch 8
+  // (nano4b update 19.6 -> 21.4 us, 2.9 rounds) and won from batch 32 (71.9 -> 68.6, 11.6 rounds).
+  constexpr int64_t kClaimRounds = 8;
+  const char* forced = std::getenv("REPLAYSSM_UPDATE_CLAIMS");
+  const bool forced_off = forced != nullptr && std::strcmp(forced, "0") == 0;
+  const bool forced_on = forced != nullptr && std::strcmp(forced, "1") == 0;
+  const bool claims = p.work_counter != nullptr && !forced_off && items > stages * wave &&
+                      (forced_on || items >= kClaimRounds * wave) && items < (int64_t{1} << 30);
+  if (claims) {
+    grid = wave;
+    err = cudaMemsetAsync(p.work_counter, 0, sizeof(int32_t), stream);
+    if (err != cudaSuccess) return err;
+  } else {
+    const int64_t rounds = (items + wave - 1) / wave;
+    grid = (items + rounds - 1) / rounds;
+    q.work_counter = nullptr;
+  }
+  kernel<<<static_cast<unsigned>(grid), kUpdateThreads, smem, stream>>>(q, stages);
   return cudaGetLastError();
 }
 

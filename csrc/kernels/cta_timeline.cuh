@@ -1,0 +1,60 @@
+// Per-CTA time line of the update and step kernels: a diagnostic compiled in only by a build with
+// REPLAYSSM_CTA_TIMELINE=1 (setup.py), never in a product build, where every mark below is empty and the
+// kernels compile exactly as without this header.
+//
+// Why: at batch 64 the update and the non-fold step each take 7-9 us a launch more than their bytes at
+// the batch-512 rate, where a copy of the same size loses ~1.5 us. ncu gives whole-launch averages; a
+// time line per CTA says whether that time is the launch's ramp (first tiles late), its tail (CTAs that
+// finish early and leave SMs idle) or a steady rate (scripts/cta_timeline.py reads and summarises it).
+//
+// A launch writes one record of kCtaTimelineWords int64 words per CTA (blockIdx.y * gridDim.x +
+// blockIdx.x; CTAs beyond the record count write nothing) into Mamba2Params::cta_timeline:
+//   word 0: the SM the CTA ran on; word 1: %globaltimer (ns) at the CTA's start;
+//   word 2: when its first consumer warp finished (after its last item's stores were issued);
+//   word 3: when another role finished (the update's producer, the split epilogue's first warp);
+//   word 4 + i: when the first consumer warp saw item i's tile land (i < kCtaTimelineItems).
+#pragma once
+
+#include <cstdint>
+
+namespace replayssm {
+
+constexpr int kCtaTimelineItems = 60;
+constexpr int kCtaTimelineWords = 4 + kCtaTimelineItems;
+
+#if REPLAYSSM_CTA_TIMELINE && defined(__CUDACC__)  // the host API layer takes the constants only
+
+__device__ __forceinline__ int64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<int64_t>(t);
+}
+
+__device__ __forceinline__ void cta_timeline_write(int64_t* records, int64_t ctas, int word) {
+  const int64_t cta = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  if (records == nullptr || cta >= ctas || word >= kCtaTimelineWords) return;
+  int64_t* record = records + cta * kCtaTimelineWords;
+  if (word == 1) {
+    uint32_t sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    record[0] = sm;
+  }
+  record[word] = global_timer_ns();
+}
+
+#define REPLAYSSM_CTA_TIMELINE_MARK(params, word) \
+  ::replayssm::cta_timeline_write((params).cta_timeline, (params).cta_timeline_ctas, (word))
+
+#else
+
+#define REPLAYSSM_CTA_TIMELINE_MARK(params, word) ((void)0)
+
+#endif
+
+// The words of a record (see the top of this file).
+constexpr int kCtaTimelineStart = 1;
+constexpr int kCtaTimelineConsumerEnd = 2;
+constexpr int kCtaTimelineOtherEnd = 3;
+constexpr int kCtaTimelineItem0 = 4;
+
+}  // namespace replayssm

@@ -1,0 +1,183 @@
+"""Where a launch's time goes, CTA by CTA: the per-CTA time lines of the conventional update and the
+non-fold replay step (w = 8 of L = 16), recorded by a diagnostic build (csrc/kernels/cta_timeline.cuh):
+
+    REPLAYSSM_CTA_TIMELINE=1 REPLAYSSM_CUDA_ARCHS=90a python3 setup.py build_ext --inplace
+    PYTHONPATH=. python3 scripts/cta_timeline.py [--dims nano4b super120b] [--batches 64 512]
+        [--kernels update step-none step-fp8] [--csv FILE.csv.gz]
+
+Each case is timed the benchmark's way (bench/bench_mamba2.py: a CUDA graph of one launch per slot group
+of a rotating pool, cold L2, behind the GPU hold), and the records of the graph's launches are read after
+its last replay. Per case, medians over the graph's launches after the first (each of those follows a
+launch of the same kind, as in decode):
+    kernel     first CTA start -> last CTA end, against the launch's bytes at the copy rate ("ideal")
+    gap        previous launch's last CTA end -> this launch's first CTA start
+    ramp       launch start -> the first tile landing, median and last over the CTAs that start within
+               1 us of the launch (its first wave)
+    item       a CTA's steady interval between tiles (median over CTAs of their median, items 2 and on)
+    tail       the SMs' last CTA end: launch end minus their median, and minus their first (how long the
+               earliest-idle SM waits for the launch to end)
+    busy       summed CTA lifetimes / (SMs x CTAs per SM x kernel time): the occupied share of the slots
+               (CTAs per SM: the most that the records show on one SM at once)
+    CTA life   p10 / p50 / p90 of the CTAs' start -> end
+--csv FILE writes every record (ns from the case's first launch) for a closer look. A product build has no
+time line: the script says so and exits 2."""
+
+import argparse
+import gzip
+import os
+import statistics
+import sys
+
+sys.path[0:0] = [os.getcwd(), os.path.join(os.getcwd(), "bench")]
+
+import torch  # noqa: E402
+
+from bench_mamba2 import ReplayPool, Setup, conventional_steps, make_inputs  # noqa: E402
+from timing import DIMS, _capture, _replay_times, measure_copy_bandwidth  # noqa: E402
+
+WORDS = 64  # kCtaTimelineWords
+START, CONSUMER_END, OTHER_END, ITEM0 = 1, 2, 3, 4
+MAX_CTAS = 16384
+COPIES = {"step-none": None, "step-bf16": torch.bfloat16, "step-fp8": torch.float8_e4m3fn}
+
+
+def median(v):
+    return statistics.median(v) if v else float("nan")
+
+
+def launch_records(buf: torch.Tensor):
+    """[(cta, sm, start, end, [item times])] of the CTAs one launch's record set holds."""
+    rows = []
+    for cta, r in enumerate(buf.tolist()):
+        if r[START] == 0:
+            continue
+        end = max(r[CONSUMER_END], r[OTHER_END])
+        items = [t for t in r[ITEM0:] if t != 0]
+        rows.append((cta, r[0], r[START], end if end else r[START], items))
+    return rows
+
+
+def summarise(launches, ctas_per_sm):
+    """The module doc's figures (us) for one case, medians over launches 1.."""
+    out = {k: [] for k in ("kernel", "gap", "ramp_med", "ramp_last", "item", "tail_med", "tail_first", "busy", "ctas",
+                           "life_p10", "life_p50", "life_p90")}
+    prev_end = None
+    for k, rows in enumerate(launches):
+        if not rows:
+            continue
+        t0 = min(r[2] for r in rows)
+        t1 = max(r[3] for r in rows)
+        if k > 0 and prev_end is not None:
+            out["gap"].append((t0 - prev_end) / 1e3)
+            first_wave = [r for r in rows if r[2] - t0 < 1000 and r[4]]
+            out["kernel"].append((t1 - t0) / 1e3)
+            out["ramp_med"].append(median([r[4][0] - t0 for r in first_wave]) / 1e3)
+            out["ramp_last"].append(max((r[4][0] - t0 for r in first_wave), default=float("nan")) / 1e3)
+            per_cta = [median([b - a for a, b in zip(r[4][1:], r[4][2:])]) for r in rows if len(r[4]) >= 4]
+            out["item"].append(median(per_cta) / 1e3)
+            last_by_sm = {}
+            for r in rows:
+                last_by_sm[r[1]] = max(last_by_sm.get(r[1], 0), r[3])
+            ends = sorted(last_by_sm.values())
+            out["tail_med"].append((t1 - median(ends)) / 1e3)
+            out["tail_first"].append((t1 - ends[0]) / 1e3)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            out["busy"].append(sum(r[3] - r[2] for r in rows) / (sms * ctas_per_sm * (t1 - t0)))
+            out["ctas"].append(len(rows))
+            lives = sorted((r[3] - r[2]) / 1e3 for r in rows)
+            for q in (10, 50, 90):
+                out[f"life_p{q}"].append(lives[min(len(lives) - 1, len(lives) * q // 100)])
+        prev_end = t1
+    return {k: median(v) for k, v in out.items()}
+
+
+def run_case(kind, s: Setup):
+    """(graph record, before_replay, launches per replay, bytes per launch) of one case."""
+    if kind == "update":
+        record, k, nbytes = conventional_steps(s)
+        return record, None, k, nbytes, None
+    pool = ReplayPool(s, COPIES[kind])
+    inputs = make_inputs(s, pool.k)
+    return (lambda: pool.record_steps(inputs)), (lambda: pool.cursors.fill_(8)), pool.k, pool.step_bytes(8), pool
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dims", nargs="*", default=list(DIMS))
+    parser.add_argument("--batches", nargs="*", type=int, default=[64, 512])
+    parser.add_argument("--kernels", nargs="*", default=["update", "step-none"], choices=["update", *COPIES])
+    parser.add_argument("--csv", default=None, help="write every case's records to this .csv.gz file")
+    args = parser.parse_args()
+    import replayssm_cuda._C as C  # the extension itself: a diagnostic build's time-line calls
+    if not C.build_info().get("cta_timeline"):
+        print("this build has no CTA time line: rebuild with REPLAYSSM_CTA_TIMELINE=1 (see the doc)", file=sys.stderr)
+        return 2
+    copy_bw = measure_copy_bandwidth()
+    print(f"# {torch.cuda.get_device_name()}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = 8 of L = 16, "
+          f"bf16 activations, z gate; us, medians over a graph's launches after its first")
+    print("| dims | kernel | batch | CTAs | kernel us | ideal us | gap | ramp med / last | item | "
+          "tail med / first | CTA life p10 / p50 / p90 | busy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    csv_rows = ["dims,kernel,batch,launch,cta,sm,start_ns,end_ns,item_ns..."]
+    for name in args.dims:
+        H, P, N, G = DIMS[name]
+        for batch in args.batches:
+            for kind in args.kernels:
+                s = Setup(H, P, N, G, batch, 16)
+                record, before, k, nbytes, keep = run_case(kind, s)
+                # The capture's warm-up call takes the first k record sets, the captured launches the next k.
+                buf = torch.zeros(2 * k, MAX_CTAS, WORDS, dtype=torch.int64, device="cuda")
+                C.set_cta_timeline(buf)
+                graph = _capture(record)
+                taken = C.cta_timeline_launches()
+                C.set_cta_timeline(None)
+                if taken != 2 * k:
+                    print(f"# {name} {kind} b{batch}: {taken} launches took record sets, {2 * k} expected",
+                          file=sys.stderr)
+                    return 1
+                buf[k:].zero_()
+                _replay_times(graph, 4, before)
+                torch.cuda.synchronize()
+                launches = [launch_records(buf[k + j].cpu()) for j in range(k)]
+                occupancy = max_concurrent(launches)
+                f = summarise(launches, occupancy)
+                print(f"| {name} | {kind} | {batch} | {f['ctas']:.0f} ({occupancy}/SM) | {f['kernel']:.1f} | "
+                      f"{nbytes / copy_bw * 1e6:.1f} | {f['gap']:.1f} | {f['ramp_med']:.1f} / {f['ramp_last']:.1f} | "
+                      f"{f['item']:.2f} | {f['tail_med']:.1f} / {f['tail_first']:.1f} | "
+                      f"{f['life_p10']:.1f} / {f['life_p50']:.1f} / {f['life_p90']:.1f} | {100 * f['busy']:.0f}% |",
+                      flush=True)
+                if args.csv:
+                    csv_rows.extend(csv_lines(f"{name},{kind},{batch}", launches))
+                del graph, buf, keep
+                torch.cuda.empty_cache()
+    if args.csv:
+        with gzip.open(args.csv, "wt") as f:
+            f.write("\n".join(csv_rows) + "\n")
+    return 0
+
+
+def max_concurrent(launches) -> int:
+    """The most CTAs that ran on one SM at once in the second launch (the occupancy the records show)."""
+    rows = launches[1] if len(launches) > 1 else launches[0]
+    best = 0
+    by_sm = {}
+    for r in rows:
+        by_sm.setdefault(r[1], []).append((r[2], r[3]))
+    for spans in by_sm.values():
+        events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+        n = 0
+        for _, d in events:
+            n += d
+            best = max(best, n)
+    return best
+
+
+def csv_lines(case, launches):
+    """One line per CTA record, times in ns from the first launch's start."""
+    t_base = min((r[2] for rows in launches for r in rows), default=0)
+    return [",".join([case, *(str(v) for v in [j, cta, sm, start - t_base, end - t_base, *[t - t_base for t in items]])])
+            for j, rows in enumerate(launches) for cta, sm, start, end, items in rows]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
