@@ -2,7 +2,7 @@
 speculative rounds (verify, commit, flush, materialize) that cross folds, with and without read copies,
 pad rows and an out-of-range slot; the step and verify once with one head per CTA and once with a
 whole group per CTA (their pipelined paths: 8 heads in one group, so the fp32 verify ring of 4 stages
-is refilled); the update once more with its ring forced to wrap; the step with a bf16 and an fp8 copy
+is refilled); the update once more with its ring forced to wrap (claimed and fixed shares); the step with a bf16 and an fp8 copy
 once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128), and without one there on tensor
 cores and on CUDA cores; the step with the staggered_flush
 hint on 1,030 rows in staggered phases, so that its order pass runs (more than one wave of CTAs) and
@@ -60,12 +60,16 @@ for heads_per_cta, copy_dtype in [(h, c) for h in ("1", "64") for c in (None, to
     x, dt, B, C, z = inputs(4)
     ops.mamba2_update(ck, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
 # The update's ring wrapped many times (2 CTAs over the 32 (row, head) items, 2 stages), on a pool with
-# padded rows (one bulk copy per state row) and on a plain one.
+# padded rows (one bulk copy per state row) and on a plain one, with the items past the first two rounds
+# claimed from the counter (the default there) and in fixed shares (REPLAYSSM_UPDATE_CLAIMS=0).
 os.environ["REPLAYSSM_UPDATE_CTAS"] = "2"
 os.environ["REPLAYSSM_UPDATE_STAGES"] = "2"
-for state in (0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N], 0.1 * torch.randn(S, H, P, N, device=dev)):
-    x, dt, B, C, z = inputs(4)
-    ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
+for claims in ("1", "0"):
+    os.environ["REPLAYSSM_UPDATE_CLAIMS"] = claims
+    for state in (0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N], 0.1 * torch.randn(S, H, P, N, device=dev)):
+        x, dt, B, C, z = inputs(4)
+        ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
+del os.environ["REPLAYSSM_UPDATE_CLAIMS"]
 # The step with a bf16 and an fp8 copy on nano4b's tile (P = 80, N = 128: 32 lanes a row, 10 rows a
 # thread in the fold, the fp8 copy quantised after the head's last row from the tile in shared memory)
 # and on super120b's (P = 64, N = 128: the split epilogue), across a fold; on both the copy fold stages

@@ -2,6 +2,7 @@
 dims (nano4b: H=96 P=80 N=128 G=8; super120b: H=128 P=64 N=128 G=8) and odd ones (3 heads per group,
 N=64, batch 1), over several fold cycles; pads, unnamed slots, strided pools, CUDA graphs, bad input."""
 
+import itertools
 import json
 import os
 import tempfile
@@ -111,9 +112,11 @@ def test_update_matches_reference(dims, state_dtype, act):
 
 # The update's persistent CTAs walk the (row, head) items through a ring of S tiles; at these batches the
 # launcher gives each CTA one or two items, so few CTAs (REPLAYSSM_UPDATE_CTAS) and few stages
-# (REPLAYSSM_UPDATE_STAGES) are forced to wrap the ring many times (pad items included). Every launch
-# shape, a slot-strided pool, a row-padded pool (one bulk copy per state row) and a CUDA-graph replay must
-# give the bits of the default launch on a contiguous state.
+# (REPLAYSSM_UPDATE_STAGES) are forced to wrap the ring many times (pad items included), with items past
+# the first S rounds claimed from the launch's counter or, with REPLAYSSM_UPDATE_CLAIMS=0, in fixed
+# shares. Every launch shape, a slot-strided pool, a row-padded pool (one bulk copy per state row) and a
+# CUDA-graph replay (the counter's zeroing captured with it) must give the bits of the default launch on
+# a contiguous state: an item skipped or updated twice would show.
 @pytest.mark.parametrize("dims", [NANO4B, SUPER120B, ODD], ids=["nano4b", "super120b", "odd"])
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype, monkeypatch):
@@ -135,20 +138,23 @@ def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype
     want_state = init.clone()
     want_out = run(want_state)
     assert all(torch.count_nonzero(o[[1, 4]]) == 0 for o in want_out), "pad and out-of-range rows get zero output"
-    for ctas, stages in [("1", "1"), ("3", "2"), ("5", "3"), ("2", "8")]:
+    for (ctas, stages), claims in itertools.product([("1", "1"), ("3", "2"), ("5", "3"), ("2", "8"), ("64", "2")],
+                                                    ["1", "0"]):
         monkeypatch.setenv("REPLAYSSM_UPDATE_CTAS", ctas)
         monkeypatch.setenv("REPLAYSSM_UPDATE_STAGES", stages)
+        monkeypatch.setenv("REPLAYSSM_UPDATE_CLAIMS", claims)
         slot_pool = torch.zeros(num_slots, 2, *init.shape[1:], device="cuda", dtype=state_dtype)
         row_pool = torch.zeros(*init.shape[:3], 2 * layer.N, device="cuda", dtype=state_dtype)
         for state in (init.clone(), slot_pool[:, 1], row_pool[..., :layer.N]):
             state.copy_(init)
             out = run(state)
-            where = f"ctas={ctas} stages={stages} strides={state.stride()}"
+            where = f"ctas={ctas} stages={stages} claims={claims} strides={state.stride()}"
             assert all(torch.equal(bits(a), bits(b)) for a, b in zip(out, want_out)), where
             assert torch.equal(bits(state), bits(want_state)), where
         assert torch.count_nonzero(slot_pool[:, 0]) == 0 and torch.count_nonzero(row_pool[..., layer.N:]) == 0
     monkeypatch.delenv("REPLAYSSM_UPDATE_CTAS")
     monkeypatch.delenv("REPLAYSSM_UPDATE_STAGES")
+    monkeypatch.delenv("REPLAYSSM_UPDATE_CLAIMS")
 
     state = init.clone()
     static_in = [t.clone() for t in steps[0]]
@@ -163,6 +169,39 @@ def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype
         graph.replay()
         assert torch.equal(bits(static_out), bits(want))
     assert torch.equal(bits(state), bits(want_state))
+
+
+# At a decode batch every SM runs two CTAs that claim items concurrently (REPLAYSSM_UPDATE_CLAIMS=1,
+# which the launcher's rule also takes at this batch): the same bits as fixed shares, and the
+# reference's values.
+@pytest.mark.parametrize("dims", [NANO4B, SUPER120B], ids=["nano4b", "super120b"])
+def test_update_claimed_items_match_fixed_shares_at_full_occupancy(dims, monkeypatch):
+    layer = Layer(dims, seed=11)
+    batch, num_slots = 40, 48
+    init = layer.states(num_slots).to("cuda", torch.float32)
+    gen = torch.Generator().manual_seed(3)
+    slots = torch.randperm(num_slots, generator=gen)[:batch].to(torch.int32)
+    slots[7] = -1                                          # a pad row
+    slots = slots.cuda()
+    w = layer.weights("cuda")
+    x, dt, B, C, z = [t.cuda() for t in layer.inputs(batch)]
+
+    def run(claims):
+        monkeypatch.setenv("REPLAYSSM_UPDATE_CLAIMS", claims)
+        state, out = init.clone(), torch.full_like(x, float("nan"))
+        ops.mamba2_update(state, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, True, slots, -1, backend="cuda")
+        return state, out
+
+    claimed, fixed = run("1"), run("0")
+    monkeypatch.delenv("REPLAYSSM_UPDATE_CLAIMS")
+    assert torch.equal(bits(claimed[0]), bits(fixed[0])) and torch.equal(bits(claimed[1]), bits(fixed[1]))
+    w_ref = layer.weights("cpu", torch.float64)
+    ref_state = init.double().cpu()
+    ref_out = torch.empty(batch, layer.H, layer.P, dtype=torch.float64)
+    ops.mamba2_update(ref_state, x.double().cpu(), dt.double().cpu(), w_ref.A, B.double().cpu(), C.double().cpu(),
+                      ref_out, w_ref.D, z.double().cpu(), w_ref.dt_bias, True, slots.cpu(), -1, backend="reference")
+    assert rel_err(claimed[0], ref_state) < 2e-6 and rel_err(claimed[1], ref_out) < 8e-3
+    assert torch.count_nonzero(claimed[1][7]) == 0, "pad row gets zero output"
 
 
 # ---- replay step ----------------------------------------------------------------------------------
