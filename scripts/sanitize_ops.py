@@ -6,7 +6,8 @@ is refilled); the update once more with its ring forced to wrap (claimed and fix
 once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128), and without one there on tensor
 cores and on CUDA cores; the step with the staggered_flush
 hint on 1,030 rows in staggered phases, so that its order pass runs (more than one wave of CTAs) and
-takes two chunks of rows; and on 24 rows, where the hint takes the fold split."""
+takes two chunks of rows; on 24 rows, where the hint takes the fold split; and in CTAs of two whole
+groups (REPLAYSSM_STEP_GROUPS_PER_CTA=2) with an fp8 and a bf16 copy."""
 
 import os
 
@@ -134,5 +135,27 @@ for _ in range(L + 1):
     B, C = (torch.randn(24, G4, 128, device=dev).bfloat16() for _ in range(2))
     ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A4, B, C, torch.empty_like(x), D4, z, bias4,
                     True, 1, rows, -1, staggered_flush=True, backend="cuda")
+# Two whole groups a CTA (REPLAYSSM_STEP_GROUPS_PER_CTA=2: the second group's B window, dots and C
+# fragments, the fold restaging at its first head) on nano4b's and super120b's tiles, 16 heads in 4
+# groups, with an fp8 and a bf16 copy, across a fold, with a pad row and an out-of-range slot.
+os.environ["REPLAYSSM_STEP_GROUPS_PER_CTA"] = "2"
+H5, G5 = 16, 4
+A5, D5, bias5 = -(0.5 + torch.rand(H5, device=dev)), torch.randn(H5, device=dev), 0.1 * torch.randn(H5, device=dev)
+for P5, copy_dtype in [(p, c) for p in (80, 64) for c in (torch.float8_e4m3fn, torch.bfloat16)]:
+    ck = 0.1 * torch.randn(S, H5, P5, 128, device=dev)
+    rc = torch.empty(S, H5, P5, 128, device=dev, dtype=copy_dtype)
+    rs = torch.empty(S, H5, P5, device=dev) if copy_dtype == torch.float8_e4m3fn else None
+    ops.make_read_copy(ck, rc, rs, backend="cuda")
+    x_buf = torch.zeros(S, H5, L, P5, device=dev, dtype=torch.bfloat16)
+    B_buf = torch.zeros(S, G5, L, 128, device=dev, dtype=torch.bfloat16)
+    dt_buf = torch.zeros(S, H5, L, device=dev)
+    cursors = torch.zeros(S, dtype=torch.int32, device=dev)
+    for _ in range(L + 1):
+        x, z = (torch.randn(4, H5, P5, device=dev).bfloat16() for _ in range(2))
+        dt = torch.randn(4, H5, device=dev).bfloat16()
+        B, C = (torch.randn(4, G5, 128, device=dev).bfloat16() for _ in range(2))
+        ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A5, B, C, torch.empty_like(x), D5, z, bias5,
+                        True, 1, slots, -1, backend="cuda")
+os.environ.pop("REPLAYSSM_STEP_GROUPS_PER_CTA")
 torch.cuda.synchronize()
 print("sanitize_ops: all ops ran")

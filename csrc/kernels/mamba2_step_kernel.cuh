@@ -136,7 +136,11 @@ struct StepLayout {
   static constexpr size_t kWgtOffset = kDotsOffset + 4 * kMamba2MaxBufferLen;      // float[2][L_max]
   static constexpr size_t kDecayOffset = kWgtOffset + 2 * 4 * kMamba2MaxBufferLen;  // float[2]
   static constexpr size_t kYdotOffset = kDecayOffset + 16;                          // float[2][P], then (split) float[2][P]
-  static constexpr size_t kRingOffset = (kYdotOffset + (kSplitEpilogue ? 4 : 2) * 4 * kP + 127) / 128 * 128;
+  // Tensor-core replay: a CTA may take two whole groups (heads_per_cta = 2 x the group's heads), and
+  // the second group's window dots (float[L_max]) and C fragments (at most N words) sit here.
+  static constexpr size_t kGroup1Offset = kYdotOffset + (kSplitEpilogue ? 4 : 2) * 4 * kP;
+  static constexpr size_t kGroup1Bytes = kTensorReplay ? 4 * kMamba2MaxBufferLen + 4 * kN : 0;
+  static constexpr size_t kRingOffset = (kGroup1Offset + kGroup1Bytes + 127) / 128 * 128;
 
   __host__ __device__ static constexpr size_t x_window_bytes(int L) { return sizeof(Act) * static_cast<size_t>(L) * kP; }
   // The fold's B window holds elements of b_elem bytes: fp32 or the activation type (kFoldBFloat32).
@@ -211,12 +215,17 @@ struct StepSmem {
   // kSplitEpilogue: head dots of buffer b written (by the consumers) / read (by the epilogue warps).
   __device__ uint64_t* dots_ready(int b) const { return full(3 * Layout::kStages + 4 + b); }
   __device__ uint64_t* dots_free(int b) const { return full(3 * Layout::kStages + 6 + b); }
-  __device__ float* dots() const { return reinterpret_cast<float*>(base + Layout::kDotsOffset); }
+  // The window dots B_j . C of the CTA's first group (k = 0) or, tensor-core replay, its second (k = 1).
+  __device__ float* dots(int k = 0) const {
+    return reinterpret_cast<float*>(base + (k == 0 ? Layout::kDotsOffset : Layout::kGroup1Offset));
+  }
   __device__ float* wgt(int b) const { return reinterpret_cast<float*>(base + Layout::kWgtOffset) + b * kMamba2MaxBufferLen; }
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + b; }
   // Tensor-core replay only: the head's D next to its decay, and C's mma fragments in the ydot area.
   __device__ float* head_D(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + 2 + b; }
-  __device__ uint32_t* c_frags() const { return reinterpret_cast<uint32_t*>(base + Layout::kYdotOffset); }
+  __device__ uint32_t* c_frags(int k = 0) const {  // the first group's (k = 0) or the second's
+    return reinterpret_cast<uint32_t*>(base + (k == 0 ? Layout::kYdotOffset : Layout::kGroup1Offset + 4 * kMamba2MaxBufferLen));
+  }
   __device__ float* ydot(int b) const { return reinterpret_cast<float*>(base + Layout::kYdotOffset) + b * kP; }
   // kSplitEpilogue: (S C) of each row for the heads of parity b, before C's unscale.
   __device__ float* head_dots(int b) const { return reinterpret_cast<float*>(base + Layout::kYdotOffset) + (2 + b) * kP; }
@@ -505,11 +514,13 @@ __device__ __forceinline__ WindowGroup4 window_group4(const float* wd, const Act
 //
 // kTf32Replay: the fp32 checkpoint without a copy replays on tensor cores (StepLayout); its folds are
 // the CUDA-core kernel's code.
-template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered, bool kTf32Replay>
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered, bool kTf32Replay,
+          bool kTwoGroups = false>
 __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct, kTf32Replay>::kCtasPerSm))
     step_kernel(const Mamba2Params p) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   static_assert(!kTf32Replay || (kCkpt == DType::kFloat32 && !kCopy), "tf32 replay: fp32 checkpoint, no copy");
+  static_assert(!kTwoGroups || (kCopy && !kOrdered), "two-group CTAs: the read copies' unordered step");
   using Act = typename Storage<kAct>::type;
   constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what a replay step reads
   using Tile = ChunkTile<kP, kN, kSrc>;
@@ -558,11 +569,16 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   const int epilogue_part = tid % kSplit;
   const int heads_per_group = p.heads / p.groups;
   // This CTA's heads: head0 .. head0 + num_heads - 1, one group (a block of heads_per_cta, or with the
-  // fold split, part `part` of it).
+  // fold split, part `part` of it) or, kTwoGroups, two whole groups (heads_per_cta twice a group's
+  // heads), `group` the first. kTwoGroups is a template flag so that the kernels without it compile
+  // exactly as before: a group switch in the per-head loops made the fp8-copy step 4-8% slower
+  // (sessions 17, 22 and 29).
   const int num_heads = fine_fold ? p.heads_per_cta / p.fold_split : p.heads_per_cta;
-  const int blocks_per_group = heads_per_group / p.heads_per_cta;
-  const int group = blockIdx.x / blocks_per_group;
+  const int blocks_per_group = kTwoGroups ? 1 : heads_per_group / p.heads_per_cta;
+  const int group = kTwoGroups ? blockIdx.x * 2 : blockIdx.x / blocks_per_group;
   const int head0 = group * heads_per_group + (blockIdx.x % blocks_per_group) * p.heads_per_cta + part * num_heads;
+  // Which of the CTA's groups head head0 + i is in (0 or 1).
+  auto group_of = [&](int i) { return kTwoGroups && i >= heads_per_group ? 1 : 0; };
   const int64_t slot = kOrdered ? p.row_order[p.batch + order_pos] : resolve_slot(p, row);
   if (slot < 0) {
     for (int i = 0; i < num_heads; ++i) write_zero_output<kAct>(p, row, head0 + i);
@@ -619,6 +635,16 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   }
   const Act* B_now = static_cast<const Act*>(p.B) + row * p.B_row_stride + group * p.B_group_stride;
   const Act* C_now = static_cast<const Act*>(p.C) + row * p.C_row_stride + group * p.C_group_stride;
+  // The second group's B window (the buffer's entries), B and C (kTwoGroups), derived where used
+  // from what stays live anyway (pointers kept from here to the fold's second group made ptxas spill).
+  auto B_buf1 = [&] { return static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + (group + 1) * p.Bb_group_stride; };
+  auto B_now1 = [&] { return static_cast<const Act*>(p.B) + row * p.B_row_stride + (group + 1) * p.B_group_stride; };
+  auto C_now1 = [&] { return static_cast<const Act*>(p.C) + row * p.C_row_stride + (group + 1) * p.C_group_stride; };
+  if (kTwoGroups && tid == kThreads - 32) {  // asked into L2 now, read after the cursor (below)
+    if (p.Bb_entry_stride == kN) prefetch_l2_if_aligned(B_buf1(), static_cast<size_t>(L - 1) * kN * sizeof(Act));
+    prefetch_l2_if_aligned(B_now1(), kN * sizeof(Act));
+    prefetch_l2_if_aligned(C_now1(), kN * sizeof(Act));
+  }
   WindowDots<kN, kAct> dots_in;  // the replay's B_j . C, loads issued before the cursor's (see WindowDots)
   dots_in.issue(B_buf, p.Bb_entry_stride, B_now, C_now, L);
   // The tensor-core replay's scalar warp: its first two heads' dt windows (every entry the buffer may
@@ -703,6 +729,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       using Roles = TensorReplay<kP>;
       using Dot = TensorDot<kN, kSrc, kAct>;
       static_assert(Dot::kCWords * 4 <= 2 * 4 * kP, "C's fragments fit in the ydot area");
+      static_assert(Dot::kCWords * 4 <= 4 * kN, "the second group's C fragments fit in theirs (StepLayout)");
       constexpr int kTiles = Roles::kTilesPerWarp;
       constexpr bool kScaled = kSrc == DType::kFloat8E4M3;
       const int warp = tid / 32;
@@ -719,13 +746,19 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       }
       dots_in.finish(w, sm.dots());
       if (tid < 32) Dot::write_c(C_now, sm.c_frags());
+      if constexpr (kTwoGroups) {  // the second group's, from L2: by then the first tile is still in flight
+        WindowDots<kN, kAct> dots1;
+        dots1.issue(B_buf1(), p.Bb_entry_stride, B_now1(), C_now1(), L);
+        dots1.finish(w, sm.dots(1));
+        if (tid >= 32 && tid < 64) Dot::write_c(C_now1(), sm.c_frags(1));
+      }
       __syncthreads();  // the dots and C's fragments are in
       if (tid == Roles::kTicketThread) take_ticket();
       if constexpr (Layout::kSplitEpilogue) {
         if (consumer) {
           // (S C) of the warp's 16 rows, head after head, into the head dots of the head's parity; the
           // tile goes back to the ring as soon as it is reduced (its x window is the epilogue's).
-          const uint32_t* cfrag = sm.c_frags();
+          const uint32_t* cfrag0 = sm.c_frags();
           const int g = lane >> 2;
           for (int i = 0; i < num_heads; ++i) {
             const int stage = i % S;
@@ -733,7 +766,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             mbarrier_wait(sm.full(stage), (i / S) & 1);
             if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
             float y_g, y_g8;
-            Dot::dot(sm.tile(stage), first_row, cfrag, y_g, y_g8);
+            Dot::dot(sm.tile(stage), first_row, kTwoGroups ? sm.c_frags(group_of(i)) : cfrag0, y_g, y_g8);
             mbarrier_arrive(sm.empty(stage));
             if (i >= 2) mbarrier_wait(sm.dots_free(b), ((i >> 1) - 1) & 1);  // head i - 2's dots are read
             if ((lane & 3) == 0) {  // rows g and g + 8 of the tile: every lane of a quad holds them
@@ -748,7 +781,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           // The epilogue, thread pr for output row pr: the window term sum_{j<=w} wgt_j (B_j . C) x_j[pr]
           // from the stage's x window, then the head's dot, D, the gate, the output and the append.
           const int pr = tid - 32 * Roles::kConsumers;
-          const float c_unscale = Dot::c_unscale(sm.c_frags());
+          const float c_unscale0 = Dot::c_unscale(sm.c_frags());
           // z and the fp8 scale of the row, loaded two heads ahead (as the consumers do without the split).
           auto load_row = [&](RowOperands<kAct>& o, int head) {
             if (p.z != nullptr) o.z = static_cast<const Act*>(p.z)[row * p.z_row_stride + head * p.z_head_stride + pr];
@@ -781,7 +814,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             mbarrier_wait(sm.dots_ready(b), (i >> 1) & 1);
             const float dot = sm.head_dots(b)[pr];
             mbarrier_arrive(sm.dots_free(b));
-            y += decay * cur.scale * (dot * c_unscale);
+            y += decay * cur.scale * (dot * (kTwoGroups ? Dot::c_unscale(sm.c_frags(group_of(i))) : c_unscale0));
             store_output<kAct>(p, row, head, pr, y, cur);
             // Append the current token as entry w.
             static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] = cur.x;
@@ -801,8 +834,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         // In the epilogue two lanes per row.
         const int row_in_tile = lane >> 1;
         const int part = lane & 1;
-        const uint32_t* cfrag = sm.c_frags();
-        const float c_unscale = Dot::c_unscale(cfrag);
+        const uint32_t* cfrag0 = sm.c_frags();
+        const float c_unscale0 = Dot::c_unscale(cfrag0);
         // The only per-head global loads of a consumer: z and the fp8 scales of its rows (x is in the
         // stage's x window, D in shared memory). Loaded right after head i - 2 used the same registers:
         // two heads of latency, and no register copy that waits for them.
@@ -824,6 +857,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 
           mbarrier_wait(sm.full(stage), phase);
           if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
+          const uint32_t* cfrag = kTwoGroups ? sm.c_frags(group_of(i)) : cfrag0;
+          const float c_unscale = kTwoGroups ? Dot::c_unscale(cfrag) : c_unscale0;
           float y_g[kTiles], y_g8[kTiles];
 #pragma unroll
           for (int t = 0; t < kTiles; ++t) Dot::dot(sm.tile(stage), first_row + 16 * t, cfrag, y_g[t], y_g8[t]);
@@ -919,7 +954,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           cur_dt.bias = __shfl_sync(kFullMask, batch.bias, i & 31);
           const float head_D = __shfl_sync(kFullMask, batch.D, i & 31);
           if (i >= 2) mbarrier_wait(sm.weights_read(b), ((i >> 1) - 1) & 1);  // head i - 2 is done with buffer b
-          const float dt_now = window_weights<true>(p, cur_dt, w, sm.wgt(b), sm.decay(b), sm.dots());
+          const float dt_now = window_weights<true>(p, cur_dt, w, sm.wgt(b), sm.decay(b), sm.dots(group_of(i)));
           if (lane == 0) {
             *sm.head_D(b) = head_D;
             p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
@@ -1024,7 +1059,13 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       }
       if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
     }
-    if (head0 == group * heads_per_group && tid < kN / 8) {  // B once per group, by its first head's CTA
+    if constexpr (kTwoGroups) {  // chunk tid % (N / 8) of group `group + tid / (N / 8)`
+      if (tid < 2 * (kN / 8)) {
+        const int k = tid / (kN / 8), chunk = tid % (kN / 8);
+        Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + (group + k) * p.Bb_group_stride + w * p.Bb_entry_stride;
+        reinterpret_cast<uint4*>(B_dst)[chunk] = reinterpret_cast<const uint4*>(k == 0 ? B_now : B_now1())[chunk];
+      }
+    } else if (head0 == group * heads_per_group && tid < kN / 8) {  // B once per group, by its first head's CTA
       Act* B_dst = static_cast<Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride + w * p.Bb_entry_stride;
       reinterpret_cast<uint4*>(B_dst)[tid] = reinterpret_cast<const uint4*>(B_now)[tid];
     }
@@ -1164,6 +1205,18 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       if (scalar_warp) window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
       cp_async_wait<0>();  // the B window (head 0), where it is staged by cp.async
       __syncthreads();     // the window weights of this head are in; the previous head's fold is done
+      if (kTwoGroups && i == heads_per_group) {
+        // The CTA's second group: its B window replaces the first's (no fold reads it now; the barrier
+        // after the coefficients publishes it), and its C.
+        if constexpr (Layout::kFoldBFloat32) {
+          stage_B_fp32<kN, kAct>(sm.B_window(), B_buf1(), p.Bb_entry_stride, B_now1(), w);
+        } else {
+          stage_rows<kN, true>(sm.B_window(), B_buf1(), p.Bb_entry_stride, B_now1(), w);
+          cp_async_commit();
+          cp_async_wait<0>();
+        }
+        load_act4<kAct>(C_now1(), col0, c4);
+      }
 
       float* coef = sm.fold_coef();
       if constexpr (kFoldStagedX) mbarrier_wait(sm.x_full(1), i & 1);
@@ -1351,6 +1404,20 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
                                            /*one_wave=*/!p.staggered_flush,
                                            /*full_waves=*/!Layout::kTensorReplay && !p.staggered_flush);
     p.fold_prefetch_heads = fold_prefetch_heads();
+    // Two whole groups a CTA (a read copy on tensor cores, without the hint; by rule only an fp8 copy,
+    // in one wave where whole groups would not fit in one: choose_two_group_ctas), in their own kernel
+    // of the same layout.
+    if constexpr (kCopy && Layout::kTensorReplay) {
+      if (!p.staggered_flush &&
+          choose_two_group_ctas(p.batch, p.groups, ctas_per_sm, /*by_rule=*/kRead == DType::kFloat8E4M3)) {
+        auto two_group_kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, false, kTf32Replay, true>;
+        err = cudaFuncSetAttribute(two_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        if (err != cudaSuccess) return err;
+        p.heads_per_cta = 2 * (p.heads / p.groups);
+        two_group_kernel<<<dim3(p.groups / 2, p.batch), kThreads, smem, stream>>>(p);
+        return cudaGetLastError();
+      }
+    }
     const dim3 grid(p.heads / p.heads_per_cta, p.batch);
     // Staggered flush with a read copy: the folding rows first (mamba2_step_order.cu), where a fold costs
     // 4-8 replay steps. Only with more than one wave of CTAs (in one, every CTA starts at once) and more

@@ -587,6 +587,27 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
   return chosen;
 }
 
+// The tensor-core replay step's CTAs of two whole groups of one row, with a read copy (heads_per_cta =
+// 2 x the group's heads; the CTA switches B's window, the window dots and C's fragments at the second
+// group's first head; a kernel of its own, kTwoGroups). By rule (`by_rule`: an fp8 copy) where
+// whole-group CTAs would not fit in one wave of resident CTAs and two-group ones do (batch 50-99 at 8
+// groups, three CTAs an SM, 132 SMs). There the `waves` rule takes half groups (2.6 waves at batch 64),
+// and each CTA pays a set-up (barriers, the cursor, the first tile's DRAM round trip) that is a third of
+// a whole-group fp8-copy CTA's life (session 28's time lines: ~5.7 us against ~0.8 us a head, 12
+// heads); a quarter as many CTAs, in one wave, pay it once (session 30, run 4, nano4b / super120b, the
+// fp8-copy step at batch 64 37.1 -> 32.8 / 41.1 -> 35.8 us, at batch 96 49.7 -> 42.0 / 55.4 -> 44.8).
+// Not with a bf16 copy, whose cycle lost 2.6% at batch 96 (its step is at 78-85% of copy already), nor
+// past one wave (batch 128: fp8 59.9 -> 65.4 us, run 2) or below it (super120b batch 32: 22.3 -> 30.0
+// us, fewer CTAs than SMs, run 3). REPLAYSSM_STEP_GROUPS_PER_CTA=1 turns it off, =2 forces it wherever
+// the groups pair up (an even count; bf16 / fp16 copies too); read at every launch.
+inline bool choose_two_group_ctas(int64_t batch, int groups, int ctas_per_sm, bool by_rule) {
+  if (groups % 2 != 0) return false;
+  if (const char* forced = std::getenv("REPLAYSSM_STEP_GROUPS_PER_CTA")) return std::atoi(forced) == 2;
+  if (!by_rule || std::getenv("REPLAYSSM_STEP_HEADS_PER_CTA") != nullptr) return false;
+  const int64_t resident = static_cast<int64_t>(multiprocessor_count()) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
+  return batch * groups > resident && batch * (groups / 2) <= resident;
+}
+
 // The step's fold split (staggered-flush hint, with a read copy): CTAs of `heads_per_cta` heads for the
 // replaying rows, and for the first `rows` folding rows (the order pass lists them first) `split` times
 // smaller CTAs, so that a step whose few folding slots each cost several replays lasts about as long as

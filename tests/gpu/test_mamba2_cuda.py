@@ -445,6 +445,46 @@ def test_tf32_replay_matches_the_cuda_core_replay_and_the_reference(dims, act, h
     assert rel_err(caches["1"].checkpoint, ref.checkpoint) < 2e-5
 
 
+# The read copies' CTAs of two whole groups (choose_two_group_ctas; REPLAYSSM_STEP_GROUPS_PER_CTA = 2
+# forces them at any batch, 1 turns them off): a CTA switches B's window, the window dots and C's
+# fragments at its second group's first head, in the replay and in the fold. With and without, over fold
+# cycles, both tensor-core copies, odd group sizes (3 heads) and N = 64: everything bit for bit (each
+# head is computed from the same values by the same lanes), a pad row and unnamed slots untouched. The
+# grids show which kernel ran: G / 2 CTAs a row with them, at least G without.
+@pytest.mark.parametrize("source", ["bf16", "fp8"])
+@pytest.mark.parametrize("dims", [NANO4B, SUPER120B, ODD, SMALL], ids=["nano4b", "super120b", "odd", "small"])
+def test_step_two_group_ctas_are_bitwise_one_group_ctas(dims, source, monkeypatch):
+    rc = {"bf16": torch.bfloat16, "fp8": FP8}[source]
+    layer = Layer(dims, seed=31)
+    num_slots, L = 8, 5
+    slots = torch.tensor([6, 0, 3, -1, 5, 1], dtype=torch.int64)   # slots 2, 4, 7 unnamed
+    caches = {k: gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=rc) for k in ("2", "1")}
+    init = layer.states(num_slots).cuda().float()
+    for c in caches.values():
+        c.load(init)
+    untouched = [2, 4, 7]
+    before = [bits(t[untouched]).clone() for t in caches["2"].cache_tensors]
+    for step in range(2 * L + 2):
+        x, dt, B, C, z = (t.cuda() for t in layer.inputs(slots.numel()))
+        outs = {}
+        for knob, cache in caches.items():
+            monkeypatch.setenv("REPLAYSSM_STEP_GROUPS_PER_CTA", knob)
+            out = torch.full((slots.numel(), layer.H, layer.P), float("nan"), dtype=layer.act, device="cuda")
+            grids = step_grids(lambda: cuda_step(cache, x, dt, B, C, z, slots.cuda(), out))
+            assert len(grids) == 1, grids
+            if knob == "2":
+                assert grids[0][0] == layer.G // 2, grids
+            else:
+                assert grids[0][0] >= layer.G, grids
+            outs[knob] = out
+        assert torch.count_nonzero(outs["2"][3]) == 0, "pad row"
+        assert torch.equal(bits(outs["2"]), bits(outs["1"])), f"outputs, step {step}"
+        for a, b in zip(caches["2"].cache_tensors, caches["1"].cache_tensors):
+            assert torch.equal(bits(a), bits(b)), f"step {step}"
+    for t_before, t in zip(before, caches["2"].cache_tensors):
+        assert torch.equal(t_before, bits(t[untouched])), "a slot no row names changed"
+
+
 # Sources: an fp8 read copy (tensor cores), an fp32 checkpoint on tensor cores (tf32) and on CUDA cores.
 @pytest.mark.parametrize("source", ["fp8", "tf32", "fp32-cuda-cores"])
 @pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
@@ -632,6 +672,12 @@ def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(monkeypatch):
         return grids[0][0]
 
     for (rc, batch), ctas_per_row in H200_STEP_CTAS_PER_ROW.items():
+        assert grid_x(batch, rc) == ctas_per_row, (rc, batch)
+    # Two whole groups a CTA (4 CTAs a row) with an fp8 copy where whole groups would pass one wave and
+    # two-group CTAs do not (batch 50-99 at 396 resident): not at batch 49 or 100, nor with a bf16 copy
+    # or none (half groups there: 16 CTAs a row).
+    for rc, batch, ctas_per_row in [(FP8, 64, 4), (FP8, 99, 4), (FP8, 50, 4), (FP8, 100, 8), (FP8, 49, 8),
+                                    (torch.bfloat16, 64, 16), (None, 64, 16)]:
         assert grid_x(batch, rc) == ctas_per_row, (rc, batch)
     monkeypatch.setenv("REPLAYSSM_STEP_FOLD_SPLIT", "0")
     assert grid_x(16, FP8, hint=True) == 96, "hint without the fold split: one head per CTA"
