@@ -571,8 +571,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   // This CTA's heads: head0 .. head0 + num_heads - 1, one group (a block of heads_per_cta, or with the
   // fold split, part `part` of it) or, kTwoGroups, two whole groups (heads_per_cta twice a group's
   // heads), `group` the first. kTwoGroups is a template flag so that the kernels without it compile
-  // exactly as before: a group switch in the per-head loops made the fp8-copy step 4-8% slower
-  // (sessions 17, 22 and 29).
+  // exactly as before: a group switch in the per-head loops made the fp8-copy step 3.5-8% slower
+  // (sessions 17, 22 and 30).
   const int num_heads = fine_fold ? p.heads_per_cta / p.fold_split : p.heads_per_cta;
   const int blocks_per_group = kTwoGroups ? 1 : heads_per_group / p.heads_per_cta;
   const int group = kTwoGroups ? blockIdx.x * 2 : blockIdx.x / blocks_per_group;
