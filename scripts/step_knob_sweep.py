@@ -6,7 +6,8 @@ model), with the conventional update of the same batch beside them (the cycle's 
     PYTHONPATH=. python3 scripts/step_knob_sweep.py --knob REPLAYSSM_STEP_GROUPS_PER_CTA --values unset 1 2 \
         --dims nano4b --batches 256 512 --copies none fp8
 
-Runs from the repository root. Session 30 used it for the two-group CTAs (choose_two_group_ctas)."""
+Runs from the repository root. Session 30 used it for the two-group CTAs (choose_two_group_ctas); it
+replaces session 27's tf32_replay_sweep.py (`--knob REPLAYSSM_STEP_TF32_REPLAY --values 0 1 --copies none`)."""
 
 import argparse
 import os

@@ -136,8 +136,9 @@ struct StepLayout {
   static constexpr size_t kWgtOffset = kDotsOffset + 4 * kMamba2MaxBufferLen;      // float[2][L_max]
   static constexpr size_t kDecayOffset = kWgtOffset + 2 * 4 * kMamba2MaxBufferLen;  // float[2]
   static constexpr size_t kYdotOffset = kDecayOffset + 16;                          // float[2][P], then (split) float[2][P]
-  // Tensor-core replay: a CTA may take two whole groups (heads_per_cta = 2 x the group's heads), and
-  // the second group's window dots (float[L_max]) and C fragments (at most N words) sit here.
+  // A two-group CTA (kTwoGroups, read copies only: heads_per_cta = 2 x the group's heads) keeps its
+  // second group's window dots (float[L_max]) and C fragments (at most N words) here. Every tensor-core
+  // layout has the area (768 bytes, no CTA per SM lost); the other kernels leave it unused.
   static constexpr size_t kGroup1Offset = kYdotOffset + (kSplitEpilogue ? 4 : 2) * 4 * kP;
   static constexpr size_t kGroup1Bytes = kTensorReplay ? 4 * kMamba2MaxBufferLen + 4 * kN : 0;
   static constexpr size_t kRingOffset = (kGroup1Offset + kGroup1Bytes + 127) / 128 * 128;
@@ -215,7 +216,7 @@ struct StepSmem {
   // kSplitEpilogue: head dots of buffer b written (by the consumers) / read (by the epilogue warps).
   __device__ uint64_t* dots_ready(int b) const { return full(3 * Layout::kStages + 4 + b); }
   __device__ uint64_t* dots_free(int b) const { return full(3 * Layout::kStages + 6 + b); }
-  // The window dots B_j . C of the CTA's first group (k = 0) or, tensor-core replay, its second (k = 1).
+  // The window dots B_j . C of the CTA's first group (k = 0) or, two-group CTAs, its second (k = 1).
   __device__ float* dots(int k = 0) const {
     return reinterpret_cast<float*>(base + (k == 0 ? Layout::kDotsOffset : Layout::kGroup1Offset));
   }
