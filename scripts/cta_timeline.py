@@ -1,9 +1,10 @@
-"""Where a launch's time goes, CTA by CTA: the per-CTA time lines of the conventional update and the
-non-fold replay step (w = 8 of L = 16), recorded by a diagnostic build (csrc/kernels/cta_timeline.cuh):
+"""Where a launch's time goes, CTA by CTA: the per-CTA time lines of the conventional update, the
+non-fold replay step (w = 8 of L = 16) and the fold step (w = 15: every row folds; "item" is then the
+interval between checkpoint tiles), recorded by a diagnostic build (csrc/kernels/cta_timeline.cuh):
 
     REPLAYSSM_CTA_TIMELINE=1 REPLAYSSM_CUDA_ARCHS=90a python3 setup.py build_ext --inplace
     PYTHONPATH=. python3 scripts/cta_timeline.py [--dims nano4b super120b] [--batches 64 512]
-        [--kernels update step-none step-fp8] [--csv FILE.csv.gz]
+        [--kernels update step-none step-fp8 fold-none fold-fp8] [--csv FILE.csv.gz]
 
 Each case is timed the benchmark's way (bench/bench_mamba2.py: a CUDA graph of one launch per slot group
 of a rotating pool, cold L2, behind the GPU hold), and the records of the graph's launches are read after
@@ -38,7 +39,9 @@ from timing import DIMS, _capture, _replay_times, measure_copy_bandwidth  # noqa
 WORDS = 64  # kCtaTimelineWords
 START, CONSUMER_END, OTHER_END, ITEM0 = 1, 2, 3, 4
 MAX_CTAS = 16384
-COPIES = {"step-none": None, "step-bf16": torch.bfloat16, "step-fp8": torch.float8_e4m3fn}
+COPIES = {"step-none": None, "step-bf16": torch.bfloat16, "step-fp8": torch.float8_e4m3fn,
+          "fold-none": None, "fold-bf16": torch.bfloat16, "fold-fp8": torch.float8_e4m3fn}
+L = 16  # the buffer length of every case
 
 
 def median(v):
@@ -98,7 +101,8 @@ def run_case(kind, s: Setup):
         return record, None, k, nbytes, None
     pool = ReplayPool(s, COPIES[kind])
     inputs = make_inputs(s, pool.k)
-    return (lambda: pool.record_steps(inputs)), (lambda: pool.cursors.fill_(8)), pool.k, pool.step_bytes(8), pool
+    w = L - 1 if kind.startswith("fold") else L // 2
+    return (lambda: pool.record_steps(inputs)), (lambda: pool.cursors.fill_(w)), pool.k, pool.step_bytes(w), pool
 
 
 def main() -> int:
@@ -113,8 +117,8 @@ def main() -> int:
         print("this build has no CTA time line: rebuild with REPLAYSSM_CTA_TIMELINE=1 (see the doc)", file=sys.stderr)
         return 2
     copy_bw = measure_copy_bandwidth()
-    print(f"# {torch.cuda.get_device_name()}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = 8 of L = 16, "
-          f"bf16 activations, z gate; us, medians over a graph's launches after its first")
+    print(f"# {torch.cuda.get_device_name()}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = {L // 2} / fold at "
+          f"w = {L - 1}, L = {L}, bf16 activations, z gate; us, medians over a graph's launches after its first")
     print("| dims | kernel | batch | CTAs | kernel us | ideal us | gap | ramp med / last | item | "
           "tail med / first | CTA life p10 / p50 / p90 | busy |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -123,7 +127,7 @@ def main() -> int:
         H, P, N, G = DIMS[name]
         for batch in args.batches:
             for kind in args.kernels:
-                s = Setup(H, P, N, G, batch, 16)
+                s = Setup(H, P, N, G, batch, L)
                 record, before, k, nbytes, keep = run_case(kind, s)
                 # The capture's warm-up call takes the first k record sets, the captured launches the next k.
                 buf = torch.zeros(2 * k, MAX_CTAS, WORDS, dtype=torch.int64, device="cuda")

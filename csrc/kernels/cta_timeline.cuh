@@ -13,6 +13,8 @@
 //   word 2: when its first consumer warp finished (after its last item's stores were issued);
 //   word 3: when another role finished (the update's producer, the split epilogue's first warp);
 //   word 4 + i: when the first consumer warp saw item i's tile land (i < kCtaTimelineItems).
+// A step CTA that folds marks words 2 and 4 + i from thread 0: head i's checkpoint tile landed, and
+// the fold's end (before its cursor ticket).
 #pragma once
 
 #include <cstdint>

@@ -1251,6 +1251,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       // fp8-copy fold (session 12, run 1) had 10% of its samples on that wait and 3% on the x loads
       // after it.
       mbarrier_wait(sm.full(stage), kCopy ? (i + 1) & 1 : (i / S) & 1);
+      if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
 
       const float decay = *sm.decay(b);
       const typename Layout::FoldB* Bw = sm.B_window();
@@ -1355,7 +1356,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       if (row_owner) store_output<kAct>(p, row, head, tid, sm.ydot(b)[tid], cur);
     }
   }
-  if (tid == 0 && fold) take_ticket();
+  if (tid == 0 && fold) {
+    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
+    take_ticket();
+  }
 }
 
 // kOrdered = false: sizes the launch and runs the step, or hands it to the ordered step (below).
