@@ -10,8 +10,8 @@ given as a fraction of it.
 Byte model (per batch row; H heads, G groups, P x N state, L buffer length, w = cursor before the step):
     inputs / outputs   x, z, out: 3 H P a;  B, C: 2 G N a;  dt: H a            (a = activation bytes)
     conventional       read + write the state: 2 H P N s                      (s = checkpoint bytes)
-    replay step        read the read copy (or checkpoint): H P N r;  read w buffer entries and append one:
-                       (w + 1) (H P a + G N a + 4 H)
+    replay step        read the read copy (or checkpoint): H P N r (+ its fp8 scales: 4 H P [fp8]);
+                       read w buffer entries and append one: (w + 1) (H P a + G N a + 4 H)
     fold step          read + write the checkpoint, write the read copy (+ fp8 scales):
                        H P N (2 s + r) + 4 H P [fp8];  read w entries: w (H P a + G N a + 4 H)
 A cycle is L steps: w = 0 .. L-1 with the fold at w = L - max_draft_tokens (here L - 1). With a staggered
@@ -154,7 +154,7 @@ class ReplayPool:
         fp8 = self.rc_dtype == torch.float8_e4m3fn
         ck_rw = 2 * self.c_bytes   # a fold reads and writes the checkpoint
         per_elem = (ck_rw + self.r_bytes) if fold and self.rc is not None else ck_rw if fold else self.r_bytes
-        scales = 4 * s.batch * s.H * s.P if fold and fp8 else 0
+        scales = 4 * s.batch * s.H * s.P if fp8 else 0   # a fold writes them, a replay step reads them
         entries = w if fold else w + 1
         return s.batch * s.state_elems * per_elem + scales + entries * s.entry_bytes() + s.io_bytes()
 
