@@ -12,6 +12,9 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
 metrics+=,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active
+# Issue: executed IPC per SM and the issue slots' busy fraction (ncu's Compute Workload Analysis
+# metrics; added after session 32's run): whether a kernel off the DRAM peak is instruction-bound.
+metrics+=,sm__inst_executed.avg.per_cycle_active,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum
 ncu --profile-from-start off --clock-control none -k "regex:${NCU_KERNEL:-step_kernel|update_kernel}" --metrics "$metrics" \
   python3 "${NCU_SCRIPT:-scripts/profile_mamba2.py}" 2>&1 |
-  grep -E "^  [a-zA-Z].*\(|gpu__time|dram__|lts__|warps_active"
+  grep -E "^  [a-zA-Z].*\(|gpu__time|dram__|lts__|warps_active|inst_executed|issue_active"
