@@ -1,5 +1,5 @@
 """Where ptxas spilled: the source lines of every local-memory store and load (STL / LDL) in the SASS
-of the step kernels whose mangled name matches --match, from a build's object files (cuobjdump and
+of the kernels whose mangled name contains --match (all kernels without it), from a build's object files (cuobjdump and
 nvdisasm of the CUDA toolkit; the build's -lineinfo gives the lines). For register-pressure work
 (ptxas -v says how many bytes, not where).
 
