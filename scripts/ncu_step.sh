@@ -8,7 +8,8 @@
 #   NCU_SCRIPT=scripts/profile_mamba2_spec.py NCU_KERNEL=verify_kernel NCU_SKIP=0 NCU_COUNT=1 bash scripts/ncu_step.sh
 # Writes the report plus its text pages to $OUT: ncu_step_details.txt (sections), ncu_step_sass.csv
 # (per-SASS-instruction samples and stall reasons, for finding the instructions a warp waits on) and
-# its summary ncu_step_sass_top.txt (scripts/ncu_sass_top.py: the most-sampled instructions per launch).
+# its summary ncu_step_sass_top.txt (scripts/ncu_sass_top.py: the most-sampled instructions per launch), and
+# ncu_step_cudasass.csv (the same per CUDA source line: scripts/ncu_source_lines.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -20,3 +21,5 @@ ncu --profile-from-start off --clock-control none --set full --import-source no 
 ncu -i "$OUT/ncu_step.ncu-rep" --page details > "$OUT/ncu_step_details.txt"
 ncu -i "$OUT/ncu_step.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_step_sass.csv"
 python3 scripts/ncu_sass_top.py "$OUT/ncu_step_sass.csv" > "$OUT/ncu_step_sass_top.txt"
+# CUDA lines with their SASS (the build has -lineinfo): scripts/ncu_source_lines.py sums it per line.
+ncu -i "$OUT/ncu_step.ncu-rep" --page source --csv --print-source cuda,sass > "$OUT/ncu_step_cudasass.csv"
