@@ -31,6 +31,7 @@ using mamba2::row_sum;    // sum over the lanes of a state row
 using mamba2::warp_inclusive_sum;  // the window's dt prefix sums
 using mamba2::softplus;   // torch.nn.functional.softplus (beta 1, threshold 20), fp32, no fast math
 using mamba2::silu;
+using mamba2::gate;      // the output gate, silu with a fast division
 using mamba2::store_act;
 using mamba2::load_act;
 

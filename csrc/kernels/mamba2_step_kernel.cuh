@@ -475,12 +475,12 @@ struct WindowDots {
   }
 };
 
-// Output row p of the step: y + D x, times silu(z) when gated.
+// Output row p of the step: y + D x, times silu(z) when gated (gate: a fast division).
 template <DType kAct>
 __device__ __forceinline__ void store_output(const Mamba2Params& p, int row, int head, int pr, float y,
                                              const RowOperands<kAct>& o) {
   if (p.D != nullptr) y += o.D * to_float(o.x);
-  if (p.z != nullptr) y *= silu(to_float(o.z));
+  if (p.z != nullptr) y *= gate(to_float(o.z));
   store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
 }
 

@@ -198,12 +198,6 @@ struct VerifySmem {
   __device__ Act* C_rows() const { return reinterpret_cast<Act*>(base + Layout::C_rows(stages, L, T)); }      // [T][N]
 };
 
-// The output gate silu(z) = z / (1 + e^-z), with the division as MUFU.RCP and one multiply (__fdividef,
-// within 2 ulp of fp32; the output is then rounded to 16 bits). The correctly rounded division ('/', as
-// in the step's silu) compiles to a branch into a slow-path subroutine, and that call, made where a
-// reduce warp's C values and units are live, made ptxas spill 28-48 bytes at 128 registers.
-__device__ __forceinline__ float gate(float z) { return __fdividef(z, 1.0f + expf(-z)); }
-
 // Two consecutive 16-bit activations at a 4-byte aligned address as floats (one 32-bit load).
 template <class Act>
 __device__ __forceinline__ void act2_to_float(const Act* p, float (&v)[2]) {
