@@ -245,5 +245,89 @@ struct TensorDot {
   }
 };
 
+
+// ---- The replay's window term on tensor cores (bf16 activations) --------------------------------
+// sum_{j<=w} wgt_j x_j[p] for 16 output rows p: one mma.m16n8k16 per 16 window entries, A = the x
+// window (row p, k = entry j; the stage holds x_j as rows of P, so ldmatrix.trans reads A straight from
+// it), B = the weights, each split exactly into three bf16 pieces (split_bf16x3) in B's columns 0, 1, 2;
+// columns 3..7 are zero. Row p's term is then the sum of its first three accumulator columns.
+//
+// Why: the per-thread FFMA form (a 2-byte load, a select, an address and a conversion per entry and
+// row) was ~25% of the consumer warps' instructions per head in the fp8 step (ncu source counters,
+// session 33, nano4b batch 256), and those warps' instruction stream is what a head waits for there.
+//
+// Exactness: x is bf16 and every piece is bf16, so each product is exact in fp32; wgt_j = hi + mid + lo
+// exactly (a finite fp32 weight of magnitude above ~2^-110; below that the lowest piece loses bits), so
+// the term is the fp32 sum of the exact products wgt_j x_j, summed in fp32 inside the tensor core
+// instead of by an FFMA chain. fp16 activations keep the FFMA form: three fp16 pieces would not hold
+// every fp32 weight's range.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&a)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
+               : "memory");
+}
+
+struct Bf16x3 {
+  uint32_t hi, mid, lo;  // bf16 bit patterns (low 16 bits)
+};
+// x = hi + mid + lo exactly: hi is x truncated to bf16 (8 significant bits), x - hi is exact in fp32
+// with at most 16 significant bits, mid truncates that to 8 and leaves at most 8 for lo.
+__device__ __forceinline__ Bf16x3 split_bf16x3(float x) {
+  const uint32_t hi = __float_as_uint(x) & 0xffff0000u;
+  const float rest = x - __uint_as_float(hi);
+  const uint32_t mid = __float_as_uint(rest) & 0xffff0000u;
+  const float lo = rest - __uint_as_float(mid);
+  return {hi >> 16, mid >> 16, __float_as_uint(lo) >> 16};
+}
+
+struct WindowMma {
+  // A head's weights as B fragments, per k-step of 16 entries: columns n = 0..2, then for each lane c
+  // of a quad its four k (entries 2c, 2c + 1, 2c + 8, 2c + 9: b0 then b1), 16 bits each.
+  static constexpr int kKSteps = kMamba2MaxBufferLen / 16;
+  static constexpr int kHalvesPerKStep = 3 * 16;
+  static constexpr int kBytes = 2 * kKSteps * kHalvesPerKStep;  // one head's (one buffer)
+
+  // Entry j's weight into the fragments f (the scalar warp: a lane per entry).
+  __device__ static void write(uint16_t* f, int j, float wgt) {
+    const int jj = j & 15;
+    uint16_t* at = f + (j >> 4) * kHalvesPerKStep + 4 * ((jj & 7) >> 1) + (jj & 1) + 2 * (jj >> 3);
+    const Bf16x3 v = split_bf16x3(wgt);
+    at[0] = static_cast<uint16_t>(v.hi);
+    at[16] = static_cast<uint16_t>(v.mid);
+    at[32] = static_cast<uint16_t>(v.lo);
+  }
+
+  // This lane's B fragment of the k-step from entry k0 (zero in columns 3..7).
+  __device__ static uint2 b_frag(const uint16_t* f, int k0) {
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, c = lane & 3;
+    uint2 b = make_uint2(0u, 0u);
+    if (g < 3) b = *reinterpret_cast<const uint2*>(f + (k0 >> 4) * kHalvesPerKStep + 16 * g + 4 * c);
+    return b;
+  }
+
+  // The row address this lane gives ldmatrix for the A fragment of rows row0 .. row0 + 15 and entries
+  // k0 .. k0 + 15 of the x window xw: matrix m = lane / 8 covers rows row0 + 8 (m & 1), entries
+  // k0 + 8 (m >> 1) + lane % 8. Entry w (the current token) sits in slot L - 1, and so do the entries
+  // past w (weight zero: a slot never written might hold a NaN).
+  template <int kP, class Act>
+  __device__ static const Act* a_row(const Act* xw, int k0, int w, int L, int row0) {
+    const int lane = threadIdx.x & 31;
+    const int m = lane >> 3;
+    const int j = k0 + 8 * (m >> 1) + (lane & 7);
+    return xw + (j < w ? j : L - 1) * kP + row0 + 8 * (m & 1);
+  }
+
+  // From the accumulators of one 16-row tile, row g + 8 c's window term in lanes c = 0, 1 of each quad
+  // (lanes c = 2, 3 get zero): lane 0 holds columns 0, 1 of rows g, g + 8, lane 1 column 2 of them.
+  __device__ static float row_term(const float (&acc)[4]) {
+    const int c = threadIdx.x & 1;
+    const float row_g = acc[0] + acc[1], row_g8 = acc[2] + acc[3];
+    const float other = __shfl_xor_sync(0xffffffffu, c == 0 ? row_g8 : row_g, 1);
+    return (c == 0 ? row_g : row_g8) + other;
+  }
+};
+
 }  // namespace mamba2
 }  // namespace replayssm

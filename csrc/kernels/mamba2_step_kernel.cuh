@@ -135,6 +135,16 @@ struct StepLayout {
   static constexpr size_t kDotsOffset = kTensorReplay ? 256 : 64;  // float[L_max]
   static constexpr size_t kWgtOffset = kDotsOffset + 4 * kMamba2MaxBufferLen;      // float[2][L_max]
   static constexpr size_t kDecayOffset = kWgtOffset + 2 * 4 * kMamba2MaxBufferLen;  // float[2]
+  // The tensor-core replay with bf16 activations (kWindowMma) keeps its window weights as mma B
+  // fragments (WindowMma, one head's per buffer) over the window dots and the float weights: its scalar
+  // warp, the dots' only reader, holds them in registers (the space is full: at P = 64 three CTAs an SM
+  // leave 128 bytes).
+  // Not in the split epilogue of a bf16 copy: there it measured 0.3-0.8% slower than the FFMA form
+  // (session 34, super120b), where the fp8 copy's step gained 3.4-5.4%.
+  static constexpr bool kWindowMma =
+      kTensorReplay && kAct == DType::kBFloat16 && (!kSplitEpilogue || kSrc == DType::kFloat8E4M3);
+  static constexpr size_t kWfragOffset = kDotsOffset;  // uint16_t[2][WindowMma::kBytes / 2]
+  static_assert(2 * WindowMma::kBytes <= kDecayOffset - kDotsOffset, "the weight fragments fit over dots and weights");
   static constexpr size_t kYdotOffset = kDecayOffset + 16;                          // float[2][P], then (split) float[2][P]
   // A two-group CTA (kTwoGroups, read copies only: heads_per_cta = 2 x the group's heads) keeps its
   // second group's window dots (float[L_max]) and C fragments (at most N words) here. Every tensor-core
@@ -221,6 +231,9 @@ struct StepSmem {
     return reinterpret_cast<float*>(base + (k == 0 ? Layout::kDotsOffset : Layout::kGroup1Offset));
   }
   __device__ float* wgt(int b) const { return reinterpret_cast<float*>(base + Layout::kWgtOffset) + b * kMamba2MaxBufferLen; }
+  __device__ uint16_t* wfrag(int b) const {
+    return reinterpret_cast<uint16_t*>(base + Layout::kWfragOffset + b * WindowMma::kBytes);
+  }
   __device__ float* decay(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + b; }
   // Tensor-core replay only: the head's D next to its decay, and C's mma fragments in the ydot area.
   __device__ float* head_D(int b) const { return reinterpret_cast<float*>(base + Layout::kDecayOffset) + 2 + b; }
@@ -387,12 +400,26 @@ __device__ __forceinline__ float current_dt(const Mamba2Params& p, const HeadDt&
   return p.dt_softplus ? softplus(dt) : dt;
 }
 
+// A lane's window dots B_j . C (entries lane, lane + 32): the tensor-core replay's scalar warp keeps
+// them in registers (StepLayout::kWfragOffset).
+struct LaneDots {
+  float v[kMamba2MaxBufferLen / 32];
+};
+__device__ __forceinline__ LaneDots load_lane_dots(const float* dots) {
+  LaneDots d;
+#pragma unroll
+  for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) d.v[h] = dots[(threadIdx.x & 31) + 32 * h];
+  return d;
+}
+
 // The scalar warp: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared
-// memory; kTimesDots: wgt_j (B_j . C) instead (the tensor-core replay's epilogue, one load per entry).
+// memory; kTimesDots: wgt_j (B_j . C) instead (the tensor-core replay's epilogue, one load per entry),
+// as floats into wgt or, kFrags, as WindowMma's B fragments into frags.
 // Returns the current token's dt (entry w), which the replay step appends.
-template <bool kTimesDots = false>
+template <bool kTimesDots = false, bool kFrags = false>
 __device__ __forceinline__ float window_weights(const Mamba2Params& p, const HeadDt& d, int w, float* wgt, float* decay,
-                                                const float* dots = nullptr) {
+                                                const LaneDots& dots = LaneDots{}, uint16_t* frags = nullptr) {
+  static_assert(kTimesDots || !kFrags, "fragments are the tensor-core replay's");
   constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
   const float now = current_dt(p, d);
@@ -418,8 +445,11 @@ __device__ __forceinline__ float window_weights(const Mamba2Params& p, const Hea
   for (int h = 0; h < kEntriesPerLane; ++h) {
     const int j = lane + 32 * h;
     const float v = dts[h] * expf(total - A * prefix[h]);
-    if constexpr (kTimesDots) {
-      wgt[j] = j <= w ? v * dots[j] : 0.0f;  // every entry: the consumers read whole groups of 8 (zeros past w)
+    if constexpr (kFrags) {
+      // The k-steps the consumers read (entries up to w, rounded up to 16): zeros past w.
+      if (h * 32 <= w) WindowMma::write(frags, j, j <= w ? v * dots.v[h] : 0.0f);
+    } else if constexpr (kTimesDots) {
+      wgt[j] = j <= w ? v * dots.v[h] : 0.0f;  // every entry: the consumers read whole groups of 8 (zeros past w)
     } else if (j <= w) {
       wgt[j] = v;
     }
@@ -781,7 +811,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         } else if (warp < Roles::kConsumers + Roles::kEpilogueWarps) {
           // The epilogue, thread pr for output row pr: the window term sum_{j<=w} wgt_j (B_j . C) x_j[pr]
           // from the stage's x window, then the head's dot, D, the gate, the output and the append.
-          const int pr = tid - 32 * Roles::kConsumers;
+          // kWindowMma: the window term of the warp's 32 rows on tensor cores (two 16-row tiles), lane
+          // 4 g + c then taking row 16 (c / 2) + g + 8 (c % 2) of them (WindowMma::row_term).
+          const int epilogue_row0 = 32 * (warp - Roles::kConsumers);
+          const int pr = Layout::kWindowMma ? epilogue_row0 + 16 * ((lane >> 1) & 1) + (lane >> 2) + 8 * (lane & 1)
+                                            : tid - 32 * Roles::kConsumers;
           const float c_unscale0 = Dot::c_unscale(sm.c_frags());
           // z and the fp8 scale of the row, loaded two heads ahead (as the consumers do without the split).
           auto load_row = [&](RowOperands<kAct>& o, int head) {
@@ -795,21 +829,43 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             mbarrier_wait(sm.x_full(stage), (i / S) & 1);
             mbarrier_wait(sm.weights_written(b), (i >> 1) & 1);
             const Act* xw = sm.x_window(stage);
-            const float* wd = sm.wgt(b);  // wgt_j (B_j . C), zeros past w
             const float decay = *sm.decay(b);
             cur.D = *sm.head_D(b);
             cur.x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
-            // Entries in groups of 4 (window_group4), a thread per row.
-            float y = 0.0f, y_odd = 0.0f;
+            float y;
+            if constexpr (Layout::kWindowMma) {
+              static_assert(kP % 32 == 0, "an epilogue warp's rows: two whole 16-row tiles");
+              const uint16_t* wf = sm.wfrag(b);
+              float acc[2][4] = {};
 #pragma unroll 1
-            for (int j0 = 0; j0 <= w; j0 += 4) {
-              const WindowGroup4 g = window_group4<kP>(wd, xw, j0, w, L, pr);
-              y += g.wgt.x * g.x[0];
-              y_odd += g.wgt.y * g.x[1];
-              y += g.wgt.z * g.x[2];
-              y_odd += g.wgt.w * g.x[3];
+              for (int k0 = 0; k0 <= w; k0 += 16) {
+                const uint2 bw = WindowMma::b_frag(wf, k0);
+                const Act* a_row = WindowMma::a_row<kP>(xw, k0, w, L, epilogue_row0);
+#pragma unroll
+                for (int t = 0; t < 2; ++t) {
+                  uint32_t a[4];
+                  ldmatrix_x4_trans(a, a_row + 16 * t);
+                  mma_m16n8k16<true>(acc[t], a[0], a[1], a[2], a[3], bw.x, bw.y);
+                }
+              }
+              const float tile0 = WindowMma::row_term(acc[0]);
+              const float tile1 = __shfl_xor_sync(kFullMask, WindowMma::row_term(acc[1]), 2);  // to lanes c = 2, 3
+              y = (lane & 2) ? tile1 : tile0;
+            } else {
+              // Entries in groups of 4 (window_group4), a thread per row.
+              const float* wd = sm.wgt(b);  // wgt_j (B_j . C), zeros past w
+              float y_odd = 0.0f;
+              y = 0.0f;
+#pragma unroll 1
+              for (int j0 = 0; j0 <= w; j0 += 4) {
+                const WindowGroup4 g = window_group4<kP>(wd, xw, j0, w, L, pr);
+                y += g.wgt.x * g.x[0];
+                y_odd += g.wgt.y * g.x[1];
+                y += g.wgt.z * g.x[2];
+                y_odd += g.wgt.w * g.x[3];
+              }
+              y += y_odd;
             }
-            y += y_odd;
             mbarrier_arrive(sm.empty(stage));  // the stage's x window is read
             mbarrier_arrive(sm.weights_read(b));
             mbarrier_wait(sm.dots_ready(b), (i >> 1) & 1);
@@ -832,9 +888,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         }
       }
       if (consumer && !Layout::kSplitEpilogue) {
-        // In the epilogue two lanes per row.
-        const int row_in_tile = lane >> 1;
-        const int part = lane & 1;
+        // In the epilogue two lanes per row and half the lanes storing (part 0), or, kWindowMma, lanes
+        // 4 g + c with c = 0, 1 taking row g + 8 c of a tile (WindowMma::row_term).
+        const int row_in_tile = Layout::kWindowMma ? (lane >> 2) + 8 * (lane & 1) : lane >> 1;
+        const int part = Layout::kWindowMma ? (lane >> 1) & 1 : lane & 1;
         const uint32_t* cfrag0 = sm.c_frags();
         const float c_unscale0 = Dot::c_unscale(cfrag0);
         // The only per-head global loads of a consumer: z and the fp8 scales of its rows (x is in the
@@ -867,37 +924,69 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           mbarrier_wait(sm.x_full(stage), phase);
           mbarrier_wait(sm.weights_written(b), (i >> 1) & 1);
           const Act* xw = sm.x_window(stage);
-          const float* wd = sm.wgt(b);  // wgt_j (B_j . C)
           const float decay = *sm.decay(b);
           const float head_D = *sm.head_D(b);
-#pragma unroll
-          for (int t = 0; t < kTiles; ++t) {
-            const int pr = first_row + 16 * t + row_in_tile;
-            cur[t].D = head_D;
-            cur[t].x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
-            // The window term sum_{j<=w} wgt_j x_j over entries 0 .. w in groups of 8, lane `part` taking
-            // 4 of each (window_group4; the scalar warp writes all 64 weights, zero past w).
-            float y = 0.0f, y_odd = 0.0f;
+          if constexpr (Layout::kWindowMma) {
+            // The window term of the warp's tiles on tensor cores, then lanes c = 0, 1 of each quad
+            // finish rows g and g + 8: their dots are y_g and y_g8 in their own lanes.
+            const uint16_t* wf = sm.wfrag(b);
+            float acc[kTiles][4] = {};
 #pragma unroll 1
-            for (int j0 = 0; j0 <= w; j0 += 8) {
-              const WindowGroup4 g = window_group4<kP>(wd, xw, j0 + 4 * part, w, L, pr);
-              y += g.wgt.x * g.x[0];
-              y_odd += g.wgt.y * g.x[1];
-              y += g.wgt.z * g.x[2];
-              y_odd += g.wgt.w * g.x[3];
+            for (int k0 = 0; k0 <= w; k0 += 16) {
+              const uint2 bw = WindowMma::b_frag(wf, k0);
+              const Act* a_row = WindowMma::a_row<kP>(xw, k0, w, L, first_row);
+#pragma unroll
+              for (int t = 0; t < kTiles; ++t) {
+                uint32_t a[4];
+                ldmatrix_x4_trans(a, a_row + 16 * t);
+                mma_m16n8k16<true>(acc[t], a[0], a[1], a[2], a[3], bw.x, bw.y);
+              }
             }
-            y += y_odd;
-            y += __shfl_xor_sync(kFullMask, y, 1);
-            // Row g's dot sits in the lanes of quad g: y_g for rows 0..7 of the tile, y_g8 for 8..15.
-            const int quad_lane = 4 * (row_in_tile & 7);
-            const float dot_g = __shfl_sync(kFullMask, y_g[t], quad_lane);
-            const float dot_g8 = __shfl_sync(kFullMask, y_g8[t], quad_lane);
-            if (part == 0) {
-              y += decay * cur[t].scale * ((row_in_tile < 8 ? dot_g : dot_g8) * c_unscale);
-              store_output<kAct>(p, row, head, pr, y, cur[t]);
-              // Append the current token as entry w.
-              static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] =
-                  cur[t].x;
+#pragma unroll
+            for (int t = 0; t < kTiles; ++t) {
+              const float term = WindowMma::row_term(acc[t]);
+              if (part == 0) {
+                const int pr = first_row + 16 * t + row_in_tile;
+                cur[t].D = head_D;
+                cur[t].x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
+                const float y = term + decay * cur[t].scale * (((lane & 1) == 0 ? y_g[t] : y_g8[t]) * c_unscale);
+                store_output<kAct>(p, row, head, pr, y, cur[t]);
+                // Append the current token as entry w.
+                static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] =
+                    cur[t].x;
+              }
+            }
+          } else {
+            const float* wd = sm.wgt(b);  // wgt_j (B_j . C)
+#pragma unroll
+            for (int t = 0; t < kTiles; ++t) {
+              const int pr = first_row + 16 * t + row_in_tile;
+              cur[t].D = head_D;
+              cur[t].x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
+              // The window term sum_{j<=w} wgt_j x_j over entries 0 .. w in groups of 8, lane `part` taking
+              // 4 of each (window_group4; the scalar warp writes all 64 weights, zero past w).
+              float y = 0.0f, y_odd = 0.0f;
+#pragma unroll 1
+              for (int j0 = 0; j0 <= w; j0 += 8) {
+                const WindowGroup4 g = window_group4<kP>(wd, xw, j0 + 4 * part, w, L, pr);
+                y += g.wgt.x * g.x[0];
+                y_odd += g.wgt.y * g.x[1];
+                y += g.wgt.z * g.x[2];
+                y_odd += g.wgt.w * g.x[3];
+              }
+              y += y_odd;
+              y += __shfl_xor_sync(kFullMask, y, 1);
+              // Row g's dot sits in the lanes of quad g: y_g for rows 0..7 of the tile, y_g8 for 8..15.
+              const int quad_lane = 4 * (row_in_tile & 7);
+              const float dot_g = __shfl_sync(kFullMask, y_g[t], quad_lane);
+              const float dot_g8 = __shfl_sync(kFullMask, y_g8[t], quad_lane);
+              if (part == 0) {
+                y += decay * cur[t].scale * ((row_in_tile < 8 ? dot_g : dot_g8) * c_unscale);
+                store_output<kAct>(p, row, head, pr, y, cur[t]);
+                // Append the current token as entry w.
+                static_cast<Act*>(p.x_buf)[slot * p.xb_slot_stride + head * p.xb_head_stride + w * p.xb_entry_stride + pr] =
+                    cur[t].x;
+              }
             }
           }
           mbarrier_arrive(sm.empty(stage));  // the stage's tile and x window are read
@@ -940,6 +1029,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         const int end = head0 + num_heads;
         HeadScalars batch = scalars_first;      // heads i .. i + 31
         HeadScalars next_batch = scalars_next;  // the 32 after
+        // The window dots into registers before the first fragments go over them (kWindowMma).
+        const LaneDots dots0 = load_lane_dots(sm.dots(0));
+        LaneDots dots1{};
+        if constexpr (kTwoGroups) dots1 = load_lane_dots(sm.dots(1));
+        __syncwarp();
         auto one_head = [&](int i, const DtWindow& window) {
           const int head = head0 + i;
           const int b = i & 1;
@@ -955,7 +1049,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           cur_dt.bias = __shfl_sync(kFullMask, batch.bias, i & 31);
           const float head_D = __shfl_sync(kFullMask, batch.D, i & 31);
           if (i >= 2) mbarrier_wait(sm.weights_read(b), ((i >> 1) - 1) & 1);  // head i - 2 is done with buffer b
-          const float dt_now = window_weights<true>(p, cur_dt, w, sm.wgt(b), sm.decay(b), sm.dots(group_of(i)));
+          LaneDots dots = dots0;
+#pragma unroll
+          for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) dots.v[h] = group_of(i) ? dots1.v[h] : dots0.v[h];  // no local copy
+          const float dt_now =
+              window_weights<true, Layout::kWindowMma>(p, cur_dt, w, sm.wgt(b), sm.decay(b), dots, sm.wfrag(b));
           if (lane == 0) {
             *sm.head_D(b) = head_D;
             p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
