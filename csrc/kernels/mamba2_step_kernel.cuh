@@ -389,16 +389,17 @@ __device__ __forceinline__ HeadScalars load_head_scalars(const Mamba2Params& p, 
 }
 
 // The current token's dt of a head: bias and softplus on the raw value (load_dt's arithmetic).
-__device__ __forceinline__ float current_dt(const Mamba2Params& p, const HeadDt& d) {
+__device__ __forceinline__ float current_dt(const Mamba2Params& p, uint32_t now_bits, float bias) {
   float dt;
   switch (p.dt_dtype) {
-    case DType::kFloat32: dt = __uint_as_float(d.now_bits); break;
-    case DType::kBFloat16: dt = __uint_as_float(d.now_bits << 16); break;
-    default: dt = __half2float(__ushort_as_half(static_cast<unsigned short>(d.now_bits))); break;
+    case DType::kFloat32: dt = __uint_as_float(now_bits); break;
+    case DType::kBFloat16: dt = __uint_as_float(now_bits << 16); break;
+    default: dt = __half2float(__ushort_as_half(static_cast<unsigned short>(now_bits))); break;
   }
-  if (p.dt_bias != nullptr) dt += d.bias;
+  if (p.dt_bias != nullptr) dt += bias;
   return p.dt_softplus ? softplus(dt) : dt;
 }
+__device__ __forceinline__ float current_dt(const Mamba2Params& p, const HeadDt& d) { return current_dt(p, d.now_bits, d.bias); }
 
 // A lane's window dots B_j . C (entries lane, lane + 32): the tensor-core replay's scalar warp keeps
 // them in registers (StepLayout::kWfragOffset).
@@ -414,15 +415,14 @@ __device__ __forceinline__ LaneDots load_lane_dots(const float* dots) {
 
 // The scalar warp: wgt_j = dt_j exp(Lambda_w - Lambda_j) for j <= w, and exp(Lambda_w), into shared
 // memory; kTimesDots: wgt_j (B_j . C) instead (the tensor-core replay's epilogue, one load per entry),
-// as floats into wgt or, kFrags, as WindowMma's B fragments into frags.
-// Returns the current token's dt (entry w), which the replay step appends.
+// as floats into wgt or, kFrags, as WindowMma's B fragments into frags. `now` is the current token's dt
+// (entry w, current_dt), which the replay step appends; d.now_bits and d.bias are not read here.
 template <bool kTimesDots = false, bool kFrags = false>
-__device__ __forceinline__ float window_weights(const Mamba2Params& p, const HeadDt& d, int w, float* wgt, float* decay,
-                                                const LaneDots& dots = LaneDots{}, uint16_t* frags = nullptr) {
+__device__ __forceinline__ void window_weights(const HeadDt& d, float now, int w, float* wgt, float* decay,
+                                               const LaneDots& dots = LaneDots{}, uint16_t* frags = nullptr) {
   static_assert(kTimesDots || !kFrags, "fragments are the tensor-core replay's");
   constexpr int kEntriesPerLane = kMamba2MaxBufferLen / 32;
   const int lane = threadIdx.x & 31;
-  const float now = current_dt(p, d);
   const float A = d.A;
   float dts[kEntriesPerLane];
 #pragma unroll
@@ -443,19 +443,19 @@ __device__ __forceinline__ float window_weights(const Mamba2Params& p, const Hea
   const float total = A * at_w;  // Lambda_w
 #pragma unroll
   for (int h = 0; h < kEntriesPerLane; ++h) {
+    // Warp-uniform: the readers stop at entry w rounded up to 8 (16 for kFrags), inside this half.
+    if (h * 32 > w) break;
     const int j = lane + 32 * h;
     const float v = dts[h] * expf(total - A * prefix[h]);
     if constexpr (kFrags) {
-      // The k-steps the consumers read (entries up to w, rounded up to 16): zeros past w.
-      if (h * 32 <= w) WindowMma::write(frags, j, j <= w ? v * dots.v[h] : 0.0f);
+      WindowMma::write(frags, j, j <= w ? v * dots.v[h] : 0.0f);  // the k-steps the consumers read: zeros past w
     } else if constexpr (kTimesDots) {
-      wgt[j] = j <= w ? v * dots.v[h] : 0.0f;  // every entry: the consumers read whole groups of 8 (zeros past w)
+      wgt[j] = j <= w ? v * dots.v[h] : 0.0f;  // the consumers read whole groups of 8: zeros past w
     } else if (j <= w) {
       wgt[j] = v;
     }
   }
   if (lane == 0) *decay = expf(total);
-  return now;
 }
 
 // B_j . C for the window entries 0..w, once per CTA: a group of N/8 lanes per entry (one 16-byte
@@ -1029,6 +1029,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         const int end = head0 + num_heads;
         HeadScalars batch = scalars_first;      // heads i .. i + 31
         HeadScalars next_batch = scalars_next;  // the 32 after
+        // The current token's dt of head i + lane (bias, softplus), computed once per 32 heads, all lanes
+        // at once, when the batch comes into use: its loads were issued 32 heads before. Per head it was
+        // ~70 of the scalar warp's ~300 instructions (ncu source counters, session 33), on the path of
+        // every head's weights.
+        float batch_dt = 0.0f;
         // The window dots into registers before the first fragments go over them (kWindowMma).
         const LaneDots dots0 = load_lane_dots(sm.dots(0));
         LaneDots dots1{};
@@ -1037,27 +1042,27 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         auto one_head = [&](int i, const DtWindow& window) {
           const int head = head0 + i;
           const int b = i & 1;
-          if (i > 0 && i % 32 == 0) {
-            batch = next_batch;
-            next_batch = load_head_scalars(p, row, head + 32 + lane, end);
+          if (i % 32 == 0) {
+            if (i > 0) {
+              batch = next_batch;
+              next_batch = load_head_scalars(p, row, head + 32 + lane, end);
+            }
+            batch_dt = current_dt(p, batch.now_bits, batch.bias);
+            // Appended as entry w of heads i .. i + 31 at once (nothing in this launch reads entry w).
+            if (head + lane < end) p.dt_buf[slot * p.dtb_slot_stride + (head + lane) * p.dtb_head_stride + w] = batch_dt;
           }
-          HeadDt cur_dt;
+          HeadDt cur_dt;  // now_bits and bias unset: the current dt is batch_dt's
 #pragma unroll
           for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) cur_dt.buffered[h] = window.buffered[h];
-          cur_dt.now_bits = __shfl_sync(kFullMask, batch.now_bits, i & 31);
           cur_dt.A = __shfl_sync(kFullMask, batch.A, i & 31);
-          cur_dt.bias = __shfl_sync(kFullMask, batch.bias, i & 31);
+          const float dt_now = __shfl_sync(kFullMask, batch_dt, i & 31);
           const float head_D = __shfl_sync(kFullMask, batch.D, i & 31);
           if (i >= 2) mbarrier_wait(sm.weights_read(b), ((i >> 1) - 1) & 1);  // head i - 2 is done with buffer b
           LaneDots dots = dots0;
 #pragma unroll
           for (int h = 0; h < kMamba2MaxBufferLen / 32; ++h) dots.v[h] = group_of(i) ? dots1.v[h] : dots0.v[h];  // no local copy
-          const float dt_now =
-              window_weights<true, Layout::kWindowMma>(p, cur_dt, w, sm.wgt(b), sm.decay(b), dots, sm.wfrag(b));
-          if (lane == 0) {
-            *sm.head_D(b) = head_D;
-            p.dt_buf[slot * p.dtb_slot_stride + head * p.dtb_head_stride + w] = dt_now;
-          }
+          window_weights<true, Layout::kWindowMma>(cur_dt, dt_now, w, sm.wgt(b), sm.decay(b), dots, sm.wfrag(b));
+          if (lane == 0) *sm.head_D(b) = head_D;
           mbarrier_arrive(sm.weights_written(b));
         };
         // Heads in pairs, each window register set refilled right after its use: a window is loaded two
@@ -1109,7 +1114,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
         }
         float dt_now = 0.0f;
-        if (scalar_warp) dt_now = window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
+        if (scalar_warp) {
+          dt_now = current_dt(p, cur_dt);
+          window_weights(cur_dt, dt_now, w, sm.wgt(b), sm.decay(b));
+        }
 
         mbarrier_wait(sm.full(stage), (i / S) & 1);
         if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
@@ -1301,7 +1309,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (row_owner) next_row = load_row_operands<kAct, false>(p, row, slot, head + 1, tid);
         if (scalar_warp) next_dt = load_head_dt(p, row, slot, head + 1, w);
       }
-      if (scalar_warp) window_weights(p, cur_dt, w, sm.wgt(b), sm.decay(b));
+      if (scalar_warp) window_weights(cur_dt, current_dt(p, cur_dt), w, sm.wgt(b), sm.decay(b));
       cp_async_wait<0>();  // the B window (head 0), where it is staged by cp.async
       __syncthreads();     // the window weights of this head are in; the previous head's fold is done
       if (kTwoGroups && i == heads_per_group) {
