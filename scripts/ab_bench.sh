@@ -5,7 +5,8 @@
 #   bash scripts/ab_bench.sh ab_base.tar bench/bench_mamba2.py --dims nano4b --batches 256 512 --no-stagger
 # Builds the base tree (after this tree's in-place build of scripts/gpu_check.sh), then runs the named
 # benchmark with its arguments on base, this tree, base, this tree; each table goes to stdout and to
-# $OUT/ab_{base,new}_{1,2}.md. REPLAYSSM_AB_ROUNDS changes the number of pairs (default 2). The
+# $OUT/ab_{base,new}_{1,2}.md, then the medians per row go to stdout and $OUT/ab_summary.md (scripts/ab_summary.py;
+# a device call brings back at most 8 files). REPLAYSSM_AB_ROUNDS changes the number of pairs (default 2). The
 # benchmark runs in each tree's root: name a script the base lacks by its absolute path.
 # REPLAYSSM_AB_BUILD_ONLY=1 builds (or finds) the base and stops: start it in the background before
 # scripts/gpu_check.sh, with a smaller MAX_JOBS, so the builds overlap, e.g. for two bases:
@@ -40,3 +41,5 @@ for round in $(seq 1 "${REPLAYSSM_AB_ROUNDS:-2}"); do
       tee "$OUT/ab_${side}_${round}.md"
   done
 done
+echo "== medians of the rounds (also in $OUT/ab_summary.md)"
+python3 "$here/scripts/ab_summary.py" "$OUT"
