@@ -215,6 +215,13 @@ STEP_CONFIGS = [
     (ODD, torch.float32, None, 2, 1),
     (ODD, torch.bfloat16, FP8, 4, 1),
     (SMALL, torch.float16, None, 64, 1),
+    # Groups of more than 32 heads (whole-group CTAs of 40 and 36 heads): the tensor-core replay's scalar
+    # warp takes its per-head scalars 32 heads at a time and computes and appends the current dt per batch
+    # of 32 (session 34), so a CTA's 33rd head starts the second batch. P = 80 (window term on tensor
+    # cores) with an fp8 copy, P = 64 (split epilogue) with a bf16 copy, and the tf32 replay.
+    ((80, 80, 64, 1), torch.float32, FP8, 16, 1),
+    ((72, 64, 64, 1), torch.float32, torch.bfloat16, 16, 1),
+    ((80, 80, 64, 1), torch.float32, None, 16, 1),
 ]
 
 
