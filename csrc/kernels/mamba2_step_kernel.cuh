@@ -964,7 +964,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
               cur[t].D = head_D;
               cur[t].x = xw[(L - 1) * kP + pr];  // the current token (entry w), in slot L - 1
               // The window term sum_{j<=w} wgt_j x_j over entries 0 .. w in groups of 8, lane `part` taking
-              // 4 of each (window_group4; the scalar warp writes all 64 weights, zero past w).
+              // 4 of each (window_group4; the scalar warp writes the weights zero past w, up to the end
+              // of w's 32-entry half, which covers every group of 8 read here).
               float y = 0.0f, y_odd = 0.0f;
 #pragma unroll 1
               for (int j0 = 0; j0 <= w; j0 += 8) {
