@@ -212,18 +212,10 @@ template <> struct Vec4<DType::kFloat8E4M3> {
       v[i] = __half2float(__half(h));
     }
   }
-  // `v` must already be scaled and clamped to +-448.
-  __device__ static Raw pack(const float (&v)[4]) {
-    uint32_t raw = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) raw |= static_cast<uint32_t>(from_float_fp8_e4m3(v[i])) << (8 * i);
-    return raw;
-  }
+  // `v` must already be scaled (fp8_scaled); the conversion saturates.
+  __device__ static Raw pack(const float (&v)[4]) { return pack_fp8x4_e4m3(v[0], v[1], v[2], v[3]); }
   __device__ static void store(void* base, int64_t offset, const float (&v)[4]) {
-    uint32_t raw = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) raw |= static_cast<uint32_t>(from_float_fp8_e4m3(v[i])) << (8 * i);
-    *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + offset) = raw;
+    *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + offset) = pack(v);
   }
 };
 
