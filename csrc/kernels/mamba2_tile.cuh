@@ -117,6 +117,36 @@ __device__ __forceinline__ uint32_t row_max_bits(uint32_t v) {
   return v;
 }
 
+// Reduce-scatter of kRows rows' partial values over the kLanes lanes of each row (an aligned group in
+// the warp): v[q] is this lane's part of row q; returns, in lane l of the group, row l / (kLanes /
+// kRows)'s total. At each step the lanes differing in bit `offset` swap half of their rows, then the
+// last kLanes / kRows lanes finish as a butterfly: kRows - 1 + log2(kLanes / kRows) shuffles instead of
+// kRows log2(kLanes). The offsets run from kLanes / 2 down, as row_sum's and row_max_bits', and each
+// step combines the same two partial values (in the other order), so a commutative op gives the
+// butterfly's bits: a sum here is bitwise row_sum's.
+template <int kLanes, int kRows, class T, class Op>
+__device__ __forceinline__ T reduce_scatter_rows(T (&v)[kRows], Op op) {
+  static_assert(kRows == 2 || kRows == 4, "rows reduced together: 2 or 4");
+  static_assert(kLanes >= 2 * kRows && kLanes <= 32, "a row's lanes split between the rows");
+  const int lane = static_cast<int>(threadIdx.x) % kLanes;
+#pragma unroll
+  for (int count = kRows, offset = kLanes / 2; count > 1; count /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
+#pragma unroll
+    for (int i = 0; i < count / 2; ++i) {
+      const T send = upper ? v[i] : v[i + count / 2];
+      const T keep = upper ? v[i + count / 2] : v[i];
+      v[i] = op(keep, __shfl_xor_sync(0xffffffffu, send, offset));
+    }
+  }
+#pragma unroll
+  for (int offset = kLanes / kRows / 2; offset > 0; offset /= 2) v[0] = op(v[0], __shfl_xor_sync(0xffffffffu, v[0], offset));
+  return v[0];
+}
+struct MaxBitsOp {  // of abs_bits values
+  __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return max(a, b); }
+};
+
 // ---- 4-element state vectors: raw storage (so loads can all be in flight) and conversions ---------
 
 template <DType T> struct Vec4;
@@ -294,10 +324,11 @@ __device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, 
 
 // The fp8 read copy of kRows rows of a thread (its 4 columns col0.. of rows row_of(q), values s[q]),
 // bitwise what store_read_copy4 writes row by row, with the rows' maxima reduced together: a
-// reduce-scatter over a row's kLanes lanes leaves row q's maximum in lanes q * kLanes / kRows onwards
-// (kRows - 1 + log2(kLanes / kRows) shuffles instead of kRows log2(kLanes)), so one pair of correctly
-// rounded divisions per lane serves all the rows, and the factors come back by shuffles. The order of a
-// max changes no bit: it is exact, and a NaN maximum meets only the `> 0` test and the divisions.
+// reduce-scatter over a row's kLanes lanes (reduce_scatter_rows) leaves row q's maximum in lanes
+// q * kLanes / kRows onwards (kRows - 1 + log2(kLanes / kRows) shuffles instead of kRows log2(kLanes)),
+// so one pair of correctly rounded divisions per lane serves all the rows, and the factors come back by
+// shuffles. The order of a max changes no bit: it is exact, and a NaN maximum meets only the `> 0` test
+// and the divisions.
 template <DType kCkpt, int kLanes, int kRows, class Params, class RowOf>
 __device__ __forceinline__ void store_fp8_copy_rows(const Params& p, int64_t slot, int head, RowOf row_of, int col0,
                                                     const float (&s)[kRows][4]) {
@@ -316,20 +347,7 @@ __device__ __forceinline__ void store_fp8_copy_rows(const Params& p, int64_t slo
     }
   }
   const int lane = static_cast<int>(threadIdx.x) % kLanes;
-  // Reduce-scatter: at each step the lanes differing in bit `offset` swap half of their rows.
-#pragma unroll
-  for (int count = kRows, offset = kLanes / 2; count > 1; count /= 2, offset /= 2) {
-    const bool upper = (lane & offset) != 0;
-#pragma unroll
-    for (int i = 0; i < count / 2; ++i) {
-      const uint32_t send = upper ? m[i] : m[i + count / 2];
-      const uint32_t keep = upper ? m[i + count / 2] : m[i];
-      m[i] = max(keep, __shfl_xor_sync(0xffffffffu, send, offset));
-    }
-  }
-#pragma unroll
-  for (int offset = kSpan / 2; offset > 0; offset /= 2) m[0] = max(m[0], __shfl_xor_sync(0xffffffffu, m[0], offset));
-  const float amax = __uint_as_float(m[0]);  // of row lane / kSpan
+  const float amax = __uint_as_float(reduce_scatter_rows<kLanes, kRows>(m, MaxBitsOp{}));  // of row lane / kSpan
   const float inv = fp8_inverse_scale(amax);
   const int own = lane / kSpan;
   if (lane % kSpan == 0 && own < kRows) {
