@@ -3,9 +3,12 @@ source page with CUDA and SASS together (scripts/ncu_step.sh writes it: ncu_step
 are divided by --items (e.g. batch x heads: 256 x 96 = 24576 for nano4b batch 256) to read as warp
 instructions per (row, head); an inlined helper's instructions count on its own line.
 
-    python3 scripts/ncu_source_lines.py results/ncu_step_cudasass.csv --items 24576 [--top 60]
+    python3 scripts/ncu_source_lines.py results/ncu_step_cudasass.csv --items 24576 [--top 60] [--by samples]
 
-Session 33 used it to split the fp8 step's ~2700 warp instructions per head by role (PERF_NOTES)."""
+Lines come most-executed first, or with --by samples most-sampled first: where warps wait (an mbarrier
+wait or __syncthreads line high there, with few instructions, is a hand-over the kernel stalls on).
+Session 33 used it to split the fp8 step's ~2700 warp instructions per head by role, session 35 to find
+the copy fold waiting for its single-buffered checkpoint tile (PERF_NOTES)."""
 
 import argparse
 import collections
@@ -24,6 +27,8 @@ def main() -> int:
     ap.add_argument("csv")
     ap.add_argument("--items", type=float, default=1.0, help="divide instruction counts by this")
     ap.add_argument("--top", type=int, default=60)
+    ap.add_argument("--by", choices=("instructions", "samples"), default="instructions",
+                    help="order lines by executed instructions (default) or by warp-stall samples")
     args = ap.parse_args()
     rows, per_file = [], collections.Counter()
     path, inst = "?", None
@@ -41,7 +46,8 @@ def main() -> int:
     print(f"{total_inst / args.items:.1f} instructions per item, {total_samples:.0f} samples")
     for name, n in per_file.most_common():
         print(f"  {name:32s} {100 * n / total_inst:5.1f}% of instructions")
-    for n, s, name, line, source in sorted(rows, key=lambda r: -r[0])[:args.top]:
+    key = 0 if args.by == "instructions" else 1
+    for n, s, name, line, source in sorted(rows, key=lambda r: -r[key])[:args.top]:
         print(f"{n / args.items:8.1f} {100 * s / total_samples:5.1f}%  {name}:{line}  {source[:90]}")
     return 0
 

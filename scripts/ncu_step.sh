@@ -9,7 +9,7 @@
 # Writes the report plus its text pages to $OUT: ncu_step_details.txt (sections), ncu_step_sass.csv
 # (per-SASS-instruction samples and stall reasons, for finding the instructions a warp waits on) and
 # its summary ncu_step_sass_top.txt (scripts/ncu_sass_top.py: the most-sampled instructions per launch), and
-# ncu_step_cudasass.csv (the same per CUDA source line: scripts/ncu_source_lines.py).
+# ncu_step_cudasass.csv (the same per CUDA source line: scripts/ncu_source_lines.py, --by samples for the waits).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
