@@ -172,15 +172,19 @@ def test_fp16_saturates_bf16_does_not(copy_dtype):
 def test_fp8_saturation_is_the_rules_clamp(padded):
     """The kernels leave the rule's clamp to +-448 (NaN kept) to the conversion's saturation
     (cvt .satfinite): rows with +-Inf (an Inf maximum: inverse scale 0, so Inf * 0 = NaN and finite
-    values 0), NaN, and a maximum whose scaled value rounds past 448 must still match the clamped rule
-    bit for bit, in the paired conversion (aligned rows) and the one-by-one fallback (padded rows)."""
+    values 0), NaN, a maximum whose scaled value rounds past 448 and huge values must still match the
+    clamped rule bit for bit, in the paired conversion (aligned rows) and the one-by-one fallback
+    (padded rows)."""
     cols = 64
     values = torch.zeros(1, 1, 5, cols)
     values[0, 0, :, :] = torch.linspace(-3.0, 3.0, cols)
     values[0, 0, 0, 5] = float("inf")
     values[0, 0, 1, 7] = float("-inf")
     values[0, 0, 2, 9] = float("nan")
-    values[0, 0, 3, :] = torch.tensor([1.0 + k * 2.0 ** -23 for k in range(cols)]) * 3.0e-3  # inv rounds up
+    # A maximum whose product with its own inverse scale rounds past 448 (448.00003 in fp32).
+    top = torch.tensor(1.0052499771118164)
+    assert (top * (torch.full_like(top, 448.0) / top)).item() > 448.0
+    values[0, 0, 3, :] = torch.linspace(-1.0, 1.0, cols) * top
     values[0, 0, 4, :8] = torch.tensor([-1e30, 1e30, 5e29, -7e29, 3.4e38, -3.4e38, 1e-38, 0.0])
     shape = tuple(values.shape)
     ck = make_checkpoint(shape, torch.float32, seed=0, padded=padded)
