@@ -14,8 +14,8 @@
 # builds together; default 16: with REPLAYSSM_CUDA_ARCHS=90a one tree alone builds in ~85 s on the
 # H200 machine's 16 cores, so budget ~85 s per tree). A later call with the same tarball and patches
 # reuses the trees and builds (a device call is at most 10 minutes: build and test in one, measure in
-# the next). Tables go to $AB_DIR (default /tmp/ab_patches; a device call brings
-# back at most 8 files from $OUT, so nothing is written there); variant k is named v1, v2, ... in order.
+# the next). Per-round tables go to $AB_DIR (default /tmp/ab_patches; a device call brings back at most 8
+# files from $OUT), the summary per patch to $AB_DIR and, when set, $OUT; variant k is v1, v2, ... in order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here="$PWD"
@@ -80,7 +80,10 @@ for round in $(seq 1 "${REPLAYSSM_AB_ROUNDS:-3}"); do
   done
 done
 (( ${REPLAYSSM_AB_ROUNDS:-3} > 0 )) || exit 0
+# The call's output keeps only its last 12,000 characters (session 36 lost the first patch's table that
+# way), so each summary is also copied to $OUT, which comes back as files (one per patch, under 8).
 for side in "${sides[@]:1}"; do
   echo "== medians of the rounds, $side against base"
   python3 "$here/scripts/ab_summary.py" "$AB_DIR" "$side" base
+  [[ -z "${OUT:-}" ]] || cp "$AB_DIR/ab_summary_$side.md" "$OUT/"
 done
