@@ -20,6 +20,10 @@ launch of the same kind, as in decode):
     busy       summed CTA lifetimes / (SMs x CTAs per SM x kernel time): the occupied share of the slots
                (CTAs per SM: the most that the records show on one SM at once)
     CTA life   p10 / p50 / p90 of the CTAs' start -> end
+    set-up     a step CTA's start -> every thread has read the slot's cursor -> the tensor-core replay's
+               set-up barrier (window dots, C's fragments) -> its first tile landed (medians over CTAs;
+               the fold and the CUDA-core replay have no set-up mark: "dots" is nan, "first tile" counts
+               from the cursor)
 --csv FILE writes every record (ns from the case's first launch) for a closer look. A product build has no
 time line: the script says so and exits 2."""
 
@@ -37,7 +41,7 @@ from bench_mamba2 import ReplayPool, Setup, conventional_steps, make_inputs  # n
 from timing import DIMS, _capture, _replay_times, measure_copy_bandwidth  # noqa: E402
 
 WORDS = 64  # kCtaTimelineWords
-START, CONSUMER_END, OTHER_END, ITEM0 = 1, 2, 3, 4
+START, CONSUMER_END, OTHER_END, CURSOR, SET_UP, ITEM0 = 1, 2, 3, 4, 5, 6  # csrc/kernels/cta_timeline.cuh
 MAX_CTAS = 16384
 COPIES = {"step-none": None, "step-bf16": torch.bfloat16, "step-fp8": torch.float8_e4m3fn,
           "fold-none": None, "fold-bf16": torch.bfloat16, "fold-fp8": torch.float8_e4m3fn}
@@ -49,21 +53,22 @@ def median(v):
 
 
 def launch_records(buf: torch.Tensor):
-    """[(cta, sm, start, end, [item times])] of the CTAs one launch's record set holds."""
+    """[(cta, sm, start, end, [item times], cursor, set_up)] of the CTAs one launch's record set holds
+    (cursor, set_up: 0 where the kernel does not mark them)."""
     rows = []
     for cta, r in enumerate(buf.tolist()):
         if r[START] == 0:
             continue
         end = max(r[CONSUMER_END], r[OTHER_END])
         items = [t for t in r[ITEM0:] if t != 0]
-        rows.append((cta, r[0], r[START], end if end else r[START], items))
+        rows.append((cta, r[0], r[START], end if end else r[START], items, r[CURSOR], r[SET_UP]))
     return rows
 
 
 def summarise(launches, ctas_per_sm):
     """The module doc's figures (us) for one case, medians over launches 1.."""
     out = {k: [] for k in ("kernel", "gap", "ramp_med", "ramp_last", "item", "tail_med", "tail_first", "busy", "ctas",
-                           "life_p10", "life_p50", "life_p90")}
+                           "life_p10", "life_p50", "life_p90", "to_cursor", "to_set_up", "to_item0")}
     prev_end = None
     for k, rows in enumerate(launches):
         if not rows:
@@ -87,6 +92,11 @@ def summarise(launches, ctas_per_sm):
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             out["busy"].append(sum(r[3] - r[2] for r in rows) / (sms * ctas_per_sm * (t1 - t0)))
             out["ctas"].append(len(rows))
+            # A CTA's set-up, median over the CTAs that mark it: start -> every thread has the cursor ->
+            # the set-up barrier (window dots, C's fragments) -> its first tile (item 0) landed.
+            out["to_cursor"].append(median([(r[5] - r[2]) / 1e3 for r in rows if r[5]]))
+            out["to_set_up"].append(median([(r[6] - r[5]) / 1e3 for r in rows if r[5] and r[6]]))
+            out["to_item0"].append(median([(r[4][0] - (r[6] or r[5])) / 1e3 for r in rows if r[5] and r[4]]))
             lives = sorted((r[3] - r[2]) / 1e3 for r in rows)
             for q in (10, 50, 90):
                 out[f"life_p{q}"].append(lives[min(len(lives) - 1, len(lives) * q // 100)])
@@ -120,8 +130,8 @@ def main() -> int:
     print(f"# {torch.cuda.get_device_name()}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = {L // 2} / fold at "
           f"w = {L - 1}, L = {L}, bf16 activations, z gate; us, medians over a graph's launches after its first")
     print("| dims | kernel | batch | CTAs | kernel us | ideal us | gap | ramp med / last | item | "
-          "tail med / first | CTA life p10 / p50 / p90 | busy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "tail med / first | CTA life p10 / p50 / p90 | busy | set-up: cursor / dots / first tile |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     csv_rows = ["dims,kernel,batch,launch,cta,sm,start_ns,end_ns,item_ns..."]
     for name in args.dims:
         H, P, N, G = DIMS[name]
@@ -148,7 +158,8 @@ def main() -> int:
                 print(f"| {name} | {kind} | {batch} | {f['ctas']:.0f} ({occupancy}/SM) | {f['kernel']:.1f} | "
                       f"{nbytes / copy_bw * 1e6:.1f} | {f['gap']:.1f} | {f['ramp_med']:.1f} / {f['ramp_last']:.1f} | "
                       f"{f['item']:.2f} | {f['tail_med']:.1f} / {f['tail_first']:.1f} | "
-                      f"{f['life_p10']:.1f} / {f['life_p50']:.1f} / {f['life_p90']:.1f} | {100 * f['busy']:.0f}% |",
+                      f"{f['life_p10']:.1f} / {f['life_p50']:.1f} / {f['life_p90']:.1f} | {100 * f['busy']:.0f}% | "
+                      f"{f['to_cursor']:.2f} / {f['to_set_up']:.2f} / {f['to_item0']:.2f} |",
                       flush=True)
                 if args.csv:
                     csv_rows.extend(csv_lines(f"{name},{kind},{batch}", launches))
@@ -180,7 +191,7 @@ def csv_lines(case, launches):
     """One line per CTA record, times in ns from the first launch's start."""
     t_base = min((r[2] for rows in launches for r in rows), default=0)
     return [",".join([case, *(str(v) for v in [j, cta, sm, start - t_base, end - t_base, *[t - t_base for t in items]])])
-            for j, rows in enumerate(launches) for cta, sm, start, end, items in rows]
+            for j, rows in enumerate(launches) for cta, sm, start, end, items, *_ in rows]
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@
 //   word 0: the SM the CTA ran on; word 1: %globaltimer (ns) at the CTA's start;
 //   word 2: when its first consumer warp finished (after its last item's stores were issued);
 //   word 3: when another role finished (the update's producer, the split epilogue's first warp);
-//   word 4 + i: when the first consumer warp saw item i's tile land (i < kCtaTimelineItems).
+//   word 4: when every thread of a step CTA had read the slot's cursor (the prologue's barrier);
+//   word 5: when a tensor-core replay CTA passed its set-up barrier (the window dots and C's fragments);
+//   word 6 + i: when the first consumer warp saw item i's tile land (i < kCtaTimelineItems).
 // A step CTA that folds marks words 2 and 4 + i from thread 0: head i's checkpoint tile landed, and
 // the fold's end (before its cursor ticket).
 #pragma once
@@ -21,8 +23,8 @@
 
 namespace replayssm {
 
-constexpr int kCtaTimelineItems = 60;
-constexpr int kCtaTimelineWords = 4 + kCtaTimelineItems;
+constexpr int kCtaTimelineItems = 58;
+constexpr int kCtaTimelineWords = 6 + kCtaTimelineItems;
 
 #if REPLAYSSM_CTA_TIMELINE && defined(__CUDACC__)  // the host API layer takes the constants only
 
@@ -57,6 +59,8 @@ __device__ __forceinline__ void cta_timeline_write(int64_t* records, int64_t cta
 constexpr int kCtaTimelineStart = 1;
 constexpr int kCtaTimelineConsumerEnd = 2;
 constexpr int kCtaTimelineOtherEnd = 3;
-constexpr int kCtaTimelineItem0 = 4;
+constexpr int kCtaTimelineCursor = 4;
+constexpr int kCtaTimelineSetUp = 5;
+constexpr int kCtaTimelineItem0 = 6;
 
 }  // namespace replayssm

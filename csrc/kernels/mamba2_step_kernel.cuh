@@ -704,6 +704,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   }
   const int w = p.num_committed[slot] & kCursorMask;
   __syncthreads();  // the barriers are initialised; every thread has read the cursor
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineCursor);
 
   if (w >= L) {  // a cursor with no room: touch nothing (but let the copies land before the CTA exits)
     if (tid == 0) {
@@ -784,6 +785,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
         if (tid >= 32 && tid < 64) Dot::write_c(C_now1(), sm.c_frags(1));
       }
       __syncthreads();  // the dots and C's fragments are in
+      if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
       if (tid == Roles::kTicketThread) take_ticket();
       if constexpr (Layout::kSplitEpilogue) {
         if (consumer) {
