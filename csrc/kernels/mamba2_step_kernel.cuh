@@ -1227,6 +1227,14 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // 17, run 6).
     constexpr bool kFp8CopyAtEnd = kCopy && kRead == DType::kFloat8E4M3 && !kFp8CopyByBatch;
     static_assert(!kFp8CopyAtEnd || RF <= Shape::kLanesPerRow, "a lane per row holds its maximum");
+    // kFoldYPairs: the output dots reduced two rows at a time (below), in the folds without a read copy
+    // only. Session 36 (scripts/ab_patches.sh with docs/experiments/s35_fold_y_scatter.patch, which did
+    // it in every kernel): the nano4b no-copy fold step 1.5-1.8% faster (b64-512), the fp8-copy fold
+    // 0.1-1.3%, but then the nano4b fp8-copy kernel's replay step at b64 took 4.5% longer (29.2 -> 30.5
+    // us) with its source unchanged: ptxas laid out its replay path differently. So the copy kernels
+    // keep the row-by-row loop as it was (their PTX is unchanged), and so do the 16-bit checkpoints,
+    // where at P = N = 128 it made ptxas spill 24 bytes (0 before).
+    constexpr bool kFoldYPairs = !kCopy && kCkpt == DType::kFloat32;
     constexpr int kCkBytes = dtype_size(kCkpt);
     constexpr uint32_t kCkTileBytes = kP * kN * kCkBytes;
     static_assert(kCkTileBytes <= S * Layout::kTileBytes, "a checkpoint tile fits in the ring");
@@ -1398,32 +1406,59 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             for (int k = 0; k < 4; ++k) s[rb][k] += cr[rb] * bj[k];
           }
         }
+        if constexpr (kFoldYPairs) {  // no read copy here, an fp32 checkpoint
+          // The output dots y_p = S_p . C over a row's lanes two rows at a time (reduce_scatter_rows,
+          // bitwise row_sum's): 6 shuffles and adds per pair of rows at N = 128 instead of 10.
+          constexpr int kSpan = Shape::kLanesPerRow / 2;  // the lanes that hold one row's y after it
 #pragma unroll
-        for (int rb = 0; rb < kBatch; ++rb) {
-          const int r = r0 + rb;
-          if (r >= RF) break;
-          const int pr = Shape::row(r);
-          float y = 0.0f;
+          for (int g0 = 0; g0 < kBatch; g0 += 2) {  // kBatch is even
+            float y[2] = {0.0f, 0.0f};               // a row past RF takes part as 0
 #pragma unroll
-          for (int k = 0; k < 4; ++k) y += s[rb][k] * c4[k];
-          if constexpr (kRound) {  // stochastic rounding; the read copy below is made from the rounded value
-            uint32_t rw[2];
-            rounding_words.get<RF>(rounding_key, slot, head, r, [](int k) { return Shape::row(k); }, col0, rw);
-            stochastic_round4<kCkpt>(s[rb], rw);
+            for (int q = 0; q < 2; ++q) {
+              const int rb = g0 + q;
+              const int r = r0 + rb;
+              if (r >= RF) continue;
+#pragma unroll
+              for (int k = 0; k < 4; ++k) y[q] += s[rb][k] * c4[k];
+              if constexpr (kRound) {  // stochastic rounding
+                uint32_t rw[2];
+                rounding_words.get<RF>(rounding_key, slot, head, r, [](int k) { return Shape::row(k); }, col0, rw);
+                stochastic_round4<kCkpt>(s[rb], rw);
+              }
+              store4<kCkpt>(p.checkpoint, tile + Shape::row(r) * p.ck_row_stride + col0, s[rb]);
+            }
+            const float y_own = reduce_scatter_rows<Shape::kLanesPerRow, 2>(y, SumOp{});
+            const int own = Shape::lane_in_row() / kSpan;  // the pair's row whose y this lane holds
+            if (Shape::lane_in_row() % kSpan == 0 && r0 + g0 + own < RF) sm.ydot(b)[Shape::row(r0 + g0 + own)] = y_own;
           }
-          store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);  // one whole store (store4)
-          if constexpr (kFp8CopyAtEnd) {
-            uint32_t bits = 0;
+        } else {
 #pragma unroll
-            for (int k = 0; k < 4; ++k) bits = max(bits, abs_bits(V::round_trip(s[rb][k])));
-            bits = row_max_bits<Shape::kLanesPerRow>(bits);
-            if (Shape::lane_in_row() == r) row_max = bits;
-            *ck_row(r) = V::pack(s[rb]);
-          } else if constexpr (kCopy && !kFp8CopyByBatch) {
-            store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
+          for (int rb = 0; rb < kBatch; ++rb) {
+            const int r = r0 + rb;
+            if (r >= RF) break;
+            const int pr = Shape::row(r);
+            float y = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) y += s[rb][k] * c4[k];
+            if constexpr (kRound) {  // stochastic rounding; the read copy below is made from the rounded value
+              uint32_t rw[2];
+              rounding_words.get<RF>(rounding_key, slot, head, r, [](int k) { return Shape::row(k); }, col0, rw);
+              stochastic_round4<kCkpt>(s[rb], rw);
+            }
+            store4<kCkpt>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);  // one whole store (store4)
+            if constexpr (kFp8CopyAtEnd) {
+              uint32_t bits = 0;
+#pragma unroll
+              for (int k = 0; k < 4; ++k) bits = max(bits, abs_bits(V::round_trip(s[rb][k])));
+              bits = row_max_bits<Shape::kLanesPerRow>(bits);
+              if (Shape::lane_in_row() == r) row_max = bits;
+              *ck_row(r) = V::pack(s[rb]);
+            } else if constexpr (kCopy && !kFp8CopyByBatch) {
+              store_read_copy4<kCkpt, kRead, Shape::kLanesPerRow>(p, slot, head, pr, col0, s[rb]);
+            }
+            y = row_sum<Shape::kLanesPerRow>(y);
+            if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
           }
-          y = row_sum<Shape::kLanesPerRow>(y);
-          if (Shape::lane_in_row() == 0) sm.ydot(b)[pr] = y;
         }
         if constexpr (kCopy && kFp8CopyByBatch) {  // the batch's rows quantised together
           store_fp8_copy_rows<kCkpt, Shape::kLanesPerRow, kBatch>(p, slot, head, [&](int q) { return Shape::row(r0 + q); },

@@ -143,6 +143,9 @@ __device__ __forceinline__ T reduce_scatter_rows(T (&v)[kRows], Op op) {
   for (int offset = kLanes / kRows / 2; offset > 0; offset /= 2) v[0] = op(v[0], __shfl_xor_sync(0xffffffffu, v[0], offset));
   return v[0];
 }
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
 struct MaxBitsOp {  // of abs_bits values
   __device__ uint32_t operator()(uint32_t a, uint32_t b) const { return max(a, b); }
 };
