@@ -1,0 +1,161 @@
+"""Which step kernels a source change touches, without a GPU: compiles the same explicit instantiations
+of step_kernel from a base commit and from the working tree, and prints per kernel whether its PTX is
+byte-identical, with ptxas's registers and spill bytes on both sides (sm_90a).
+
+    python3 scripts/codegen_diff.py                 # base = HEAD (the uncommitted change)
+    python3 scripts/codegen_diff.py --base 65ea5a5  # any commit
+    python3 scripts/codegen_diff.py --no-ptxas      # PTX only (~10 s a side on two cores)
+
+Why: the replay step's speed moved by 4% with code changes confined to the fold branch of its kernel
+(sessions 35-36: ptxas lays out the whole kernel again). Identical PTX from the same nvcc is identical
+SASS, so a kernel listed "same" cannot have moved, and an A/B need only watch the others. Session 36
+used this to keep the copy kernels' code unchanged while changing the fold without a copy (10b84ac).
+The instantiations are the kernels the benchmark's rows and the tests' odd shapes run (KERNELS below;
+a template signature change makes the compile fail, which says to update the list). Needs nvcc.
+"""
+
+import argparse
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+# step_kernel<P, N, checkpoint, copy?, read copy, activations, stochastic rounding?, ordered?, tf32 replay?
+# [, two groups?]>: a short label and the template arguments.
+KERNELS = [
+    ("P80 N128 fp8 copy", "80,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
+    ("P80 N128 fp8 copy, two groups", "80,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false,true"),
+    ("P80 N128 fp8 copy, ordered", "80,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,true,false"),
+    ("P80 N128 bf16 ckpt + SR, fp8 copy", "80,128,D::kBFloat16,true,D::kFloat8E4M3,D::kBFloat16,true,false,false"),
+    ("P80 N128 bf16 copy", "80,128,D::kFloat32,true,D::kBFloat16,D::kBFloat16,false,false,false"),
+    ("P80 N128 fp16 copy, fp16 act", "80,128,D::kFloat32,true,D::kFloat16,D::kFloat16,false,false,false"),
+    ("P80 N128 no copy, tf32", "80,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,true"),
+    ("P80 N128 no copy, CUDA cores", "80,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,false"),
+    ("P80 N128 bf16 ckpt + SR, no copy", "80,128,D::kBFloat16,false,D::kBFloat16,D::kBFloat16,true,false,false"),
+    ("P64 N128 fp8 copy", "64,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
+    ("P64 N128 bf16 copy", "64,128,D::kFloat32,true,D::kBFloat16,D::kBFloat16,false,false,false"),
+    ("P64 N128 no copy, tf32", "64,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,true"),
+    ("P64 N128 no copy, CUDA cores", "64,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,false"),
+    ("P128 N128 fp8 copy", "128,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
+    ("P128 N128 bf16 ckpt, no copy", "128,128,D::kBFloat16,false,D::kBFloat16,D::kBFloat16,false,false,false"),
+    ("P80 N64 fp8 copy", "80,64,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
+    ("P128 N64 fp8 copy", "128,64,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
+]
+
+
+def instantiation_source() -> str:
+    lines = ['#include "mamba2_step_kernel.cuh"', "namespace replayssm::mamba2 {", "using D = DType;"]
+    lines += [f"template __global__ void step_kernel<{args}>(const Mamba2Params);" for _, args in KERNELS]
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def compile_side(root: str, src: str, out: str, ptxas: bool) -> tuple[str, str]:
+    """(PTX text, ptxas -v log or '') of the instantiations against root's csrc."""
+    nvcc = ["nvcc", "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{root}/csrc/kernels", f"-I{root}/csrc"]
+    ptx = os.path.join(out, "k.ptx")
+    subprocess.run(nvcc + ["-arch=sm_90a", "-ptx", src, "-o", ptx], check=True, capture_output=True, text=True)
+    log = ""
+    if ptxas:
+        log = subprocess.run(nvcc + ["-gencode=arch=compute_90a,code=sm_90a", "-c", src, "-o", os.path.join(out, "k.o"),
+                                     "-Xptxas", "-v"], check=True, capture_output=True, text=True).stderr
+    with open(ptx) as f:
+        return f.read(), log
+
+
+def ptx_entries(ptx: str) -> dict:
+    """{mangled name: its PTX text} (a PTX file lists each kernel after `.visible .entry`)."""
+    parts = re.split(r"(?m)^\.visible \.entry ", ptx)
+    return {part.split("(")[0]: part for part in parts[1:]}
+
+
+DTYPES = {"D::kFloat32": 0, "D::kBFloat16": 1, "D::kFloat16": 2, "D::kFloat8E4M3": 3}  # DType's values
+MANGLED = re.compile(r"step_kernelILi(\d+)ELi(\d+)ELNS_5DTypeE(\d+)ELb(\d)ELS2_(\d+)ELS2_(\d+)ELb(\d)ELb(\d)ELb(\d)ELb(\d)E")
+
+
+def template_key(args: str) -> tuple:
+    """KERNELS' template arguments as integers, the two-group flag defaulted (as in the mangled name)."""
+    values = [int(DTYPES.get(a, {"true": 1, "false": 0}.get(a, a))) for a in (x.strip() for x in args.split(","))]
+    return tuple(values + [0] * (10 - len(values)))
+
+
+def mangled_key(name: str):
+    m = MANGLED.search(name)
+    return tuple(int(g) for g in m.groups()) if m else None
+
+
+def ptxas_usage(log: str) -> dict:
+    """{mangled name: (registers, spill store bytes)} from ptxas -v."""
+    usage, name, spill = {}, None, 0
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            name, spill = m.group(1), 0
+            continue
+        m = re.search(r"(\d+) bytes spill stores", line)
+        if m:
+            spill = int(m.group(1))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and name:
+            usage[name] = (int(m.group(1)), spill)
+            name = None
+    return usage
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base", default="HEAD", help="the commit to compare the working tree with")
+    ap.add_argument("--no-ptxas", action="store_true", help="compare PTX only (no registers / spills)")
+    args = ap.parse_args()
+    if shutil.which("nvcc") is None:
+        print("codegen_diff.py needs nvcc (the CUDA toolkit)", file=sys.stderr)
+        return 2
+    repo = subprocess.run(["git", "rev-parse", "--show-toplevel"], check=True, capture_output=True, text=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        base_root = os.path.join(tmp, "base")
+        os.makedirs(base_root)
+        archive = subprocess.run(["git", "-C", repo, "archive", args.base, "csrc"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", base_root], input=archive, check=True)
+        src = os.path.join(tmp, "instantiations.cu")
+        with open(src, "w") as f:
+            f.write(instantiation_source())
+        outs = {side: os.path.join(tmp, side + "_out") for side in ("base", "new")}
+        for d in outs.values():
+            os.makedirs(d)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            jobs = {side: pool.submit(compile_side, root, src, outs[side], not args.no_ptxas)
+                    for side, root in (("base", base_root), ("new", repo))}
+            try:
+                (base_ptx, base_log), (new_ptx, new_log) = jobs["base"].result(), jobs["new"].result()
+            except subprocess.CalledProcessError as e:
+                print(f"compile failed ({' '.join(e.cmd[:3])} ...):\n{e.stderr[-3000:]}", file=sys.stderr)
+                return 1
+    base_k, new_k = ptx_entries(base_ptx), ptx_entries(new_ptx)
+    base_u, new_u = ptxas_usage(base_log), ptxas_usage(new_log)
+    # Each KERNELS row's kernel, found by its template arguments in the mangled names.
+    by_key = {mangled_key(n): n for n in base_k}
+    names = [by_key.get(template_key(a)) for _, a in KERNELS]
+    if None in names or sorted(new_k) != sorted(base_k):
+        print(f"expected the {len(KERNELS)} kernels of KERNELS on both sides, found {len(base_k)} / {len(new_k)}",
+              file=sys.stderr)
+        return 1
+    print(f"step kernels, {args.base} -> working tree (sm_90a)")
+    print("| kernel | PTX | registers | spill bytes |")
+    print("|---|---|---|---|")
+    changed = 0
+    for (label, _), name in zip(KERNELS, names):
+        same = base_k[name] == new_k[name]
+        changed += not same
+        regs = spill = "-"
+        if name in base_u and name in new_u:
+            (rb, sb), (rn, sn) = base_u[name], new_u[name]
+            regs, spill = f"{rb} -> {rn}", f"{sb} -> {sn}"
+        print(f"| {label} | {'same' if same else 'CHANGED'} | {regs} | {spill} |")
+    print(f"{changed} of {len(KERNELS)} kernels' code changed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
