@@ -15,7 +15,7 @@
 //   word 4: when every thread of a step CTA had read the slot's cursor (the prologue's barrier);
 //   word 5: when a tensor-core replay CTA passed its set-up barrier (the window dots and C's fragments);
 //   word 6 + i: when the first consumer warp saw item i's tile land (i < kCtaTimelineItems).
-// A step CTA that folds marks words 2 and 4 + i from thread 0: head i's checkpoint tile landed, and
+// A step CTA that folds marks words 2 and 6 + i from thread 0: head i's checkpoint tile landed, and
 // the fold's end (before its cursor ticket).
 #pragma once
 
