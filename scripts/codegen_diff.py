@@ -1,10 +1,15 @@
 """Which step kernels a source change touches, without a GPU: compiles the same explicit instantiations
 of step_kernel from a base commit and from the working tree, and prints per kernel whether its PTX is
-byte-identical, with ptxas's registers and spill bytes on both sides (sm_90a).
+byte-identical, whether its machine code (SASS: the cubin's .text section) is, and ptxas's registers and
+spill bytes on both sides (sm_90a).
 
     python3 scripts/codegen_diff.py                 # base = HEAD (the uncommitted change)
     python3 scripts/codegen_diff.py --base 65ea5a5  # any commit
     python3 scripts/codegen_diff.py --no-ptxas      # PTX only (~10 s a side on two cores)
+
+PTX can differ where the SASS does not (session 37: a change in the copy folds renumbered the virtual
+registers of the kernels without a copy, and ptxas made the same cubin of them), so the SASS column is
+the one that says whether a kernel can have moved.
 
 Why: the replay step's speed moved by 4% with code changes confined to the fold branch of its kernel
 (sessions 35-36: ptxas lays out the whole kernel again). Identical PTX from the same nvcc is identical
@@ -19,6 +24,7 @@ import concurrent.futures
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -52,17 +58,35 @@ def instantiation_source() -> str:
     return "\n".join(lines + ["}"]) + "\n"
 
 
-def compile_side(root: str, src: str, out: str, ptxas: bool) -> tuple[str, str]:
-    """(PTX text, ptxas -v log or '') of the instantiations against root's csrc."""
+def compile_side(root: str, src: str, out: str, ptxas: bool) -> tuple[str, str, dict]:
+    """(PTX text, ptxas -v log or '', {kernel: its SASS bytes} or {}) of the instantiations against root's csrc."""
     nvcc = ["nvcc", "-std=c++17", "-O3", "--expt-relaxed-constexpr", f"-I{root}/csrc/kernels", f"-I{root}/csrc"]
     ptx = os.path.join(out, "k.ptx")
     subprocess.run(nvcc + ["-arch=sm_90a", "-ptx", src, "-o", ptx], check=True, capture_output=True, text=True)
-    log = ""
+    log, sass = "", {}
     if ptxas:
-        log = subprocess.run(nvcc + ["-gencode=arch=compute_90a,code=sm_90a", "-c", src, "-o", os.path.join(out, "k.o"),
-                                     "-Xptxas", "-v"], check=True, capture_output=True, text=True).stderr
+        cubin = os.path.join(out, "k.cubin")
+        log = subprocess.run(nvcc + ["-arch=sm_90a", "-cubin", src, "-o", cubin, "-Xptxas", "-v"],
+                             check=True, capture_output=True, text=True).stderr
+        sass = kernel_text_sections(cubin)
     with open(ptx) as f:
-        return f.read(), log
+        return f.read(), log, sass
+
+
+def kernel_text_sections(cubin: str) -> dict:
+    """{mangled kernel name: the bytes of its .text.<name> section} of a cubin (ELF64, little-endian):
+    the kernel's machine code, read without cuobjdump (not every toolkit install has it)."""
+    with open(cubin, "rb") as f:
+        elf = f.read()
+    shoff, = struct.unpack_from("<Q", elf, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + k * shentsize) for k in range(shnum)]
+    names_at = sections[shstrndx][4]   # sh_offset of the section-name table
+
+    def name(sh):
+        end = elf.index(b"\0", names_at + sh[0])
+        return elf[names_at + sh[0]:end].decode()
+    return {name(sh)[len(".text."):]: elf[sh[4]:sh[4] + sh[5]] for sh in sections if name(sh).startswith(".text.")}
 
 
 def ptx_entries(ptx: str) -> dict:
@@ -128,7 +152,7 @@ def main() -> int:
             jobs = {side: pool.submit(compile_side, root, src, outs[side], not args.no_ptxas)
                     for side, root in (("base", base_root), ("new", repo))}
             try:
-                (base_ptx, base_log), (new_ptx, new_log) = jobs["base"].result(), jobs["new"].result()
+                (base_ptx, base_log, base_sass), (new_ptx, new_log, new_sass) = jobs["base"].result(), jobs["new"].result()
             except subprocess.CalledProcessError as e:
                 print(f"compile failed ({' '.join(e.cmd[:3])} ...):\n{e.stderr[-3000:]}", file=sys.stderr)
                 return 1
@@ -142,18 +166,20 @@ def main() -> int:
               file=sys.stderr)
         return 1
     print(f"step kernels, {args.base} -> working tree (sm_90a)")
-    print("| kernel | PTX | registers | spill bytes |")
-    print("|---|---|---|---|")
+    print("| kernel | PTX | SASS | registers | spill bytes |")
+    print("|---|---|---|---|---|")
     changed = 0
     for (label, _), name in zip(KERNELS, names):
-        same = base_k[name] == new_k[name]
-        changed += not same
+        same_ptx = base_k[name] == new_k[name]
+        same_sass = same_ptx if args.no_ptxas else base_sass.get(name) == new_sass.get(name) is not None
+        changed += not same_sass
         regs = spill = "-"
         if name in base_u and name in new_u:
             (rb, sb), (rn, sn) = base_u[name], new_u[name]
             regs, spill = f"{rb} -> {rn}", f"{sb} -> {sn}"
-        print(f"| {label} | {'same' if same else 'CHANGED'} | {regs} | {spill} |")
-    print(f"{changed} of {len(KERNELS)} kernels' code changed")
+        sass = "-" if args.no_ptxas else "same" if same_sass else "CHANGED"
+        print(f"| {label} | {'same' if same_ptx else 'CHANGED'} | {sass} | {regs} | {spill} |")
+    print(f"{changed} of {len(KERNELS)} kernels' {'PTX' if args.no_ptxas else 'machine code'} changed")
     return 0
 
 
