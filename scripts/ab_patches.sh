@@ -9,7 +9,8 @@
 # with code changes elsewhere in its kernel (session 35), so every candidate is measured against the same
 # base in the same call, not one call per patch (scripts/ab_bench.sh: one base against the in-place tree).
 # Knobs: REPLAYSSM_AB_ROUNDS (default 3; 0 builds and tests only), REPLAYSSM_AB_TESTS (pytest arguments
-# run in every patched tree before the benchmark, e.g. "tests/gpu -x -q"; default none), REPLAYSSM_AB_TIMEOUT (per benchmark run, 240 s),
+# run in every patched tree before the benchmark, read as shell words: e.g. "tests/gpu -x -q" or
+# 'tests/gpu -q -k "fold or copy"'; default none), REPLAYSSM_AB_TIMEOUT (per benchmark run, 240 s),
 # REPLAYSSM_AB_BUILD (the build command, default `python3 setup.py build_ext --inplace`), MAX_JOBS (all
 # builds together; default 16: with REPLAYSSM_CUDA_ARCHS=90a one tree alone builds in ~85 s on the
 # H200 machine's 16 cores, so budget ~85 s per tree). A later call with the same tarball and patches
@@ -67,8 +68,9 @@ rm -f "$AB_DIR"/ab_*.md
 if [[ -n "${REPLAYSSM_AB_TESTS:-}" ]]; then
   for side in "${sides[@]:1}"; do  # the patched trees (the base is main, tested)
     echo "== tests, $side"
-    # shellcheck disable=SC2086  # the knob is a list of pytest arguments
-    (cd "$work/$side" && PYTHONPATH="$work/$side${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest $REPLAYSSM_AB_TESTS 2>&1 | tail -3) || true
+    # The knob is read as shell words (bash -c), so a quoted expression such as -k "fold or copy" stays one
+    # argument (plain word splitting would make three of it).
+    (cd "$work/$side" && PYTHONPATH="$work/$side${PYTHONPATH:+:$PYTHONPATH}" bash -c "python3 -m pytest $REPLAYSSM_AB_TESTS" 2>&1 | tail -3) || true
   done
 fi
 for round in $(seq 1 "${REPLAYSSM_AB_ROUNDS:-3}"); do
