@@ -171,7 +171,7 @@ def main() -> int:
     changed = 0
     for (label, _), name in zip(KERNELS, names):
         same_ptx = base_k[name] == new_k[name]
-        same_sass = same_ptx if args.no_ptxas else base_sass.get(name) == new_sass.get(name) is not None
+        same_sass = same_ptx if args.no_ptxas else name in base_sass and base_sass[name] == new_sass.get(name)
         changed += not same_sass
         regs = spill = "-"
         if name in base_u and name in new_u:
