@@ -184,7 +184,9 @@ struct TensorDot {
   }
 
   // (S C) for rows row0 + g and row0 + g + 8 of the shared-memory tile (row-major, N elements a row),
-  // before C's unscale.
+  // before C's unscale. kFlip: the bank-conflict-free load order below (false: every lane loads the
+  // parts in order; the step's two-group kernels take that, see step_kernel).
+  template <bool kFlip = true>
   __device__ static void dot(const unsigned char* tile, int row0, const uint32_t* cf, float& y_g, float& y_g8) {
     const int g = (threadIdx.x & 31) >> 2, c = threadIdx.x & 3;
     const uint32_t* cfrag = cf + c * kCStride;
@@ -193,6 +195,20 @@ struct TensorDot {
     const unsigned char* row_g8 = row_g + 8 * kRowBytes;
     float acc[4] = {};
     constexpr int kLoads = kRowBytes / 64;  // 16-byte loads per lane and row
+    // Rows g and g + 1 are a multiple of 128 bytes apart, so the same 64-byte part of both lies on the
+    // same banks, and a 16-byte load is served 8 lanes (rows g, g + 1 of a quad pair) at a time: every
+    // load of the tile was a 2-way bank conflict (ncu of the fp8 step, session 37: 31.5% of its shared
+    // load wavefronts). So the lanes of odd g load the two parts of a pair (h, h + 1) in the other
+    // order, and a select gives each k-step its own part back: the mma order, and so every result bit,
+    // stay as they were. (A row of one part, N = 64 fp8, has no conflict: rows g, g + 1 are 64 bytes apart.)
+    constexpr bool kPairs = kFlip && kLoads % 2 == 0;
+    const bool flip = kPairs && (g & 1);
+    // Parts h0 and h0 + 1 of a row as loaded (first, second), and part h0 + dh of them.
+    auto load_pair = [&](const unsigned char* row, int h0, uint4& first, uint4& second) {
+      first = *reinterpret_cast<const uint4*>(row + 64 * (h0 + (flip ? 1 : 0)));
+      second = *reinterpret_cast<const uint4*>(row + 64 * (h0 + (flip ? 0 : 1)));
+    };
+    auto part_of = [&](const uint4& first, const uint4& second, int dh) { return (dh == 0) != flip ? first : second; };
     if constexpr (kTf32) {
       // Lane c's load h of a row is columns 16 h + 4 c .. + 3: k = c and c + 4 of k-step 2 h (the first
       // two columns) and of k-step 2 h + 1 (the last two), as verify's fp32 read (PTX m16n8k8 .tf32
@@ -201,10 +217,14 @@ struct TensorDot {
       // hi and lo parts in accumulators of their own: two independent mma chains.
       float lo_acc[4] = {};
       const float* cvals = reinterpret_cast<const float*>(cf) + 4 * c;
+      static_assert(kLoads % 2 == 0, "whole pairs of parts");
+      uint4 v1, v2, u1, u2;  // the pair's parts as loaded (rows g, g + 8)
 #pragma unroll
       for (int h = 0; h < kLoads; ++h) {
-        const float4 v = *reinterpret_cast<const float4*>(row_g + 64 * h);
-        const float4 u = *reinterpret_cast<const float4*>(row_g8 + 64 * h);
+        if (h % 2 == 0) load_pair(row_g, h, v1, v2), load_pair(row_g8, h, u1, u2);
+        const uint4 vr = part_of(v1, v2, h % 2), ur = part_of(u1, u2, h % 2);
+        const float4 v = make_float4(__uint_as_float(vr.x), __uint_as_float(vr.y), __uint_as_float(vr.z), __uint_as_float(vr.w));
+        const float4 u = make_float4(__uint_as_float(ur.x), __uint_as_float(ur.y), __uint_as_float(ur.z), __uint_as_float(ur.w));
         const uint4 cc = *reinterpret_cast<const uint4*>(cvals + 16 * h);
         const Tf32Pair a[2][4] = {{split_tf32(v.x), split_tf32(u.x), split_tf32(v.y), split_tf32(u.y)},
                                   {split_tf32(v.z), split_tf32(u.z), split_tf32(v.w), split_tf32(u.w)}};
@@ -218,10 +238,17 @@ struct TensorDot {
       y_g = acc[0] + lo_acc[0];
       y_g8 = acc[2] + lo_acc[2];
     } else {
+      uint4 a1, a2, b1, b2;  // the pair's parts as loaded (rows g, g + 8)
 #pragma unroll
       for (int h = 0; h < kLoads; ++h) {
-        const uint4 ra = *reinterpret_cast<const uint4*>(row_g + 64 * h);
-        const uint4 rb = *reinterpret_cast<const uint4*>(row_g8 + 64 * h);
+        uint4 ra, rb;
+        if constexpr (kPairs) {
+          if (h % 2 == 0) load_pair(row_g, h, a1, a2), load_pair(row_g8, h, b1, b2);
+          ra = part_of(a1, a2, h % 2), rb = part_of(b1, b2, h % 2);
+        } else {
+          ra = *reinterpret_cast<const uint4*>(row_g + 64 * h);
+          rb = *reinterpret_cast<const uint4*>(row_g8 + 64 * h);
+        }
         const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w};
         const uint32_t wb[4] = {rb.x, rb.y, rb.z, rb.w};
         if constexpr (kFp8) {

@@ -799,7 +799,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
             mbarrier_wait(sm.full(stage), (i / S) & 1);
             if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0 + i);
             float y_g, y_g8;
-            Dot::dot(sm.tile(stage), first_row, kTwoGroups ? sm.c_frags(group_of(i)) : cfrag0, y_g, y_g8);
+            // The two-group kernels keep the plain load order (kFlip = false): with the conflict-free one
+            // nano4b's fp8 step at b64 (the batches these kernels run) was +1.0% slower, super120b's -0.6%,
+            // a ptxas layout effect; without it their SASS is as before (session 38, same-call A/B).
+            Dot::template dot<!kTwoGroups>(sm.tile(stage), first_row, kTwoGroups ? sm.c_frags(group_of(i)) : cfrag0, y_g, y_g8);
             mbarrier_arrive(sm.empty(stage));
             if (i >= 2) mbarrier_wait(sm.dots_free(b), ((i >> 1) - 1) & 1);  // head i - 2's dots are read
             if ((lane & 3) == 0) {  // rows g and g + 8 of the tile: every lane of a quad holds them
@@ -921,7 +924,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           const float c_unscale = kTwoGroups ? Dot::c_unscale(cfrag) : c_unscale0;
           float y_g[kTiles], y_g8[kTiles];
 #pragma unroll
-          for (int t = 0; t < kTiles; ++t) Dot::dot(sm.tile(stage), first_row + 16 * t, cfrag, y_g[t], y_g8[t]);
+          // Two-group kernels: the plain load order (kFlip = false), as in the split epilogue above.
+          for (int t = 0; t < kTiles; ++t) Dot::template dot<!kTwoGroups>(sm.tile(stage), first_row + 16 * t, cfrag, y_g[t], y_g8[t]);
 
           mbarrier_wait(sm.x_full(stage), phase);
           mbarrier_wait(sm.weights_written(b), (i >> 1) & 1);
