@@ -37,8 +37,9 @@ def probe(tmp_path_factory):
             pytest.skip(f"this machine's GPU has {out[0].split()[1]} SMs; the expectations are the H200's 132")
         return out[1:]
 
-    def heads_per_cta(queries):
-        return [int(v) for v in answers(f"{b} {h} {g} {c} {w} {int(o)} {int(f)} {k}\n" for b, h, g, c, w, o, f, k in queries)]
+    def heads_per_cta(queries, fill_last_wave=False):
+        return [int(v) for v in answers(f"{b} {h} {g} {c} {w} {int(o)} {int(f)} {int(fill_last_wave)} {k}\n"
+                                        for b, h, g, c, w, o, f, k in queries)]
 
     def fold_split(queries):
         lines = answers(f"split {b} {h} {g} {L} {c} {hk} {sk}\n" for b, h, g, L, c, hk, sk in queries)
@@ -102,6 +103,36 @@ def test_heads_per_cta(probe, rule, expected):
     (heads, groups), ctas_per_sm, waves, one_wave, full_waves, knob = rule
     queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, full_waves, knob) for batch in expected]
     assert dict(zip(expected, heads_per_cta(queries))) == expected
+
+
+# The tf32 replay without a copy (fill_last_wave; waves 2, one_wave, not full_waves): where the waves
+# rule's CTAs leave more than 5% of their waves' slots empty, half-size (or larger) CTAs that leave fewer,
+# if at most 10%. nano4b at two CTAs an SM (264 slots): batch 80 whole groups are 640 CTAs in 3 waves
+# (81% of 792 slots) -> 6 heads (1280 of 1320, 97%); 208: 1664 of 1848 (90%) -> 6 heads (3328 of 3432);
+# 96 / 128 / 192 / 256 / 512 fill 97% with whole groups and keep them; 64 keeps the waves rule's 6 heads
+# (1024 of 1056); 40 and 50: 6 heads (81%, 76%) -> 4 (91%); 56: 6 (85%) -> 3 (4 heads fill no more).
+# In one wave nothing changes (batch 32, 48).
+# super120b at three (396 slots): 80: 8 heads (81%) -> 4 (2560 of 2772, 92%); 112: 16 (75%) -> 8 (90%);
+# 256 / 512: 16 (86%, 94%) -> 8 (94%, 99%); 64 and 128 keep theirs (8 and 16 heads: 86%, as are
+# half-size CTAs); 144 / 192 fill 97%. Every batch here that changes was measured (session 38's sweeps,
+# bench/results/h200_2026-12-04_mamba2_session38.md): no slower, and up to 3.8% faster.
+FILL_CASES = [
+    ((NANO4B, 2), {32: 12, 40: 4, 48: 6, 50: 4, 56: 3, 64: 6, 80: 6, 96: 12, 112: 6, 128: 12, 144: 6, 176: 6,
+                   192: 12, 208: 6, 240: 6, 256: 12, 512: 12}),
+    ((SUPER120B, 3), {48: 16, 56: 4, 64: 8, 80: 4, 96: 8, 112: 8, 128: 16, 144: 16, 160: 8, 176: 16, 192: 16,
+                      256: 8, 512: 8}),
+]
+
+
+@pytest.mark.parametrize("rule,expected", FILL_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in FILL_CASES])
+def test_heads_per_cta_fill_last_wave(probe, rule, expected):
+    heads_per_cta, _, _ = probe
+    (heads, groups), ctas_per_sm = rule
+    queries = [(batch, heads, groups, ctas_per_sm, 2, True, False, "-") for batch in expected]
+    assert dict(zip(expected, heads_per_cta(queries, fill_last_wave=True))) == expected
+    # Without it, the waves rule alone: whole groups (or 8 heads) at the batches above that change.
+    plain = dict(zip(expected, heads_per_cta(queries)))
+    assert plain[80] == (12 if heads == 96 else 8) and plain[112] == (12 if heads == 96 else 16)
 
 
 # The step's fold split under the staggered-flush hint (choose_fold_split, from the hint's launch of

@@ -1551,11 +1551,14 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // groups; session 21), and a smaller one the smallest part of a group whose CTAs still all fit in that
     // one wave (batch 4-16 at 8 groups; session 23): see choose_heads_per_cta. Past one wave, the CUDA-core
     // kernels at two CTAs an SM take the largest part of a group whose CTAs fill their last wave
-    // (full_waves; session 26: nano4b's no-copy step at batch 64 80.5 -> 74.9 us).
+    // (full_waves; session 26: nano4b's no-copy step at batch 64 80.5 -> 74.9 us), and the tf32 replay
+    // down to half-size CTAs where the `waves` rule's leave more than 5% of their waves' slots empty
+    // (fill_last_wave; session 38: nano4b batch 80 89.9 -> 86.5 us).
     const int waves = Layout::kTensorReplay && !p.staggered_flush ? 2 : 4;
     p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves,
                                            /*one_wave=*/!p.staggered_flush,
-                                           /*full_waves=*/!Layout::kTensorReplay && !p.staggered_flush);
+                                           /*full_waves=*/!Layout::kTensorReplay && !p.staggered_flush,
+                                           /*fill_last_wave=*/kTf32Replay && !p.staggered_flush);
     p.fold_prefetch_heads = fold_prefetch_heads();
     // Two whole groups a CTA (a read copy on tensor cores, without the hint; by rule only an fp8 copy,
     // in one wave where whole groups would not fit in one: choose_two_group_ctas), in their own kernel

@@ -566,8 +566,21 @@ inline int multiprocessor_count() {
 // at 1.45 waves lost 10%). Not at three CTAs an SM, where the same CTAs gained nothing or lost (super120b,
 // batch 96-192: whole groups 1.0-2.3% slower at 1.94-3.88 waves, 16% at batch 64, 1.29). Measured on the fp32
 // checkpoint's kernels; the 16-bit checkpoints' CUDA-core kernels at two CTAs an SM take it unmeasured.
+//
+// fill_last_wave (the fp32 checkpoint's tensor-core replay without a copy, without the hint): where the
+// `waves` rule's CTAs leave more than 5% of the slots of their waves (rounded up) empty, CTAs of at least
+// half its heads that leave fewer empty, if at most 10% (the largest such divisor). The `waves` rule
+// counts whole waves only: at nano4b batch 80 its whole groups make 2.42 waves at two CTAs an SM (81% of
+// the slots of three), and the step lost 3.8% to 6-head CTAs (4.85 waves, 97%). Not smaller than half:
+// smaller CTAs pay their set-up more often, and were not measured past half. Session 38's sweeps
+// (scripts/step_knob_sweep.py, b40-512, every batch it changes against the `waves` rule's CTAs in the
+// same process): nano4b 12 -> 6 heads at b80 / 112 / 144 / 176 / 208 / 240, the step 2.2-3.8% faster,
+// 6 -> 4 at b40 / 50 (-3.3 / -2.8%), 6 -> 3 at b56 (-0.5%); super120b (three CTAs an SM) 8 -> 4 at
+// b56 / 60 / 80 (-1.4..-2.9%), 16 -> 8 at b112 / 160 / 208 (-0.6..-3.9%) and b256 / 512 (-0.1%, the
+// cycle -0.5 / -0.3%). Where half-size CTAs leave as many slots empty (super120b b64, b128, b176) it
+// keeps the larger ones.
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob, int waves = 4,
-                                bool one_wave = false, bool full_waves = false) {
+                                bool one_wave = false, bool full_waves = false, bool fill_last_wave = false) {
   const int heads_per_group = heads / groups;
   if (const char* forced = std::getenv(knob)) {
     const int k = std::atoi(forced);
@@ -602,6 +615,19 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
       const int64_t ctas = batch * (heads / d);
       const int64_t last_waves = (ctas + resident - 1) / resident;
       if (ctas >= resident && 100 * ctas >= 95 * last_waves * resident) return d;
+    }
+  }
+  if (fill_last_wave && chosen > 1) {
+    // The share of the slots of its waves (rounded up) that a launch of d-head CTAs uses, in percent.
+    auto slots_used = [&](int d) {
+      const int64_t ctas = batch * (heads / d);
+      return 100 * ctas / (((ctas + resident - 1) / resident) * resident);
+    };
+    const int64_t used = slots_used(chosen);
+    if (used < 95) {
+      for (int d = chosen - 1; 2 * d >= chosen; --d) {
+        if (heads_per_group % d == 0 && slots_used(d) >= 90 && slots_used(d) > used) return d;
+      }
     }
   }
   return chosen;
