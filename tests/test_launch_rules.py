@@ -110,12 +110,12 @@ def test_heads_per_cta(probe, rule, expected):
 # if at most 10%. nano4b at two CTAs an SM (264 slots): batch 80 whole groups are 640 CTAs in 3 waves
 # (81% of 792 slots) -> 6 heads (1280 of 1320, 97%); 208: 1664 of 1848 (90%) -> 6 heads (3328 of 3432);
 # 96 / 128 / 192 / 256 / 512 fill 97% with whole groups and keep them; 64 keeps the waves rule's 6 heads
-# (1024 of 1056); 40 and 50: 6 heads (81%, 76%) -> 4 (91%); 56: 6 (85%) -> 3 (4 heads fill no more).
-# In one wave nothing changes (batch 32, 48).
+# (1024 of 1056), 48 its 6 heads (768 of 792); 40 and 50: 6 heads (81%, 76%) -> 4 (91%); 56: 6 (85%) -> 3
+# (4 heads fill no more). Batch 32 (one wave of whole groups) does not reach the rule.
 # super120b at three (396 slots): 80: 8 heads (81%) -> 4 (2560 of 2772, 92%); 112: 16 (75%) -> 8 (90%);
 # 256 / 512: 16 (86%, 94%) -> 8 (94%, 99%); 64 and 128 keep theirs (8 and 16 heads: 86%, as are
 # half-size CTAs); 144 / 192 fill 97%. Every batch here that changes was measured (session 38's sweeps,
-# bench/results/h200_2026-12-04_mamba2_session38.md): no slower, and up to 3.8% faster.
+# bench/results/h200_2026-12-04_mamba2_session38.md): none slower, up to 3.9% faster.
 FILL_CASES = [
     ((NANO4B, 2), {32: 12, 40: 4, 48: 6, 50: 4, 56: 3, 64: 6, 80: 6, 96: 12, 112: 6, 128: 12, 144: 6, 176: 6,
                    192: 12, 208: 6, 240: 6, 256: 12, 512: 12}),

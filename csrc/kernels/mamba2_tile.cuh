@@ -577,8 +577,8 @@ inline int multiprocessor_count() {
 // same process): nano4b 12 -> 6 heads at b80 / 112 / 144 / 176 / 208 / 240, the step 2.2-3.8% faster,
 // 6 -> 4 at b40 / 50 (-3.3 / -2.8%), 6 -> 3 at b56 (-0.5%); super120b (three CTAs an SM) 8 -> 4 at
 // b56 / 60 / 80 (-1.4..-2.9%), 16 -> 8 at b112 / 160 / 208 / 320 (-0.6..-3.9%) and b256 / 448 / 512
-// (-0.1..-0.2%, the cycle -0.3..-0.5%). Where half-size CTAs leave as many slots empty (super120b b64, b128, b176) it
-// keeps the larger ones.
+// (-0.1..-0.2%, the cycle -0.3..-0.5%). Where half-size CTAs leave as many slots empty (super120b b64,
+// b128, b176, b224) it keeps the larger ones.
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob, int waves = 4,
                                 bool one_wave = false, bool full_waves = false, bool fill_last_wave = false) {
   const int heads_per_group = heads / groups;
