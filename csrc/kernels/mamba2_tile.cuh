@@ -609,20 +609,17 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
       break;
     }
   }
+  // The share of the slots of its waves (rounded up) that a launch of d-head CTAs uses, in percent.
+  auto slots_used = [&](int d) {
+    const int64_t ctas = batch * (heads / d);
+    return 100 * ctas / (((ctas + resident - 1) / resident) * resident);
+  };
   if (full_waves && ctas_per_sm <= 2) {
     for (int d = heads_per_group; d > chosen; --d) {
-      if (heads_per_group % d != 0) continue;
-      const int64_t ctas = batch * (heads / d);
-      const int64_t last_waves = (ctas + resident - 1) / resident;
-      if (ctas >= resident && 100 * ctas >= 95 * last_waves * resident) return d;
+      if (heads_per_group % d == 0 && batch * (heads / d) >= resident && slots_used(d) >= 95) return d;
     }
   }
   if (fill_last_wave && chosen > 1) {
-    // The share of the slots of its waves (rounded up) that a launch of d-head CTAs uses, in percent.
-    auto slots_used = [&](int d) {
-      const int64_t ctas = batch * (heads / d);
-      return 100 * ctas / (((ctas + resident - 1) / resident) * resident);
-    };
     const int64_t used = slots_used(chosen);
     if (used < 95) {
       for (int d = chosen - 1; 2 * d >= chosen; --d) {
