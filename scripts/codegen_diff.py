@@ -42,6 +42,7 @@ KERNELS = [
     ("P80 N128 no copy, CUDA cores", "80,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,false"),
     ("P80 N128 bf16 ckpt + SR, no copy", "80,128,D::kBFloat16,false,D::kBFloat16,D::kBFloat16,true,false,false"),
     ("P64 N128 fp8 copy", "64,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
+    ("P64 N128 fp8 copy, two groups", "64,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false,true"),
     ("P64 N128 bf16 copy", "64,128,D::kFloat32,true,D::kBFloat16,D::kBFloat16,false,false,false"),
     ("P64 N128 no copy, tf32", "64,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,true"),
     ("P64 N128 no copy, CUDA cores", "64,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,false"),
