@@ -48,7 +48,10 @@ def probe(tmp_path_factory):
     def tf32_replay(knobs):
         return [int(v) for v in answers(f"tf32 {k}\n" for k in knobs)]
 
-    return heads_per_cta, fold_split, tf32_replay
+    def two_group(queries):
+        return [int(v) for v in answers(f"twogroup {b} {g} {c} {int(r)} {gk} {hk}\n" for b, g, c, r, gk, hk in queries)]
+
+    return heads_per_cta, fold_split, tf32_replay, two_group
 
 
 NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
@@ -99,7 +102,7 @@ def case_id(rule):
 
 @pytest.mark.parametrize("rule,expected", CASES, ids=[case_id(rule) for rule, _ in CASES])
 def test_heads_per_cta(probe, rule, expected):
-    heads_per_cta, _, _ = probe
+    heads_per_cta, _, _, _ = probe
     (heads, groups), ctas_per_sm, waves, one_wave, full_waves, knob = rule
     queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, full_waves, knob) for batch in expected]
     assert dict(zip(expected, heads_per_cta(queries))) == expected
@@ -126,7 +129,7 @@ FILL_CASES = [
 
 @pytest.mark.parametrize("rule,expected", FILL_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in FILL_CASES])
 def test_heads_per_cta_fill_last_wave(probe, rule, expected):
-    heads_per_cta, _, _ = probe
+    heads_per_cta, _, _, _ = probe
     (heads, groups), ctas_per_sm = rule
     queries = [(batch, heads, groups, ctas_per_sm, 2, True, False, "-") for batch in expected]
     assert dict(zip(expected, heads_per_cta(queries, fill_last_wave=True))) == expected
@@ -161,7 +164,7 @@ SPLIT_CASES = [
 @pytest.mark.parametrize("rule,expected", SPLIT_CASES,
                          ids=[f"H{r[0][0]}-L{r[1]}-{r[2]}ctas-heads{r[3]}-split{r[4]}" for r, _ in SPLIT_CASES])
 def test_fold_split(probe, rule, expected):
-    _, fold_split, _ = probe
+    _, fold_split, _, _ = probe
     (heads, groups), L, ctas_per_sm, heads_knob, split_knob = rule
     queries = [(batch, heads, groups, L, ctas_per_sm, heads_knob, split_knob) for batch in expected]
     assert dict(zip(expected, fold_split(queries))) == expected
@@ -170,6 +173,34 @@ def test_fold_split(probe, rule, expected):
 # The fp32 checkpoint's replay without a read copy: on tensor cores unless REPLAYSSM_STEP_TF32_REPLAY is
 # exactly "0" (step_tf32_replay); any other value leaves the default.
 def test_tf32_replay_knob(probe):
-    _, _, tf32_replay = probe
+    _, _, tf32_replay, _ = probe
     knobs = ["-", "0", "1", "00", "abc"]
     assert dict(zip(knobs, tf32_replay(knobs))) == {"-": 1, "0": 0, "1": 1, "00": 1, "abc": 1}
+
+
+# The read copies' two-group CTAs (choose_two_group_ctas; by_rule: an fp8 copy), 8 groups at three CTAs
+# an SM (396 slots): not while whole groups fit in one wave (batch <= 49: 392 CTAs); two-group CTAs where
+# they fit in one (50-99: 200-396); past it only where they fill 95% of their waves' slots: 189-198 (756-792
+# of 792: batch 188's 752 is 94.9%), 283-297, 377-396 (1508-1584 of 1584), 471-495; not 128 (512 of 792),
+# 160, 256 (1024 of 1188, 86%), 320, 448, 512 (2048 of 2376). Odd group counts never pair up.
+TWO_GROUP_CASES = [
+    ((8, 3, True, "-", "-"), {32: 0, 49: 0, 50: 1, 64: 1, 99: 1, 100: 0, 128: 0, 160: 0, 188: 0, 189: 1, 192: 1,
+                             198: 1, 199: 0, 256: 0, 283: 1, 297: 1, 320: 0, 376: 0, 377: 1, 384: 1, 396: 1, 448: 0,
+                             471: 1, 480: 1, 495: 1, 512: 0}),
+    # A bf16 copy: never by rule; the knob forces either way.
+    ((8, 3, False, "-", "-"), {64: 0, 192: 0, 384: 0}),
+    ((8, 3, False, "2", "-"), {64: 1, 256: 1}),
+    ((8, 3, True, "1", "-"), {64: 0, 192: 0}),
+    # REPLAYSSM_STEP_HEADS_PER_CTA set: the heads knob decides alone.
+    ((8, 3, True, "-", "6"), {64: 0, 192: 0}),
+    ((9, 3, True, "2", "-"), {64: 0, 192: 0}),
+]
+
+
+@pytest.mark.parametrize("rule,expected", TWO_GROUP_CASES,
+                         ids=[f"G{r[0]}-{r[1]}ctas-fp8{int(r[2])}-groups{r[3]}-heads{r[4]}" for r, _ in TWO_GROUP_CASES])
+def test_two_group_ctas(probe, rule, expected):
+    _, _, _, two_group = probe
+    groups, ctas_per_sm, by_rule, groups_knob, heads_knob = rule
+    queries = [(batch, groups, ctas_per_sm, by_rule, groups_knob, heads_knob) for batch in expected]
+    assert dict(zip(expected, two_group(queries))) == expected

@@ -1561,8 +1561,8 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
                                            /*fill_last_wave=*/kTf32Replay && !p.staggered_flush);
     p.fold_prefetch_heads = fold_prefetch_heads();
     // Two whole groups a CTA (a read copy on tensor cores, without the hint; by rule only an fp8 copy,
-    // in one wave where whole groups would not fit in one: choose_two_group_ctas), in their own kernel
-    // of the same layout.
+    // past one wave of whole groups, in one wave or in waves they fill to 95%: choose_two_group_ctas),
+    // in their own kernel of the same layout.
     if constexpr (kCopy && Layout::kTensorReplay) {
       if (!p.staggered_flush &&
           choose_two_group_ctas(p.batch, p.groups, ctas_per_sm, /*by_rule=*/kRead == DType::kFloat8E4M3)) {

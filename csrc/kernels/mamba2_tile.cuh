@@ -639,16 +639,30 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
 // a whole-group fp8-copy CTA's life (session 28's time lines: ~5.7 us against ~0.8 us a head, 12
 // heads); a quarter as many CTAs, in one wave, pay it once (session 30, run 4, nano4b / super120b, the
 // fp8-copy step at batch 64 37.1 -> 32.8 / 41.1 -> 35.8 us, at batch 96 49.7 -> 42.0 / 55.4 -> 44.8).
-// Not with a bf16 copy, whose cycle lost 2.6% at batch 96 (its step is at 78-85% of copy already), nor
-// past one wave (batch 128: fp8 59.9 -> 65.4 us, run 2) or below it (super120b batch 32: 22.3 -> 30.0
-// us, fewer CTAs than SMs, run 3). REPLAYSSM_STEP_GROUPS_PER_CTA=1 turns it off, =2 forces it wherever
-// the groups pair up (an even count; bf16 / fp16 copies too); read at every launch.
+// Past one wave, where two-group CTAs fill at least 95% of the CTA slots of their waves (rounded up):
+// there the fewer set-ups win too (session 39, run 3, both dims sets, fp8 step / cycle: batch 192
+// nano4b 73.7 -> 70.8 / 99.4 -> 96.6 us, super120b 79.1 -> 78.0 / 106.5 -> 104.5; 1.94 waves, 97% of
+// their slots), but not where a partly empty last wave costs more than the set-ups save (128 / 160 /
+// 224 / 256 / 320 / 448 / 512: 65-91% of the slots, the step 0.7-18% slower; session 29 at batch 128:
+// 59.9 -> 65.4 us). Run 4, this rule against whole groups in one process: the cycle 1.8-2.4% faster at
+// batch 189 / 192 / 198, 1.4-1.5% at 288 / 296, 0.4-1.1% at 380 / 384 / 396 / 480 / 495 (there the
+// step moves -1.1..+1.6%, the fold -1.4..+1.5%: within about 1% there), both dims sets; 188 / 256 /
+// 282 / 448 unchanged.
+// Not with a bf16 copy, whose cycle lost 2.6% at batch 96 in session 30 (its step is at 78-85% of copy
+// already; at batch 192 / 384 its cycle 1.3-2.8% slower in session 39), nor below one wave (super120b
+// batch 32: 22.3 -> 30.0 us, fewer CTAs than SMs, session 30's run 3). REPLAYSSM_STEP_GROUPS_PER_CTA=1
+// turns it off, =2 forces it wherever the groups pair up (an even count; bf16 / fp16 copies too); read
+// at every launch.
 inline bool choose_two_group_ctas(int64_t batch, int groups, int ctas_per_sm, bool by_rule) {
   if (groups % 2 != 0) return false;
   if (const char* forced = std::getenv("REPLAYSSM_STEP_GROUPS_PER_CTA")) return std::atoi(forced) == 2;
   if (!by_rule || std::getenv("REPLAYSSM_STEP_HEADS_PER_CTA") != nullptr) return false;
   const int64_t resident = static_cast<int64_t>(multiprocessor_count()) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  return batch * groups > resident && batch * (groups / 2) <= resident;
+  if (batch * groups <= resident) return false;  // whole groups in one wave
+  const int64_t pair_ctas = batch * (groups / 2);
+  if (pair_ctas <= resident) return true;  // one wave of two-group CTAs
+  const int64_t slots = (pair_ctas + resident - 1) / resident * resident;  // of their waves, rounded up
+  return 100 * pair_ctas >= 95 * slots;
 }
 
 // The step's fold split (staggered-flush hint, with a read copy): CTAs of `heads_per_cta` heads for the

@@ -8,9 +8,12 @@
 //   the values REPLAYSSM_STEP_HEADS_PER_CTA and REPLAYSSM_STEP_FOLD_SPLIT are set to, or "-" for unset;
 //   the hint's launch it starts from is choose_heads_per_cta's as the step's launcher asks for it.
 // or a tf32-replay query:    tf32 knob
-//   the value REPLAYSSM_STEP_TF32_REPLAY is set to, or "-" for unset.
+//   the value REPLAYSSM_STEP_TF32_REPLAY is set to, or "-" for unset;
+// or a two-group query:      twogroup batch groups ctas_per_sm by_rule groups_knob heads_knob
+//   the values REPLAYSSM_STEP_GROUPS_PER_CTA and REPLAYSSM_STEP_HEADS_PER_CTA are set to, or "-".
 // stdout: "sms <n>" first, then for each query the heads per CTA chosen, for a fold-split query
-// "<replay heads per CTA> <split> <rows>", for a tf32-replay query 1 or 0 (step_tf32_replay), one a line.
+// "<replay heads per CTA> <split> <rows>", for a tf32-replay query 1 or 0 (step_tf32_replay), for a
+// two-group query 1 or 0 (choose_two_group_ctas), one a line.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +41,17 @@ int main() {
       if (std::scanf("%31s", tf32_knob) != 1) return 1;
       set_knob("REPLAYSSM_STEP_TF32_REPLAY", tf32_knob);
       std::printf("%d\n", replayssm::mamba2::step_tf32_replay() ? 1 : 0);
+      continue;
+    }
+    if (std::strcmp(first, "twogroup") == 0) {
+      int by_rule = 0;
+      char groups_knob[32], heads_knob[32];
+      if (std::scanf("%lld %d %d %d %31s %31s", &batch, &groups, &ctas_per_sm, &by_rule, groups_knob, heads_knob) != 6) {
+        return 1;
+      }
+      set_knob("REPLAYSSM_STEP_GROUPS_PER_CTA", groups_knob);
+      set_knob("REPLAYSSM_STEP_HEADS_PER_CTA", heads_knob);
+      std::printf("%d\n", replayssm::mamba2::choose_two_group_ctas(batch, groups, ctas_per_sm, by_rule != 0) ? 1 : 0);
       continue;
     }
     if (std::strcmp(first, "split") == 0) {
