@@ -37,9 +37,9 @@ def probe(tmp_path_factory):
             pytest.skip(f"this machine's GPU has {out[0].split()[1]} SMs; the expectations are the H200's 132")
         return out[1:]
 
-    def heads_per_cta(queries, fill_last_wave=False):
-        return [int(v) for v in answers(f"{b} {h} {g} {c} {w} {int(o)} {int(f)} {int(fill_last_wave)} {k}\n"
-                                        for b, h, g, c, w, o, f, k in queries)]
+    def heads_per_cta(queries, fill_last_wave=False, half_below_four_waves=False):
+        return [int(v) for v in answers(f"{b} {h} {g} {c} {w} {int(o)} {int(f)} {int(fill_last_wave)} "
+                                        f"{int(half_below_four_waves)} {k}\n" for b, h, g, c, w, o, f, k in queries)]
 
     def fold_split(queries):
         lines = answers(f"split {b} {h} {g} {L} {c} {hk} {sk}\n" for b, h, g, L, c, hk, sk in queries)
@@ -136,6 +136,31 @@ def test_heads_per_cta_fill_last_wave(probe, rule, expected):
     # Without it, the waves rule alone: whole groups (or 8 heads) at the batches above that change.
     plain = dict(zip(expected, heads_per_cta(queries)))
     assert plain[80] == (12 if heads == 96 else 8) and plain[112] == (12 if heads == 96 else 16)
+
+
+# The bf16 / fp16 copies' step (half_below_four_waves; waves 2, one_wave, three CTAs an SM: 396 slots):
+# where the waves rule takes whole groups (batch 99 on at 8 groups: 792 CTAs) that make fewer than four
+# waves (batch x 8 < 1584: up to 197), half a group: 6 heads nano4b, 8 super120b; whole groups from 198 on.
+# Below 99 the waves rule's own choice (half groups at 50-98, one-wave rules below 50); 3 heads a group
+# has no part of 2-1 heads to halve to but 1, and keeps whole groups. Measured (session 39, runs 1 and 5):
+# half-size CTAs won the bf16 cycle by up to 3.6% at 112-208 (none slower than 0.2% at 99-197) and lost
+# 0.3-0.6% at 256-512.
+HALF_CASES = [
+    ((NANO4B, 3), {32: 12, 49: 12, 50: 6, 64: 6, 98: 6, 99: 6, 112: 6, 160: 6, 197: 6, 198: 12, 256: 12, 512: 12}),
+    ((SUPER120B, 3), {32: 16, 64: 8, 99: 8, 112: 8, 197: 8, 198: 16, 256: 16}),
+    ((THREE_PER_GROUP, 3), {17: 3, 112: 3}),
+]
+
+
+@pytest.mark.parametrize("rule,expected", HALF_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in HALF_CASES])
+def test_heads_per_cta_half_below_four_waves(probe, rule, expected):
+    heads_per_cta, _, _, _ = probe
+    (heads, groups), ctas_per_sm = rule
+    queries = [(batch, heads, groups, ctas_per_sm, 2, True, False, "-") for batch in expected]
+    assert dict(zip(expected, heads_per_cta(queries, half_below_four_waves=True))) == expected
+    # Without it: whole groups from batch 99 on.
+    plain = dict(zip(expected, heads_per_cta(queries)))
+    assert plain[112] == heads // groups
 
 
 # The step's fold split under the staggered-flush hint (choose_fold_split, from the hint's launch of

@@ -1553,12 +1553,18 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
     // kernels at two CTAs an SM take the largest part of a group whose CTAs fill their last wave
     // (full_waves; session 26: nano4b's no-copy step at batch 64 80.5 -> 74.9 us), and the tf32 replay
     // down to half-size CTAs where the `waves` rule's leave more than 5% of their waves' slots empty
-    // (fill_last_wave; session 38: nano4b batch 80 89.9 -> 86.5 us).
+    // (fill_last_wave; session 38: nano4b batch 80 89.9 -> 86.5 us). With a bf16 / fp16 copy, half-size
+    // CTAs where whole groups would make fewer than four waves (half_below_four_waves; session 39: the
+    // bf16 cycle at batch 112 -2.2% nano4b, -3.6% super120b).
     const int waves = Layout::kTensorReplay && !p.staggered_flush ? 2 : 4;
+    // (Measured with a bf16 copy of an fp32 checkpoint; the fp16 copy, of fp16 activations, is the same
+    // kernel form and takes it unmeasured.)
+    constexpr bool kCopy16 = kCopy && Layout::kTensorReplay && kRead != DType::kFloat8E4M3 && kCkpt == DType::kFloat32;
     p.heads_per_cta = choose_heads_per_cta(p.batch, p.heads, p.groups, ctas_per_sm, "REPLAYSSM_STEP_HEADS_PER_CTA", waves,
                                            /*one_wave=*/!p.staggered_flush,
                                            /*full_waves=*/!Layout::kTensorReplay && !p.staggered_flush,
-                                           /*fill_last_wave=*/kTf32Replay && !p.staggered_flush);
+                                           /*fill_last_wave=*/kTf32Replay && !p.staggered_flush,
+                                           /*half_below_four_waves=*/kCopy16 && !p.staggered_flush);
     p.fold_prefetch_heads = fold_prefetch_heads();
     // Two whole groups a CTA (a read copy on tensor cores, without the hint; by rule only an fp8 copy,
     // past one wave of whole groups, in one wave or in waves they fill to 95%: choose_two_group_ctas),

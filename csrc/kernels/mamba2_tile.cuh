@@ -579,8 +579,19 @@ inline int multiprocessor_count() {
 // b56 / 60 / 80 (-1.4..-2.9%), 16 -> 8 at b112 / 160 / 208 / 320 (-0.6..-3.9%) and b256 / 448 / 512
 // (-0.1..-0.2%, the cycle -0.3..-0.5%). Where half-size CTAs leave as many slots empty (super120b b64,
 // b128, b176, b224) it keeps the larger ones.
+//
+// half_below_four_waves (the bf16 / fp16 copies' tensor-core step, without the hint): where the `waves`
+// rule takes whole groups whose CTAs make fewer than four waves (batch 99-197 at 8 groups, 3 CTAs an
+// SM), CTAs of half a group (the largest divisor of at most half). Session 39, bf16 copy, half-size
+// against whole-group CTAs in one process (scripts/step_knob_sweep.py): run 1, cycle at nano4b batch
+// 112 84.1 -> 82.3 us, 160 -1.2%, 176 -0.6%, 208 -0.3%, super120b 112 89.9 -> 86.8, 160 -1.1%, 176 / 208
+// -0.3%, but at 256-512 (5.2-10.3 waves) +0.3..+0.6% (their folds +1.8..+2.6%); run 5, this rule: nano4b
+// 112 84.7 -> 82.8 us (-2.2%), 160 -1.3%, 176 -0.9%, super120b 112 90.6 -> 87.3 (-3.6%), 160 -1.2%, 176
+// -0.5%, the other batches of 99-197 within 0.3% (where whole groups fill their waves as well: 99, 128,
+// 144, 192). Not with an fp8 copy, whose half-size CTAs were 10-16% slower steps at every batch.
 inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, const char* knob, int waves = 4,
-                                bool one_wave = false, bool full_waves = false, bool fill_last_wave = false) {
+                                bool one_wave = false, bool full_waves = false, bool fill_last_wave = false,
+                                bool half_below_four_waves = false) {
   const int heads_per_group = heads / groups;
   if (const char* forced = std::getenv(knob)) {
     const int k = std::atoi(forced);
@@ -617,6 +628,11 @@ inline int choose_heads_per_cta(int64_t batch, int heads, int groups, int ctas_p
   if (full_waves && ctas_per_sm <= 2) {
     for (int d = heads_per_group; d > chosen; --d) {
       if (heads_per_group % d == 0 && batch * (heads / d) >= resident && slots_used(d) >= 95) return d;
+    }
+  }
+  if (half_below_four_waves && chosen == heads_per_group && batch * groups < 4 * resident) {
+    for (int d = heads_per_group / 2; d > 1; --d) {
+      if (heads_per_group % d == 0) return d;
     }
   }
   if (fill_last_wave && chosen > 1) {

@@ -2,7 +2,8 @@
 // calls the header's rule functions on the lines of stdin and prints their answers, so the rules are
 // tested on machines without a GPU (CI), where multiprocessor_count() falls back to the H200's 132.
 //
-// stdin, one query a line:  batch heads groups ctas_per_sm waves one_wave full_waves fill_last_wave knob
+// stdin, one query a line:  batch heads groups ctas_per_sm waves one_wave full_waves fill_last_wave half knob
+//   half: half_below_four_waves (0 / 1);
 //   knob: the value REPLAYSSM_PROBE_HEADS_PER_CTA is set to for this query, or "-" for unset;
 // or a fold-split query:     split batch heads groups buffer_len ctas_per_sm heads_knob split_knob
 //   the values REPLAYSSM_STEP_HEADS_PER_CTA and REPLAYSSM_STEP_FOLD_SPLIT are set to, or "-" for unset;
@@ -70,16 +71,17 @@ int main() {
       std::printf("%d %d %d\n", s.heads_per_cta, s.split, s.rows);
       continue;
     }
-    int waves = 0, one_wave = 0, full_waves = 0, fill_last_wave = 0;
+    int waves = 0, one_wave = 0, full_waves = 0, fill_last_wave = 0, half = 0;
     char knob[32];
     batch = std::atoll(first);
-    if (std::scanf("%d %d %d %d %d %d %d %31s", &heads, &groups, &ctas_per_sm, &waves, &one_wave, &full_waves,
-                   &fill_last_wave, knob) != 8) {
+    if (std::scanf("%d %d %d %d %d %d %d %d %31s", &heads, &groups, &ctas_per_sm, &waves, &one_wave, &full_waves,
+                   &fill_last_wave, &half, knob) != 9) {
       return 1;
     }
     set_knob(kKnob, knob);
     std::printf("%d\n", replayssm::mamba2::choose_heads_per_cta(batch, heads, groups, ctas_per_sm, kKnob, waves,
-                                                                one_wave != 0, full_waves != 0, fill_last_wave != 0));
+                                                                one_wave != 0, full_waves != 0, fill_last_wave != 0,
+                                                                half != 0));
   }
   return 0;
 }
