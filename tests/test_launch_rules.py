@@ -142,7 +142,7 @@ def test_heads_per_cta_fill_last_wave(probe, rule, expected):
 # where the waves rule takes whole groups (batch 99 on at 8 groups: 792 CTAs) that make fewer than four
 # waves (batch x 8 < 1584: up to 197), half a group: 6 heads nano4b, 8 super120b; whole groups from 198 on.
 # Below 99 the waves rule's own choice (half groups at 50-98, one-wave rules below 50); 3 heads a group
-# has no part of 2-1 heads to halve to but 1, and keeps whole groups. Measured (session 39, runs 1 and 5):
+# have no divisor from 2 up to half of them, and keep whole groups. Measured (session 39, runs 1 and 5):
 # half-size CTAs won the bf16 cycle by up to 3.6% at 112-208 (none slower than 0.2% at 99-197) and lost
 # 0.3-0.6% at 256-512.
 HALF_CASES = [

@@ -582,7 +582,8 @@ inline int multiprocessor_count() {
 //
 // half_below_four_waves (the bf16 / fp16 copies' tensor-core step, without the hint): where the `waves`
 // rule takes whole groups whose CTAs make fewer than four waves (batch 99-197 at 8 groups, 3 CTAs an
-// SM), CTAs of half a group (the largest divisor of at most half). Session 39, bf16 copy, half-size
+// SM), CTAs of half a group (the largest divisor of at most half, if one is 2 or more; else whole
+// groups). Session 39, bf16 copy, half-size
 // against whole-group CTAs in one process (scripts/step_knob_sweep.py): run 1, cycle at nano4b batch
 // 112 84.1 -> 82.3 us, 160 -1.2%, 176 -0.6%, 208 -0.3%, super120b 112 89.9 -> 86.8, 160 -1.1%, 176 / 208
 // -0.3%, but at 256-512 (5.2-10.3 waves) +0.3..+0.6% (their folds +1.8..+2.6%); run 5, this rule: nano4b
