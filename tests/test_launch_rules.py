@@ -127,14 +127,21 @@ FILL_CASES = [
 ]
 
 
+def tensor_step_choices(heads_per_cta, rule, batches, **flags):
+    """{batch: heads per CTA} of the tensor-core step's launch without the hint (waves 2, one_wave) for
+    rule = ((heads, groups), CTAs per SM), with the choose_heads_per_cta flags given."""
+    (heads, groups), ctas_per_sm = rule
+    queries = [(batch, heads, groups, ctas_per_sm, 2, True, False, "-") for batch in batches]
+    return dict(zip(batches, heads_per_cta(queries, **flags)))
+
+
 @pytest.mark.parametrize("rule,expected", FILL_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in FILL_CASES])
 def test_heads_per_cta_fill_last_wave(probe, rule, expected):
     heads_per_cta, _, _, _ = probe
-    (heads, groups), ctas_per_sm = rule
-    queries = [(batch, heads, groups, ctas_per_sm, 2, True, False, "-") for batch in expected]
-    assert dict(zip(expected, heads_per_cta(queries, fill_last_wave=True))) == expected
+    heads = rule[0][0]
+    assert tensor_step_choices(heads_per_cta, rule, list(expected), fill_last_wave=True) == expected
     # Without it, the waves rule alone: whole groups (or 8 heads) at the batches above that change.
-    plain = dict(zip(expected, heads_per_cta(queries)))
+    plain = tensor_step_choices(heads_per_cta, rule, list(expected))
     assert plain[80] == (12 if heads == 96 else 8) and plain[112] == (12 if heads == 96 else 16)
 
 
@@ -155,11 +162,10 @@ HALF_CASES = [
 @pytest.mark.parametrize("rule,expected", HALF_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in HALF_CASES])
 def test_heads_per_cta_half_below_four_waves(probe, rule, expected):
     heads_per_cta, _, _, _ = probe
-    (heads, groups), ctas_per_sm = rule
-    queries = [(batch, heads, groups, ctas_per_sm, 2, True, False, "-") for batch in expected]
-    assert dict(zip(expected, heads_per_cta(queries, half_below_four_waves=True))) == expected
+    heads, groups = rule[0]
+    assert tensor_step_choices(heads_per_cta, rule, list(expected), half_below_four_waves=True) == expected
     # Without it: whole groups from batch 99 on.
-    plain = dict(zip(expected, heads_per_cta(queries)))
+    plain = tensor_step_choices(heads_per_cta, rule, list(expected))
     assert plain[112] == heads // groups
 
 
