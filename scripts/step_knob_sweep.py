@@ -23,11 +23,24 @@ from timing import DIMS, measure_copy_bandwidth  # noqa: E402
 COPIES = {"none": None, "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 
 
-def set_knob(name: str, value: str) -> None:
+def set_knob(name: str, value: str) -> list:
+    """Sets --knob to `value` ("unset" removes it), or, for a value of the form NAME=v[,NAME2=v2...], leaves
+    --knob unset and sets those variables instead (so that one process compares two knobs' launches);
+    returns the other variables it set, for clear_knobs."""
+    os.environ.pop(name, None)
     if value == "unset":
-        os.environ.pop(name, None)
-    else:
+        return []
+    if "=" not in value:
         os.environ[name] = value
+        return []
+    others = dict(pair.split("=", 1) for pair in value.split(","))
+    os.environ.update(others)
+    return list(others)
+
+
+def clear_knobs(name: str, others: list) -> None:
+    for var in [name, *others]:
+        os.environ.pop(var, None)
 
 
 def main() -> int:
@@ -36,7 +49,8 @@ def main() -> int:
     ap.add_argument("--batches", nargs="*", type=int, default=[64, 128, 256, 512])
     ap.add_argument("--copies", nargs="*", choices=list(COPIES), default=["none", "fp8"])
     ap.add_argument("--knob", required=True, help="the environment variable")
-    ap.add_argument("--values", nargs="*", default=["unset"])
+    ap.add_argument("--values", nargs="*", default=["unset"],
+                    help='values of --knob; "unset": the launcher\'s rule; NAME=v[,NAME2=v2]: other variables instead')
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--no-fold", action="store_true", help="skip the fold step's row")
     args = ap.parse_args()
@@ -53,14 +67,14 @@ def main() -> int:
             for copy in args.copies:
                 rc = COPIES[copy]
                 for knob in args.values:
-                    set_knob(args.knob, knob)
+                    others = set_knob(args.knob, knob)
                     t_step, b_step = bench_replay(s, rc, phase=s.L // 2)
                     t_fold = float("nan") if args.no_fold else bench_replay(s, rc, phase=s.L - 1)[0]
                     t_cycle, _ = bench_replay(s, rc)
                     print(f"| {dname} | {batch} | {copy} | {knob} | {t_step * 1e6:.1f} | "
                           f"{100 * b_step / t_step / bw:.1f} | {t_fold * 1e6:.1f} | {t_fold / t_update:.3f} | "
                           f"{t_cycle * 1e6:.1f} | {t_update * 1e6:.1f} | {t_update / t_cycle:.2f} |", flush=True)
-    set_knob(args.knob, "unset")
+                    clear_knobs(args.knob, others)
     return 0
 
 
