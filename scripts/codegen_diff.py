@@ -21,6 +21,7 @@ a template signature change makes the compile fail, which says to update the lis
 
 import argparse
 import concurrent.futures
+import difflib
 import os
 import re
 import shutil
@@ -88,6 +89,17 @@ def kernel_text_sections(cubin: str) -> dict:
         end = elf.index(b"\0", names_at + sh[0])
         return elf[names_at + sh[0]:end].decode()
     return {name(sh)[len(".text."):]: elf[sh[4]:sh[4] + sh[5]] for sh in sections if name(sh).startswith(".text.")}
+
+
+def changed_instructions(base: bytes, new: bytes) -> str:
+    """How much of a kernel's machine code differs: "a / b" instructions (16 bytes each on sm_90) of the
+    base / new side outside the runs the two share, in order. A few instructions means a local change
+    (session 40's griddepcontrol at the kernel's start: 3-33 in the benchmarks' kernels); hundreds mean
+    ptxas scheduled the kernel again, which is what has moved replay steps by percents before."""
+    a = [base[i:i + 16] for i in range(0, len(base), 16)]
+    b = [new[i:i + 16] for i in range(0, len(new), 16)]
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return f"{sum(i2 - i1 for tag, i1, i2, _, _ in ops if tag != 'equal')} / {sum(j2 - j1 for tag, _, _, j1, j2 in ops if tag != 'equal')} of {len(b)} instr."
 
 
 def ptx_entries(ptx: str) -> dict:
@@ -180,7 +192,7 @@ def main() -> int:
         if name in base_u and new_name in new_u:
             (rb, sb), (rn, sn) = base_u[name], new_u[new_name]
             regs, spill = f"{rb} -> {rn}", f"{sb} -> {sn}"
-        sass = "-" if args.no_ptxas else "same" if same_sass else "CHANGED"
+        sass = "-" if args.no_ptxas else "same" if same_sass else f"CHANGED ({changed_instructions(base_sass.get(name, b''), new_sass.get(new_name, b''))})"
         print(f"| {label} | {'same' if same_ptx else 'CHANGED'} | {sass} | {regs} | {spill} |")
     print(f"{changed} of {len(KERNELS)} kernels' {'PTX' if args.no_ptxas else 'machine code'} changed")
     return 0
