@@ -53,6 +53,8 @@ def main() -> int:
                     help='values of --knob; "unset": the launcher\'s rule; NAME=v[,NAME2=v2]: other variables instead')
     ap.add_argument("--buffer-len", type=int, default=16)
     ap.add_argument("--no-fold", action="store_true", help="skip the fold step's row")
+    ap.add_argument("--update-per-value", action="store_true",
+                    help="time the update again under each value (for a knob the update reads too, e.g. REPLAYSSM_PDL)")
     args = ap.parse_args()
     bw = measure_copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()}; copy {bw / 1e12:.3f} TB/s; L = {args.buffer_len}")
@@ -68,6 +70,8 @@ def main() -> int:
                 rc = COPIES[copy]
                 for knob in args.values:
                     others = set_knob(args.knob, knob)
+                    if args.update_per_value:
+                        t_update, _ = bench_conventional(s)
                     t_step, b_step = bench_replay(s, rc, phase=s.L // 2)
                     t_fold = float("nan") if args.no_fold else bench_replay(s, rc, phase=s.L - 1)[0]
                     t_cycle, _ = bench_replay(s, rc)
