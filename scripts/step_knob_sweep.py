@@ -65,7 +65,7 @@ def main() -> int:
         H, P, N, G = DIMS[dname]
         for batch in args.batches:
             s = Setup(H, P, N, G, batch, args.buffer_len)
-            t_update, _ = bench_conventional(s)
+            t_update = None if args.update_per_value else bench_conventional(s)[0]
             for copy in args.copies:
                 rc = COPIES[copy]
                 for knob in args.values:
