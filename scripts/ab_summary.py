@@ -8,6 +8,12 @@ Why: ab_bench.sh writes a table per side and round (8 files at 4 rounds), and a 
 at most 8 files from $OUT (session 34 lost a run's new-side tables that way), so ab_bench.sh ends by
 printing this table (the call's output always comes back) and writing it as ab_summary.md. Rows only
 one side has (a benchmark the base lacks) are left out.
+
+A row is named by the cells before its table's first time column (a header cell with "us" in it: "us/step",
+"fold us", ...) and gives one summary row per time column, so tables with several (scripts/step_knob_sweep.py:
+copy and knob value before step, fold, cycle and update times) are read too; a benchmark with one time column
+after dims, batch and kernel (bench_mamba2.py) keeps its kernel names. Without a header line the fourth
+column is taken as the time.
 """
 
 import pathlib
@@ -15,15 +21,36 @@ import statistics
 import sys
 
 
+def is_time_column(header_cell):
+    return "us" in header_cell.replace("/", " ").split()
+
+
 def read_rows(path):
-    """{(dims, batch, kernel): us} from a bench table (its first three columns name the row, the fourth is us)."""
+    """{(dims, batch, name): us} from a bench table: name is the row's cells between batch and the first time
+    column (joined by ", "), and with several time columns one entry per column (name + ": " + its header)."""
     rows = {}
+    header = None
     for line in path.read_text().splitlines():
-        cells = [c.strip() for c in line.split("|")]
-        if len(cells) > 5 and cells[2].isdigit():
+        cells = [c.strip() for c in line.split("|")][1:-1]
+        if len(cells) < 3:
+            continue
+        if cells[0] == "dims" and cells[1] == "batch":
+            header = cells
+            continue
+        if not cells[1].isdigit():
+            continue
+        if header is None or len(header) != len(cells):
+            columns = [(cells[2], 3)]  # no header: dims | batch | kernel | us | ...
+        else:
+            times = [i for i, h in enumerate(header) if i >= 2 and is_time_column(h)]
+            if not times:
+                continue
+            name = ", ".join(cells[2:times[0]])
+            columns = [(name, times[0])] if len(times) == 1 else [(f"{name}: {header[i]}", i) for i in times]
+        for name, i in columns:
             try:
-                rows[(cells[1], int(cells[2]), cells[3])] = float(cells[4])
-            except ValueError:
+                rows[(cells[0], int(cells[1]), name)] = float(cells[i])
+            except (ValueError, IndexError):
                 continue
     return rows
 
