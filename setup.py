@@ -6,7 +6,7 @@ The extension is built when torch imports, torch.version.cuda is set and nvcc is
 otherwise the pure-Python package is installed and one line says why. Knobs:
     REPLAYSSM_CUDA_ARCHS   archs to compile, ';' or ',' separated (default "90a;100a")
     REPLAYSSM_CTA_TIMELINE 1: a diagnostic build whose update and step kernels record a time line per CTA
-                           (csrc/kernels/cta_timeline.cuh, scripts/cta_timeline.py); never for a product
+                           (csrc/diag/); never for a product
     MAX_JOBS               parallel compile jobs (torch's ninja build)
 CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is installed.
 """
@@ -53,6 +53,19 @@ def cutlass_include() -> str | None:
     return str(include)
 
 
+def cta_timeline_build() -> bool:
+    return os.environ.get("REPLAYSSM_CTA_TIMELINE", "0") not in ("", "0")
+
+
+def extension_sources(diagnostic: bool) -> list[str]:
+    """Every kernel source (.cu) and host source (.cpp) under csrc/; csrc/diag/ only in a diagnostic build."""
+    csrc = ROOT / "csrc"
+    found = [p for p in csrc.rglob("*") if p.suffix in (".cu", ".cpp")]
+    if not diagnostic:
+        found = [p for p in found if (csrc / "diag") not in p.parents]
+    return sorted(str(p.relative_to(ROOT)) for p in found)
+
+
 def why_no_extension() -> str | None:
     """None when the CUDA extension can be built, else the reason it cannot."""
     try:
@@ -75,12 +88,11 @@ def extension_kwargs() -> dict:
     cutlass = cutlass_include()
     if cutlass:
         include_dirs.append(cutlass)
-    sources = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "kernels").glob("*.cu"))
-    sources += sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc" / "api").glob("*.cpp"))
+    sources = extension_sources(diagnostic=cta_timeline_build())
     # Build facts for replayssm_cuda._C.build_info(). The archs travel as one token ("90a_100a"): a ';'
     # would be cut by the shell that runs each compile command.
     defines = [f"-DREPLAYSSM_VERSION={project_version()}", f"-DREPLAYSSM_CUDA_ARCHS={'_'.join(archs)}"]
-    if os.environ.get("REPLAYSSM_CTA_TIMELINE", "0") not in ("", "0"):
+    if cta_timeline_build():
         defines.append("-DREPLAYSSM_CTA_TIMELINE=1")
         print(f"{PREFIX} diagnostic build: per-CTA time lines in the update and step kernels", file=sys.stderr)
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]

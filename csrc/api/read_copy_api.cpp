@@ -16,7 +16,7 @@
 #include "api/checks.h"
 #include "api/ops.h"
 #include "api/tensor_args.h"
-#include "kernels/read_copy.cuh"
+#include "cache/read_copy.cuh"
 
 namespace replayssm {
 namespace {

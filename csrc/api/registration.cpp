@@ -9,7 +9,6 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
-#include "api/cta_timeline_api.h"
 #include "api/ops.h"
 
 #define REPLAYSSM_STR_(x) #x
@@ -66,11 +65,6 @@ pybind11::dict build_info() {
 #endif
   info["cuda_version"] = std::to_string(CUDART_VERSION);
   info["archs"] = compiled_archs();
-#if REPLAYSSM_CTA_TIMELINE
-  info["cta_timeline"] = true;  // a diagnostic build (kernels/cta_timeline.cuh)
-#else
-  info["cta_timeline"] = false;
-#endif
   return info;
 }
 
@@ -78,12 +72,6 @@ pybind11::dict build_info() {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "replayssm_cuda compiled ops (torch.ops.replayssm.*) and build facts";
-  m.def("build_info", &build_info, "dict(version, cuda_version, archs, cta_timeline) of this build");
+  m.def("build_info", &build_info, "dict(version, cuda_version, archs) of this build");
   m.def("compiled_ops", &compiled_ops, "names of the torch.ops.replayssm ops that have a CUDA kernel");
-#if REPLAYSSM_CTA_TIMELINE
-  // Diagnostic builds only (scripts/cta_timeline.py).
-  m.def("set_cta_timeline", &replayssm::set_cta_timeline, pybind11::arg("buffer"),
-        "records of the next update / step launches into buffer[k] (int64 [launches, ctas, words]); None: off");
-  m.def("cta_timeline_launches", &replayssm::cta_timeline_launches, "launches recorded since set_cta_timeline");
-#endif
 }

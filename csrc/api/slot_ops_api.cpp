@@ -22,8 +22,8 @@
 #include "api/checks.h"
 #include "api/ops.h"
 #include "api/tensor_args.h"
-#include "kernels/read_copy.cuh"
-#include "kernels/slot_ops.cuh"
+#include "cache/read_copy.cuh"
+#include "cache/slot_ops.cuh"
 
 namespace replayssm {
 namespace {

@@ -12,7 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "api/checks.h"
-#include "kernels/dtype.h"
+#include "common/dtype.h"
 
 namespace replayssm {
 

@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/mamba2_tile.cuh"
+#include "families/mamba2/tile.cuh"
 
 // Sets `name` to `value`, or unsets it for "-".
 static void set_knob(const char* name, const char* value) {

@@ -1,0 +1,26 @@
+// Rows -> slots, the rule every op of every family keeps: row r of a call uses slot slots[r] (int32
+// or int64), or slot r without a slot tensor; a row whose slot is the pad id or outside [0, num_slots)
+// touches no cache memory and gets zero output.
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace replayssm {
+
+// A slot index from an int32 or int64 index tensor (element stride `stride`).
+__device__ __forceinline__ int64_t load_index(const void* base, DType dtype, int64_t i, int64_t stride) {
+  return dtype == DType::kInt32 ? static_cast<int64_t>(__ldg(static_cast<const int32_t*>(base) + i * stride))
+                                : static_cast<int64_t>(__ldg(static_cast<const int64_t*>(base) + i * stride));
+}
+
+// Slot of batch row `row`, or -1 when the row touches nothing (pad id or out of range). Params: any
+// params struct with slots, slots_dtype, slots_stride, pad_slot_id and num_slots.
+template <class Params, class Row>
+__device__ __forceinline__ int64_t resolve_slot(const Params& p, Row row) {
+  const int64_t slot = p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
+  return (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) ? -1 : slot;
+}
+
+}  // namespace replayssm

@@ -1,0 +1,277 @@
+// Slot copy / fill / load kernels (slot_ops.cuh). All memory-bound byte movers.
+//
+// copy and fill split every tensor's slot into chunks of `chunk` bytes; CTA b owns one chunk of one
+// tensor for every entry of the slot list. Inside a chunk a thread moves `granule` bytes at a time:
+// the largest of 16, 8, 4, 2, 1 that divides the tensor's base address, slot stride and slot size,
+// so pools of any alignment work and ordinary ones move 16-byte vectors.
+#include "cache/slot_ops.cuh"
+
+#include <climits>
+
+#include "cache/slot_map.cuh"
+#include "common/convert.cuh"
+
+namespace replayssm {
+namespace slot_ops {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kFillChunk = 4096;
+
+struct Chunks {
+  int64_t chunk;                                 // bytes per chunk (a multiple of 16)
+  int64_t first_block[kSlotOpsMaxTensors + 1];   // blocks of tensor i: [first_block[i], first_block[i+1])
+  int32_t granule[kSlotOpsMaxTensors];
+};
+
+// The slot of list entry i, or -1 when it is a pad id or out of range.
+__device__ __forceinline__ int64_t entry_slot(const void* list, DType dtype, int64_t stride, int64_t i,
+                                              int64_t pad, int64_t num_slots) {
+  const int64_t s = list == nullptr ? i : load_index(list, dtype, i, stride);
+  return (s == pad || s < 0 || s >= num_slots) ? -1 : s;
+}
+
+template <int kG> struct Unit;
+template <> struct Unit<16> { using T = uint4; };
+template <> struct Unit<8> { using T = uint2; };
+template <> struct Unit<4> { using T = uint32_t; };
+template <> struct Unit<2> { using T = uint16_t; };
+template <> struct Unit<1> { using T = uint8_t; };
+
+__device__ __forceinline__ int tensor_of_block(const Chunks& c, int num_tensors, int64_t block) {
+  int t = 0;
+  while (t + 1 < num_tensors && block >= c.first_block[t + 1]) ++t;
+  return t;
+}
+
+// Moves one chunk of one tensor for all pairs: sources to shared memory, barrier, destinations.
+template <int kG>
+__device__ void copy_chunk(const SlotOpsParams& p, const SlotTensor& t, int64_t offset, int units,
+                           unsigned char* stage, int64_t chunk) {
+  using U = typename Unit<kG>::T;
+  const int total = static_cast<int>(p.num_entries) * units;
+  const char* base = static_cast<const char*>(t.base);
+  for (int item = threadIdx.x; item < total; item += kThreads) {
+    const int pair = item / units, u = item - pair * units;
+    const int64_t src = entry_slot(p.src, p.src_dtype, p.src_stride, pair, p.pad_slot_id, p.num_slots);
+    const int64_t dst = entry_slot(p.dst, p.dst_dtype, p.dst_stride, pair, p.pad_slot_id, p.num_slots);
+    if (src < 0 || dst < 0) continue;
+    *reinterpret_cast<U*>(stage + pair * chunk + u * kG) =
+        *reinterpret_cast<const U*>(base + src * t.slot_stride + offset + u * kG);
+  }
+  // Every source of this byte range is in shared memory (the loads completed: their values were
+  // stored) before any thread of the CTA writes a destination of the same range.
+  __syncthreads();
+  char* out = static_cast<char*>(t.base);
+  for (int item = threadIdx.x; item < total; item += kThreads) {
+    const int pair = item / units, u = item - pair * units;
+    const int64_t src = entry_slot(p.src, p.src_dtype, p.src_stride, pair, p.pad_slot_id, p.num_slots);
+    const int64_t dst = entry_slot(p.dst, p.dst_dtype, p.dst_stride, pair, p.pad_slot_id, p.num_slots);
+    if (src < 0 || dst < 0) continue;
+    *reinterpret_cast<U*>(out + dst * t.slot_stride + offset + u * kG) =
+        *reinterpret_cast<const U*>(stage + pair * chunk + u * kG);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) copy_slots_kernel(const SlotOpsParams p, const Chunks c) {
+  extern __shared__ uint4 stage_vec[];
+  unsigned char* stage = reinterpret_cast<unsigned char*>(stage_vec);
+  const int64_t block = blockIdx.x;
+  const int ti = tensor_of_block(c, p.num_tensors, block);
+  const SlotTensor& t = p.tensors[ti];
+  const int64_t offset = (block - c.first_block[ti]) * c.chunk;
+  const int64_t len = t.bytes_per_slot - offset < c.chunk ? t.bytes_per_slot - offset : c.chunk;
+  const int g = c.granule[ti];
+  const int units = static_cast<int>(len / g);
+  switch (g) {
+    case 16: copy_chunk<16>(p, t, offset, units, stage, c.chunk); break;
+    case 8: copy_chunk<8>(p, t, offset, units, stage, c.chunk); break;
+    case 4: copy_chunk<4>(p, t, offset, units, stage, c.chunk); break;
+    case 2: copy_chunk<2>(p, t, offset, units, stage, c.chunk); break;
+    default: copy_chunk<1>(p, t, offset, units, stage, c.chunk); break;
+  }
+}
+
+template <int kG>
+__device__ void fill_chunk(const SlotOpsParams& p, const SlotTensor& t, int64_t offset, int units) {
+  using U = typename Unit<kG>::T;
+  U value;
+  if constexpr (kG == 16) {
+    value = make_uint4(t.fill, t.fill, t.fill, t.fill);
+  } else if constexpr (kG == 8) {
+    value = make_uint2(t.fill, t.fill);
+  } else {
+    value = static_cast<U>(t.fill);  // 2- and 1-byte granules only ever fill zeros (launcher check)
+  }
+  const int64_t total = p.num_entries * units;
+  char* base = static_cast<char*>(t.base);
+  for (int64_t item = threadIdx.x; item < total; item += kThreads) {
+    const int64_t entry = item / units, u = item - entry * units;
+    const int64_t dst = entry_slot(p.dst, p.dst_dtype, p.dst_stride, entry, p.pad_slot_id, p.num_slots);
+    if (dst < 0) continue;
+    if constexpr (kG == 4) {
+      // A staggered flush starts slot s's cursor at s % period (plan() allows it on 4-byte slots only).
+      if (t.fill_slot_period != 0) value = static_cast<U>(dst % t.fill_slot_period);
+    }
+    *reinterpret_cast<U*>(base + dst * t.slot_stride + offset + u * kG) = value;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) fill_slots_kernel(const SlotOpsParams p, const Chunks c) {
+  const int64_t block = blockIdx.x;
+  const int ti = tensor_of_block(c, p.num_tensors, block);
+  const SlotTensor& t = p.tensors[ti];
+  const int64_t offset = (block - c.first_block[ti]) * c.chunk;
+  const int64_t len = t.bytes_per_slot - offset < c.chunk ? t.bytes_per_slot - offset : c.chunk;
+  const int g = c.granule[ti];
+  const int units = static_cast<int>(len / g);
+  switch (g) {
+    case 16: fill_chunk<16>(p, t, offset, units); break;
+    case 8: fill_chunk<8>(p, t, offset, units); break;
+    case 4: fill_chunk<4>(p, t, offset, units); break;
+    case 2: fill_chunk<2>(p, t, offset, units); break;
+    default: fill_chunk<1>(p, t, offset, units); break;
+  }
+}
+
+int granule_of(const SlotTensor& t) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(t.base) | static_cast<uint64_t>(t.slot_stride) |
+                        static_cast<uint64_t>(t.bytes_per_slot);
+  for (int g = 16; g > 1; g /= 2) {
+    if (bits % g == 0) return g;
+  }
+  return 1;
+}
+
+// Fills `c` for the tensors of `p` with `chunk` bytes per chunk; false when outside the contract.
+bool plan(const SlotOpsParams& p, int64_t chunk, Chunks& c, bool fill) {
+  c.chunk = chunk;
+  c.first_block[0] = 0;
+  for (int i = 0; i < p.num_tensors; ++i) {
+    const SlotTensor& t = p.tensors[i];
+    if (t.base == nullptr || t.bytes_per_slot < 1) return false;
+    c.granule[i] = granule_of(t);
+    if (fill && t.fill != 0 && c.granule[i] < 4) return false;
+    if (t.fill_slot_period != 0 && (!fill || t.bytes_per_slot != 4 || c.granule[i] != 4)) return false;
+    c.first_block[i + 1] = c.first_block[i] + (t.bytes_per_slot + chunk - 1) / chunk;
+  }
+  return c.first_block[p.num_tensors] <= INT_MAX;
+}
+
+bool common_ok(const SlotOpsParams& p) {
+  if (p.num_tensors < 1 || p.num_tensors > kSlotOpsMaxTensors || p.num_slots < 0 || p.num_entries < 0) return false;
+  auto index_ok = [](const void* list, DType d) { return list == nullptr || d == DType::kInt32 || d == DType::kInt64; };
+  return index_ok(p.src, p.src_dtype) && index_ok(p.dst, p.dst_dtype);
+}
+
+// ---- load ------------------------------------------------------------------------------------------
+
+constexpr int kLoadElemsPerThread = kChunk;  // 8
+constexpr int kLoadElemsPerBlock = kThreads * kLoadElemsPerThread;
+
+// torch's fp32 -> fp16 conversion: round-to-nearest-even, overflow to inf (no saturation, unlike the
+// read copy's rule).
+__device__ __forceinline__ void store_converted(__half* p, const float (&v)[kChunk], int n) {
+  if (n == kChunk && is_aligned<16>(p)) {
+    uint4 raw;
+    __half* h = reinterpret_cast<__half*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) h[i] = __float2half_rn(v[i]);
+    *reinterpret_cast<uint4*>(p) = raw;
+  } else {
+    for (int i = 0; i < n; ++i) p[i] = __float2half_rn(v[i]);
+  }
+}
+__device__ __forceinline__ void store_converted(__nv_bfloat16* p, const float (&v)[kChunk], int n) {
+  if (n == kChunk) {
+    store_chunk(p, 0, kChunk, v);  // round-to-nearest-even, 16-byte store when aligned
+  } else {
+    for (int i = 0; i < n; ++i) p[i] = __float2bfloat16_rn(v[i]);
+  }
+}
+
+template <DType kIn, DType kOut>
+__global__ void __launch_bounds__(kThreads) load_states_kernel(const LoadStatesParams p) {
+  using In = typename Storage<kIn>::type;
+  using Out = typename Storage<kOut>::type;
+  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * kLoadElemsPerBlock + threadIdx.x * kLoadElemsPerThread;
+  for (int64_t row = blockIdx.y; row < p.batch; row += gridDim.y) {
+    const int64_t slot = p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
+    if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) continue;
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.num_committed[slot * p.nc_stride] = 0;
+    if (e0 >= p.elems_per_slot) continue;
+    const int n = p.elems_per_slot - e0 < kChunk ? static_cast<int>(p.elems_per_slot - e0) : kChunk;
+    const In* src = static_cast<const In*>(p.states) + row * p.states_row_stride + e0;
+    Out* dst = static_cast<Out*>(p.checkpoint) + slot * p.ck_slot_stride + e0;
+    if constexpr (kIn == kOut) {
+      // Same dtype: the bytes, untouched (NaN payloads included), as torch's copy.
+      constexpr int kBytes = kChunk * sizeof(In);
+      if (n == kChunk && is_aligned<16>(src) && is_aligned<16>(dst)) {
+#pragma unroll
+        for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<uint4*>(dst)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+      } else {
+        for (int i = 0; i < n; ++i) dst[i] = src[i];
+      }
+    } else {
+      float v[kChunk];
+      load_chunk(src, 0, n, v);
+      store_converted(dst, v, n);
+    }
+  }
+}
+
+template <DType kIn, DType kOut>
+cudaError_t launch_load(const LoadStatesParams& p, cudaStream_t stream) {
+  const int64_t chunks = (p.elems_per_slot + kLoadElemsPerBlock - 1) / kLoadElemsPerBlock;
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
+  load_states_kernel<kIn, kOut><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace
+}  // namespace slot_ops
+
+cudaError_t launch_copy_slots(const SlotOpsParams& p, cudaStream_t stream) {
+  using namespace slot_ops;
+  if (!common_ok(p) || p.src == nullptr || p.dst == nullptr || p.num_entries > kCopySlotsMaxPairs) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.num_entries == 0) return cudaSuccess;
+  // The largest power-of-two chunk (16 B .. 4 KB) whose staging for all pairs fits.
+  int64_t chunk = 4096;
+  while (chunk > 16 && chunk * p.num_entries > kCopySlotsStagingBytes) chunk /= 2;
+  Chunks c{};
+  if (!plan(p, chunk, c, false)) return cudaErrorInvalidValue;
+  const size_t smem = static_cast<size_t>(chunk * p.num_entries);
+  copy_slots_kernel<<<static_cast<unsigned>(c.first_block[p.num_tensors]), kThreads, smem, stream>>>(p, c);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_slots(const SlotOpsParams& p, cudaStream_t stream) {
+  using namespace slot_ops;
+  if (!common_ok(p)) return cudaErrorInvalidValue;
+  if (p.num_entries == 0) return cudaSuccess;
+  Chunks c{};
+  if (!plan(p, kFillChunk, c, true)) return cudaErrorInvalidValue;
+  fill_slots_kernel<<<static_cast<unsigned>(c.first_block[p.num_tensors]), kThreads, 0, stream>>>(p, c);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_load_states(const LoadStatesParams& p, cudaStream_t stream) {
+  using namespace slot_ops;
+  if (p.elems_per_slot < 1 || p.batch < 0 || p.num_slots < 0 || p.num_committed == nullptr) return cudaErrorInvalidValue;
+  if (p.slots != nullptr && p.slots_dtype != DType::kInt32 && p.slots_dtype != DType::kInt64) return cudaErrorInvalidValue;
+  if ((p.elems_per_slot + kLoadElemsPerBlock - 1) / kLoadElemsPerBlock > INT_MAX) return cudaErrorInvalidValue;
+  if (p.batch == 0) return cudaSuccess;
+#define REPLAYSSM_LOAD_CASE(IN, OUT) \
+  if (p.states_dtype == DType::IN && p.checkpoint_dtype == DType::OUT) return launch_load<DType::IN, DType::OUT>(p, stream);
+  REPLAYSSM_LOAD_CASE(kFloat32, kFloat32)
+  REPLAYSSM_LOAD_CASE(kFloat32, kBFloat16)
+  REPLAYSSM_LOAD_CASE(kFloat32, kFloat16)
+  REPLAYSSM_LOAD_CASE(kBFloat16, kBFloat16)
+  REPLAYSSM_LOAD_CASE(kFloat16, kFloat16)
+#undef REPLAYSSM_LOAD_CASE
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace replayssm

@@ -1,7 +1,0 @@
-// Instantiation of the Mamba-2 fold kernels (commit, flush, materialize) for head_dim 64, state_dim 128
-// (one file per shape so the shapes compile in parallel).
-#include "mamba2_fold.cuh"
-
-namespace replayssm::mamba2_spec {
-template cudaError_t launch_fold_shape<64, 128>(const Mamba2SpecParams&, cudaStream_t);
-}  // namespace replayssm::mamba2_spec

@@ -1,7 +1,0 @@
-// Instantiation of the Mamba-2 verify kernels for head_dim 128, state_dim 64 (one file per shape so the
-// shapes compile in parallel).
-#include "mamba2_verify_kernel.cuh"
-
-namespace replayssm::mamba2_spec {
-template cudaError_t launch_verify_shape<128, 64>(const Mamba2SpecParams&, cudaStream_t);
-}  // namespace replayssm::mamba2_spec
