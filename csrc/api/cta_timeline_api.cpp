@@ -1,5 +1,5 @@
 // The per-CTA time line's sink (cta_timeline_api.h): a diagnostic build's only host state. Calls are
-// made from one Python thread in scripts/cta_timeline.py; a captured CUDA graph keeps the record set
+// made from one Python thread in tools/cta_timeline.py; a captured CUDA graph keeps the record set
 // each launch took at capture time, so its replays write there again.
 #include "api/cta_timeline_api.h"
 

@@ -81,7 +81,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("build_info", &build_info, "dict(version, cuda_version, archs, cta_timeline) of this build");
   m.def("compiled_ops", &compiled_ops, "names of the torch.ops.replayssm ops that have a CUDA kernel");
 #if REPLAYSSM_CTA_TIMELINE
-  // Diagnostic builds only (scripts/cta_timeline.py).
+  // Diagnostic builds only (tools/cta_timeline.py).
   m.def("set_cta_timeline", &replayssm::set_cta_timeline, pybind11::arg("buffer"),
         "records of the next update / step launches into buffer[k] (int64 [launches, ctas, words]); None: off");
   m.def("cta_timeline_launches", &replayssm::cta_timeline_launches, "launches recorded since set_cta_timeline");
