@@ -1,6 +1,6 @@
 """Measured error of every Mamba-2 precision combination the compiled kernels support, against the fp64
 reference without a read copy fed the same (bf16) inputs: the table of README.md's precision section
-(docs/DESIGN.md, "Precision", states the contract). The output error includes the bf16 rounding of the output itself (about 1.6e-3 here).
+(docs/DESIGN.md section 5 states the contract). The output error includes the bf16 rounding of the output itself (about 1.6e-3 here).
 
 For each (checkpoint dtype, read copy) it decodes `--steps` tokens (several folds at L = 16) through
 mamba2_step, and reports the relative output error (mean and max over steps, whole-batch norms) and
