@@ -6,7 +6,7 @@ The extension is built when torch imports, torch.version.cuda is set and nvcc is
 otherwise the pure-Python package is installed and one line says why. Knobs:
     REPLAYSSM_CUDA_ARCHS   archs to compile, ';' or ',' separated (default "90a;100a")
     REPLAYSSM_CTA_TIMELINE 1: a diagnostic build whose update and step kernels record a time line per CTA
-                           (csrc/diag/); never for a product
+                           (csrc/diag/, tools/cta_timeline.py); never for a product
     MAX_JOBS               parallel compile jobs (torch's ninja build)
 CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is installed.
 """

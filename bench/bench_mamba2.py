@@ -1,6 +1,6 @@
 """Mamba-2 decode benchmark on one GPU: our conventional update vs the ReplaySSM step.
 
-Method (SPEC.md section 8): every timed region is a CUDA-graph replay; state pools rotate over enough
+Method (docs/DESIGN.md section 13): every timed region is a CUDA-graph replay; state pools rotate over enough
 slot groups that each step touches slots the previous steps did not (well over 4 x 60 MB of state,
 so L2 is cold); replay figures cover whole L-step cycles, fold steps included; medians of repeated
 replays, each queued behind a spinning kernel so that the host's launch is not timed (timing.HOLD_US).

@@ -9,7 +9,7 @@ run today) vs the ReplaySSM verify(T) + commit, in lock-step rounds.
                        replay (outside the timed region). Rows are skipped, with the reason, when this
                        build has no compiled mamba2_verify / mamba2_commit: the reference is never timed.
 
-Method (SPEC.md section 8): every timed region is a CUDA-graph replay of one round per slot group;
+Method (docs/DESIGN.md section 13): every timed region is a CUDA-graph replay of one round per slot group;
 state pools (and the snapshot buffers of (a)) rotate over enough groups that the bytes touched between
 two visits of a group are well over 4 x 60 MB of L2; medians of repeated replays. The device-to-device
 copy bandwidth is measured in the same run and every (a) figure is also given as a fraction of it.

@@ -11,7 +11,7 @@ import statistics
 import torch
 
 
-# (H, P, N, G) of the reference Mamba-2 layers (SPEC.md section 6).
+# (H, P, N, G) of the reference Mamba-2 layers (docs/DESIGN.md section 6).
 DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8)}
 L2_BYTES = 60 * 2**20
 COLD_FACTOR = 4          # rotate over at least this many L2s worth of state

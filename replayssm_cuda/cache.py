@@ -24,7 +24,7 @@ import torch
 from . import _extension, ops
 
 # Buffer entries of a delta-rule slot are about 4x larger than a Mamba-2 slot's, so their buffers stay
-# short (SPEC.md section 6).
+# short (docs/DESIGN.md section 6).
 MAX_BUFFER_LEN = {"mamba2": 64, "gdn": 16, "kda": 16}
 MAX_DRAFT_TOKENS = 16
 

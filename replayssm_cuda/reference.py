@@ -650,7 +650,7 @@ def _delta_fold_state(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_comm
     """State after folding the committed entries into the checkpoint:
         S = S_c diag(e^{Lambda_w}) + sum_{j<w} u_j (outer) (k_j * e^{Lambda_w - Lambda_j}).
     With recompute_u (a read copy served the window) every u_j is first recomputed in order from the
-    full-precision checkpoint, so read-copy rounding never reaches the state (SPEC.md section 2)."""
+    full-precision checkpoint, so read-copy rounding never reaches the state (docs/DESIGN.md section 2)."""
     HV, L = checkpoint.shape[1], k_buf.shape[2]
     w = num_committed[idx].long()
     s_c = checkpoint[idx].to(cd)

@@ -1,4 +1,4 @@
-"""Independent fp64 per-token recurrences, written straight from SPEC.md section 2 with explicit
+"""Independent fp64 per-token recurrences, written straight from docs/DESIGN.md section 2 with explicit
 loops over heads. They share no code with the package: the tests use them as the oracle."""
 
 import math

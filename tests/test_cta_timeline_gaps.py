@@ -1,4 +1,4 @@
-"""scripts/cta_timeline_gaps.py on a hand-made record file (CPU): the slot turnover it reports is, per SM,
+"""tools/cta_timeline_gaps.py on a hand-made record file (CPU): the slot turnover it reports is, per SM,
 a CTA's start minus the latest end before it among that SM's earlier CTAs, skipping each SM's first
 --ctas-per-sm CTAs; and it reads only the launch asked for."""
 
@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "..", "scripts", "cta_timeline_gaps.py")
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "tools", "cta_timeline_gaps.py")
 
 
 def write_records(path, rows):

@@ -1,4 +1,4 @@
-// Stochastic rounding of fp32 values to a bf16 / fp16 checkpoint (SPEC.md section 5), one definition
+// Stochastic rounding of fp32 values to a bf16 / fp16 checkpoint (docs/DESIGN.md section 9), one definition
 // for every kernel that writes a 16-bit checkpoint from fp32 (the update, the step's fold, the fold
 // of commit / flush). replayssm_cuda/reference.py (stochastic_round, rounding_bits) is the spec and
 // is bit-identical: the kernel and the reference agree wherever the fp32 value before rounding does.

@@ -5,7 +5,7 @@
 // Why: at batch 64 the update and the non-fold step each take 7-9 us a launch more than their bytes at
 // the batch-512 rate, where a copy of the same size loses ~1.5 us. ncu gives whole-launch averages; a
 // time line per CTA says whether that time is the launch's ramp (first tiles late), its tail (CTAs that
-// finish early and leave SMs idle) or a steady rate (scripts/cta_timeline.py reads and summarises it).
+// finish early and leave SMs idle) or a steady rate (tools/cta_timeline.py reads and summarises it).
 //
 // A launch writes one record of kCtaTimelineWords int64 words per CTA (blockIdx.y * gridDim.x +
 // blockIdx.x; CTAs beyond the record count write nothing) into Mamba2Params::cta_timeline:

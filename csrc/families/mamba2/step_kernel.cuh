@@ -26,7 +26,7 @@
 //     REPLAYSSM_STEP_TF32_REPLAY=0); the others run the warp-specialised tensor-core replay
 //     (TensorReplay below): fp8 and same-type 16-bit copies, and by default the fp32 checkpoint without
 //     a copy, in tf32 pairs (kTf32Replay; session 27: faster at every batch 1-512).
-// docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured and why it changed.
+// docs/TUNING.md has the launch rules and what they measured; docs/EXPERIMENTS.md what was tried and lost.
 //
 // The cursor of a slot is shared by the slot's CTAs (H / heads-per-CTA of them), so none may change
 // it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] after all its
@@ -1232,7 +1232,7 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     constexpr bool kFp8CopyAtEnd = kCopy && kRead == DType::kFloat8E4M3 && !kFp8CopyByBatch;
     static_assert(!kFp8CopyAtEnd || RF <= Shape::kLanesPerRow, "a lane per row holds its maximum");
     // kFoldYPairs: the output dots reduced two rows at a time (below), in the folds without a read copy
-    // only. Session 36 (scripts/ab_patches.sh with docs/experiments/s35_fold_y_scatter.patch, which did
+    // only. Session 36 (docs/EXPERIMENTS.md: the output dots by reduce-scatter, which did
     // it in every kernel): the nano4b no-copy fold step 1.5-1.8% faster (b64-512), the fp8-copy fold
     // 0.1-1.3%, but then the nano4b fp8-copy kernel's replay step at b64 took 4.5% longer (29.2 -> 30.5
     // us) with its source unchanged: ptxas laid out its replay path differently. So the copy kernels

@@ -332,7 +332,7 @@ cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
   // item alone). REPLAYSSM_UPDATE_CLAIMS (read at every launch; a tuning and testing knob): 0 never
   // claims, 1 claims wherever there is an item past the first S rounds.
   // Why claims: CTAs stream at different rates, and with fixed shares at batch 64 the last SMs finished
-  // 12-16 us after the median one (session 28, scripts/cta_timeline.py); with claims, 3-4 us. Why not
+  // 12-16 us after the median one (session 28, tools/cta_timeline.py); with claims, 3-4 us. Why not
   // always: the counter's zeroing costs a memset node, ~2 us between launches, which lost at batch 8
   // (nano4b update 19.6 -> 21.4 us, 2.9 rounds) and won from batch 32 (71.9 -> 68.6, 11.6 rounds).
   constexpr int64_t kClaimRounds = 8;

@@ -29,12 +29,12 @@
 // what sets the head period (see draft_weights).
 // (Until session 7 all 8 warps reduced and wrote the dot products to shared memory, and after the
 // per-head barrier 4 of them formed the outputs: those 4 carried the epilogue on top of their rows
-// while the rest waited at the barrier, 35% of the warp samples in ncu. docs/PERF_NOTES_MAMBA2.md has
-// the versions tried since and what each measured.)
+// while the rest waited at the barrier, 35% of the warp samples in ncu. docs/EXPERIMENTS.md has
+// what was tried since and lost.)
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
 // for T tokens (or a pad row) gets zero output and touches no cache memory. It appends the drafts'
 // x and dt (every CTA, its heads) and B (the group's first CTA).
-// docs/PERF_NOTES_MAMBA2.md has what each version of this kernel measured.
+// docs/TUNING.md has its launch rule and what it measured.
 #pragma once
 
 #include "families/mamba2/tensor_dot.cuh"

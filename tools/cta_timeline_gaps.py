@@ -1,7 +1,7 @@
-"""Slot turnover and start order from the per-CTA records that scripts/cta_timeline.py --csv writes:
+"""Slot turnover and start order from the per-CTA records that tools/cta_timeline.py --csv writes:
 
-    PYTHONPATH=. python3 scripts/cta_timeline.py --batches 256 --kernels step-fp8 --csv tl.csv.gz   # GPU, diagnostic build
-    python3 scripts/cta_timeline_gaps.py tl.csv.gz [--launch 1] [--ctas-per-sm 3] [--split-index 792]
+    PYTHONPATH=. python3 tools/cta_timeline.py --batches 256 --kernels step-fp8 --csv tl.csv.gz   # GPU, diagnostic build
+    python3 tools/cta_timeline_gaps.py tl.csv.gz [--launch 1] [--ctas-per-sm 3] [--split-index 792]
 
 Per case (dims, kernel, batch), for one launch of its graph (default the second: it follows a launch of the
 same kind, as in decode):
@@ -11,7 +11,7 @@ same kind, as in decode):
     last tenth the smallest CTA index among the last tenth of the CTAs to start (CTAs start in blockIdx
                order when it is close to the count less a tenth)
     life       CTA start -> end p50, and with --split-index I separately for CTAs of index < I and >= I
-               (session 40: the two-group and one-group CTAs of a mixed launch)
+               (e.g. the two kinds of CTA of a launch whose grid is split by kind)
 CPU only: it reads the file."""
 
 import argparse
@@ -53,7 +53,7 @@ def turnover_ns(records, ctas_per_sm):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("csv", help="a .csv.gz from scripts/cta_timeline.py --csv")
+    ap.add_argument("csv", help="a .csv.gz from tools/cta_timeline.py --csv")
     ap.add_argument("--launch", type=int, default=1)
     ap.add_argument("--ctas-per-sm", type=int, default=3)
     ap.add_argument("--split-index", type=int, default=None)

@@ -3,7 +3,7 @@ of the kernels whose mangled name contains --match (all kernels without it), fro
 nvdisasm of the CUDA toolkit; the build's -lineinfo gives the lines). For register-pressure work
 (ptxas -v says how many bytes, not where).
 
-    python3 scripts/sass_spills.py build/temp*/csrc/kernels/mamba2_step_p80_n128.o --match Lb1EEEvN
+    python3 tools/sass_spills.py build/temp*/csrc/kernels/mamba2_step_p80_n128.o --match Lb1EEEvN
 """
 
 import argparse

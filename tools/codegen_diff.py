@@ -1,22 +1,18 @@
 """Which step kernels a source change touches, without a GPU: compiles the same explicit instantiations
 of step_kernel from a base commit and from the working tree, and prints per kernel whether its PTX is
-byte-identical, whether its machine code (SASS: the cubin's .text section) is, and ptxas's registers and
-spill bytes on both sides (sm_90a).
+byte-identical, whether its machine code (SASS: the cubin's .text section) is, how many instructions
+differ, and ptxas's registers and spill bytes on both sides (sm_90a).
 
-    python3 scripts/codegen_diff.py                 # base = HEAD (the uncommitted change)
-    python3 scripts/codegen_diff.py --base 65ea5a5  # any commit
-    python3 scripts/codegen_diff.py --no-ptxas      # PTX only (~10 s a side on two cores)
+    python3 tools/codegen_diff.py                 # base = HEAD (the uncommitted change)
+    python3 tools/codegen_diff.py --base 65ea5a5  # any commit
+    python3 tools/codegen_diff.py --no-ptxas      # PTX only (~10 s a side on two cores)
 
-PTX can differ where the SASS does not (session 37: a change in the copy folds renumbered the virtual
-registers of the kernels without a copy, and ptxas made the same cubin of them), so the SASS column is
-the one that says whether a kernel can have moved.
-
-Why: the replay step's speed moved by 4% with code changes confined to the fold branch of its kernel
-(sessions 35-36: ptxas lays out the whole kernel again). Identical PTX from the same nvcc is identical
-SASS, so a kernel listed "same" cannot have moved, and an A/B need only watch the others. Session 36
-used this to keep the copy kernels' code unchanged while changing the fold without a copy (10b84ac).
-The instantiations are the kernels the benchmark's rows and the tests' odd shapes run (KERNELS below;
-a template signature change makes the compile fail, which says to update the list). Needs nvcc.
+Why: a replay step's speed can move by a few percent with code changes confined to another branch of
+its kernel (the fold), because ptxas lays out the whole kernel again. A kernel whose SASS is "same"
+cannot have moved, so an A/B on the GPU need only watch the others. PTX can differ where the SASS does
+not (renumbered virtual registers), so the SASS column is the one that decides. The instantiations are
+the kernels the benchmark's rows and the tests' odd shapes run (KERNELS below; a template signature
+change makes the compile fail, which says to update the list). Needs nvcc.
 """
 
 import argparse
@@ -40,13 +36,11 @@ KERNELS = [
     ("P80 N128 bf16 copy", "80,128,D::kFloat32,true,D::kBFloat16,D::kBFloat16,false,false,false"),
     ("P80 N128 fp16 copy, fp16 act", "80,128,D::kFloat32,true,D::kFloat16,D::kFloat16,false,false,false"),
     ("P80 N128 no copy, tf32", "80,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,true"),
-    ("P80 N128 no copy, CUDA cores", "80,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,false"),
     ("P80 N128 bf16 ckpt + SR, no copy", "80,128,D::kBFloat16,false,D::kBFloat16,D::kBFloat16,true,false,false"),
     ("P64 N128 fp8 copy", "64,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
     ("P64 N128 fp8 copy, two groups", "64,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false,true"),
     ("P64 N128 bf16 copy", "64,128,D::kFloat32,true,D::kBFloat16,D::kBFloat16,false,false,false"),
     ("P64 N128 no copy, tf32", "64,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,true"),
-    ("P64 N128 no copy, CUDA cores", "64,128,D::kFloat32,false,D::kFloat32,D::kBFloat16,false,false,false"),
     ("P128 N128 fp8 copy", "128,128,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
     ("P128 N128 bf16 ckpt, no copy", "128,128,D::kBFloat16,false,D::kBFloat16,D::kBFloat16,false,false,false"),
     ("P80 N64 fp8 copy", "80,64,D::kFloat32,true,D::kFloat8E4M3,D::kBFloat16,false,false,false"),
@@ -94,8 +88,8 @@ def kernel_text_sections(cubin: str) -> dict:
 def changed_instructions(base: bytes, new: bytes) -> str:
     """How much of a kernel's machine code differs: "a / b" instructions (16 bytes each on sm_90) of the
     base / new side outside the runs the two share, in order. A few instructions means a local change
-    (session 40's griddepcontrol at the kernel's start: 3-33 in the benchmarks' kernels); hundreds mean
-    ptxas scheduled the kernel again, which is what has moved replay steps by percents before."""
+    (an instruction added at the kernel's start moves 3-33); hundreds mean ptxas scheduled the kernel
+    again, which is what has moved replay steps by percents before."""
     a = [base[i:i + 16] for i in range(0, len(base), 16)]
     b = [new[i:i + 16] for i in range(0, len(new), 16)]
     ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()

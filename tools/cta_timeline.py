@@ -3,7 +3,7 @@ non-fold replay step (w = 8 of L = 16) and the fold step (w = 15: every row fold
 interval between checkpoint tiles), recorded by a diagnostic build (csrc/kernels/cta_timeline.cuh):
 
     REPLAYSSM_CTA_TIMELINE=1 REPLAYSSM_CUDA_ARCHS=90a python3 setup.py build_ext --inplace
-    PYTHONPATH=. python3 scripts/cta_timeline.py [--dims nano4b super120b] [--batches 64 512]
+    PYTHONPATH=. python3 tools/cta_timeline.py [--dims nano4b super120b] [--batches 64 512]
         [--kernels update step-none step-fp8 fold-none fold-fp8] [--csv FILE.csv.gz]
 
 Each case is timed the benchmark's way (bench/bench_mamba2.py: a CUDA graph of one launch per slot group

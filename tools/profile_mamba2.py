@@ -2,7 +2,7 @@
 copy) and three fold steps (w = 15: no read copy, bf16 copy, fp8 copy) of nano4b at batch 256, for Nsight
 Compute (step launches 0-2 are the replay steps, 3-5 the folds; REPLAYSSM_PROFILE_BATCH picks another batch,
 REPLAYSSM_PROFILE_DIMS=super120b the other dims): `ncu --profile-from-start off --clock-control none ...
-python3 scripts/profile_mamba2.py`."""
+python3 tools/profile_mamba2.py` (tools/profile.sh runs it)."""
 
 import os
 

@@ -1,13 +1,13 @@
 """The SASS instructions where a kernel's warps spend their time, from Nsight Compute's source page.
 
-Reads the csv that scripts/ncu_step.sh writes (`ncu -i REPORT --page source --csv --print-source sass`,
+Reads the csv that `tools/profile.sh source` writes (`ncu -i REPORT --page source --csv --print-source sass`,
 one block per profiled launch) and prints, per launch, the instructions with the most warp-stall samples
 (all samples: issued or not), each with its share of the launch's samples and its three largest stall
 reasons. A wait on an mbarrier shows as the `@!P0 BRA` of its try_wait loop with stall_long_sb; the set-up
 barrier as stall_barrier; match addresses to code by the instructions around them (the HMMA of the
 consumers' dot, the i % S divisions at a loop's top).
 
-    python3 scripts/ncu_sass_top.py results/ncu_step_sass.csv [--top 25]
+    python3 tools/ncu_sass_top.py results/ncu_step_sass.csv [--top 25]
 """
 
 import argparse

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script for a GPU machine: build replayssm_cuda._C in place, print its build info, run the GPU
 # tests, then the benchmarks when there are any. Logs go to $OUT (default ./results).
-#   bash scripts/gpu_check.sh [bench args]  # REPLAYSSM_BENCH=0 skips the benchmarks (REPLAYSSM_BENCHES picks them,
+#   bash tools/gpu_check.sh [bench args]  # REPLAYSSM_BENCH=0 skips the benchmarks (REPLAYSSM_BENCHES picks them,
 #                                  # see bench/run_all.sh); REPLAYSSM_TESTS=all adds
 #                                  # the CPU tests (CI runs them anyway); REPLAYSSM_CUDA_ARCHS=90a halves the build
 set -euo pipefail

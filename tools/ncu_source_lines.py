@@ -1,16 +1,14 @@
 """A kernel's executed instructions and warp-stall samples per CUDA source line, from Nsight Compute's
-source page with CUDA and SASS together (scripts/ncu_step.sh writes it: ncu_step_cudasass.csv). Counts
+source page with CUDA and SASS together (`tools/profile.sh source` writes it: ncu_step_cudasass.csv). Counts
 are divided by --items (e.g. batch x heads: 256 x 96 = 24576 for nano4b batch 256) to read as warp
 instructions per (row, head); an inlined helper's instructions count on its own line.
 
-    python3 scripts/ncu_source_lines.py results/ncu_step_cudasass.csv --items 24576 [--top 60] [--by samples]
+    python3 tools/ncu_source_lines.py results/ncu_step_cudasass.csv --items 24576 [--top 60] [--by samples]
 
 Lines come most-executed first, or with --by samples most-sampled first: where warps wait (an mbarrier
 wait or __syncthreads line high there, with few instructions, is a hand-over the kernel stalls on), or
 with --by conflicts by the shared-memory wavefronts beyond the ideal (ncu's "L1 Wavefronts Shared
-Excessive": bank conflicts), printed per item with the line's share of the kernel's excess.
-Session 33 used it to split the fp8 step's ~2700 warp instructions per head by role, session 35 to find
-the copy fold waiting for its single-buffered checkpoint tile (PERF_NOTES)."""
+Excessive": bank conflicts), printed per item with the line's share of the kernel's excess."""
 
 import argparse
 import collections

@@ -11,9 +11,9 @@ Three regimes, because rounding only accumulates where the state remembers:
 For each it reports the relative state error (Frobenius, all slots) after growing numbers of steps and
 the relative output error averaged over the last fold cycle.
 
-    python3 scripts/precision_sr_mamba2.py                 # CPU, reference backend (the kernels round
-                                                           # bit-identically: tests/gpu/test_mamba2_sr_cuda.py)
-    python3 scripts/precision_sr_mamba2.py --device cuda   # the compiled kernels
+    python3 tools/precision_sr_mamba2.py                 # CPU, reference backend (the kernels round
+                                                         # bit-identically: tests/gpu/test_mamba2_sr_cuda.py)
+    python3 tools/precision_sr_mamba2.py --device cuda   # the compiled kernels
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 cursors spread over [0, 12] and acceptance in [1, 4] as in a steady spec loop (about 1 row in 5 folds),
 for Nsight Compute:
 `ncu --profile-from-start off --clock-control none --kernel-name regex:"verify|fold" ... python3
-scripts/profile_mamba2_spec.py`."""
+tools/profile_mamba2_spec.py` (or NCU_SCRIPT of tools/profile.sh)."""
 
 import torch
 

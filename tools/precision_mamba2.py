@@ -1,13 +1,13 @@
 """Measured error of every Mamba-2 precision combination the compiled kernels support, against the fp64
-reference without a read copy fed the same (bf16) inputs: the table SPEC.md section 5 asks the docs
-to state. The output error includes the bf16 rounding of the output itself (about 1.6e-3 here).
+reference without a read copy fed the same (bf16) inputs: the table of README.md's precision section
+(docs/DESIGN.md section 5 states the contract). The output error includes the bf16 rounding of the output itself (about 1.6e-3 here).
 
 For each (checkpoint dtype, read copy) it decodes `--steps` tokens (several folds at L = 16) through
 mamba2_step, and reports the relative output error (mean and max over steps, whole-batch norms) and
 the relative error of the materialized state at the end; plus the conventional update per state dtype.
 
-    python3 scripts/precision_mamba2.py                 # on the GPU, compiled kernels
-    python3 scripts/precision_mamba2.py --device cpu    # dry run of the script on the reference
+    python3 tools/precision_mamba2.py                 # on the GPU, compiled kernels
+    python3 tools/precision_mamba2.py --device cpu    # dry run of the script on the reference
 """
 
 from __future__ import annotations
