@@ -19,7 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "families/mamba2/tile.cuh"
+#include "families/mamba2/launch_rules.h"
 
 // Sets `name` to `value`, or unsets it for "-".
 static void set_knob(const char* name, const char* value) {

@@ -1,6 +1,6 @@
 // Instantiation of the Mamba-2 fold kernels (commit, flush, materialize) for head_dim 80, state_dim 128
 // (one file per shape so the shapes compile in parallel).
-#include "families/mamba2/fold_kernel.cuh"
+#include "families/mamba2/fold_launch.cuh"
 
 namespace replayssm::mamba2_spec {
 template cudaError_t launch_fold_shape<80, 128>(const Mamba2SpecParams&, cudaStream_t);

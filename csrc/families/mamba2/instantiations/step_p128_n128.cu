@@ -1,6 +1,6 @@
 // Instantiation of the Mamba-2 step kernels for head_dim 128, state_dim 128 (one file per shape so
 // the shapes compile in parallel); the ordered step (staggered flush) comes with it.
-#include "families/mamba2/step_kernel.cuh"
+#include "families/mamba2/step_launch.cuh"
 
 namespace replayssm::mamba2 {
 template cudaError_t launch_step_shape<128, 128>(const Mamba2Params&, cudaStream_t);
