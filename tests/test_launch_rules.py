@@ -45,13 +45,10 @@ def probe(tmp_path_factory):
         lines = answers(f"split {b} {h} {g} {L} {c} {hk} {sk}\n" for b, h, g, L, c, hk, sk in queries)
         return [tuple(int(v) for v in line.split()) for line in lines]
 
-    def tf32_replay(knobs):
-        return [int(v) for v in answers(f"tf32 {k}\n" for k in knobs)]
-
     def two_group(queries):
         return [int(v) for v in answers(f"twogroup {b} {g} {c} {int(r)} {gk} {hk}\n" for b, g, c, r, gk, hk in queries)]
 
-    return heads_per_cta, fold_split, tf32_replay, two_group
+    return heads_per_cta, fold_split, two_group
 
 
 NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
@@ -102,7 +99,7 @@ def case_id(rule):
 
 @pytest.mark.parametrize("rule,expected", CASES, ids=[case_id(rule) for rule, _ in CASES])
 def test_heads_per_cta(probe, rule, expected):
-    heads_per_cta, _, _, _ = probe
+    heads_per_cta, _, _ = probe
     (heads, groups), ctas_per_sm, waves, one_wave, full_waves, knob = rule
     queries = [(batch, heads, groups, ctas_per_sm, waves, one_wave, full_waves, knob) for batch in expected]
     assert dict(zip(expected, heads_per_cta(queries))) == expected
@@ -137,7 +134,7 @@ def tensor_step_choices(heads_per_cta, rule, batches, **flags):
 
 @pytest.mark.parametrize("rule,expected", FILL_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in FILL_CASES])
 def test_heads_per_cta_fill_last_wave(probe, rule, expected):
-    heads_per_cta, _, _, _ = probe
+    heads_per_cta, _, _ = probe
     heads = rule[0][0]
     assert tensor_step_choices(heads_per_cta, rule, list(expected), fill_last_wave=True) == expected
     # Without it, the waves rule alone: whole groups (or 8 heads) at the batches above that change.
@@ -161,7 +158,7 @@ HALF_CASES = [
 
 @pytest.mark.parametrize("rule,expected", HALF_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in HALF_CASES])
 def test_heads_per_cta_half_below_four_waves(probe, rule, expected):
-    heads_per_cta, _, _, _ = probe
+    heads_per_cta, _, _ = probe
     heads, groups = rule[0]
     assert tensor_step_choices(heads_per_cta, rule, list(expected), half_below_four_waves=True) == expected
     # Without it: whole groups from batch 99 on.
@@ -195,18 +192,10 @@ SPLIT_CASES = [
 @pytest.mark.parametrize("rule,expected", SPLIT_CASES,
                          ids=[f"H{r[0][0]}-L{r[1]}-{r[2]}ctas-heads{r[3]}-split{r[4]}" for r, _ in SPLIT_CASES])
 def test_fold_split(probe, rule, expected):
-    _, fold_split, _, _ = probe
+    _, fold_split, _ = probe
     (heads, groups), L, ctas_per_sm, heads_knob, split_knob = rule
     queries = [(batch, heads, groups, L, ctas_per_sm, heads_knob, split_knob) for batch in expected]
     assert dict(zip(expected, fold_split(queries))) == expected
-
-
-# The fp32 checkpoint's replay without a read copy: on tensor cores unless REPLAYSSM_STEP_TF32_REPLAY is
-# exactly "0" (step_tf32_replay); any other value leaves the default.
-def test_tf32_replay_knob(probe):
-    _, _, tf32_replay, _ = probe
-    knobs = ["-", "0", "1", "00", "abc"]
-    assert dict(zip(knobs, tf32_replay(knobs))) == {"-": 1, "0": 0, "1": 1, "00": 1, "abc": 1}
 
 
 # The read copies' two-group CTAs (choose_two_group_ctas; by_rule: an fp8 copy), 8 groups at three CTAs
@@ -231,7 +220,7 @@ TWO_GROUP_CASES = [
 @pytest.mark.parametrize("rule,expected", TWO_GROUP_CASES,
                          ids=[f"G{r[0]}-{r[1]}ctas-fp8{int(r[2])}-groups{r[3]}-heads{r[4]}" for r, _ in TWO_GROUP_CASES])
 def test_two_group_ctas(probe, rule, expected):
-    _, _, _, two_group = probe
+    _, _, two_group = probe
     groups, ctas_per_sm, by_rule, groups_knob, heads_knob = rule
     queries = [(batch, groups, ctas_per_sm, by_rule, groups_knob, heads_knob) for batch in expected]
     assert dict(zip(expected, two_group(queries))) == expected

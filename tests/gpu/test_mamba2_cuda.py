@@ -405,51 +405,40 @@ def test_replay_step_matches_reference_on_the_same_read_copy(dims, rc, act, head
     assert torch.equal(ck.cpu(), ref_ck)                      # a replay step writes no state
 
 
-# An fp32 checkpoint without a read copy replays on tensor cores (2 x tf32, StepLayout's kTf32Replay) or
-# on CUDA cores, as step_tf32_replay chooses; REPLAYSSM_STEP_TF32_REPLAY forces either (read at every
-# launch). Both kernels over fold cycles on every (P, N), both activation types, a pad row, C scaled up
-# and down: each against the fp64 reference, and the tensor-core outputs against the CUDA-core ones
-# (S C within 2^-21 of each fp32 product: apart from a rare last-bit flip of the rounded output they
-# agree, where a wrong fragment map would be off by O(1)). Everything but the outputs bit for bit: the
-# folds are the same code, the appended entries and the cursors the same values.
+# An fp32 checkpoint without a read copy replays on tensor cores (2 x tf32, StepLayout's kTf32Replay):
+# over fold cycles on every (P, N), both activation types, a pad row, C scaled up and down, the outputs
+# against the fp64 reference (S C within 2^-21 of each fp32 product, so a wrong fragment map would be
+# off by O(1)) and the checkpoint at fp32 rounding.
 TF32_REPLAY_DIMS = [NANO4B, SUPER120B, ODD, SMALL, WIDE, (16, 64, 64, 4)]
 
 
 @pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("act", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("dims", TF32_REPLAY_DIMS, ids=["nano4b", "super120b", "odd", "small", "wide", "p64n64"])
-def test_tf32_replay_matches_the_cuda_core_replay_and_the_reference(dims, act, heads_per_cta, monkeypatch):
+def test_tf32_replay_matches_the_reference(dims, act, heads_per_cta, monkeypatch):
     if heads_per_cta is not None:
         monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
     layer = Layer(dims, act=act, seed=21)
     num_slots, L = 5, 8
     slots = torch.tensor([3, -1, 0, 4], dtype=torch.int64)
     valid = [0, 2, 3]
-    caches = {k: gpu_cache(layer, num_slots, buffer_len=L) for k in ("1", "0")}
+    cache = gpu_cache(layer, num_slots, buffer_len=L)
     ref = ref_cache(layer, num_slots, buffer_len=L)
     init = layer.states(num_slots)
-    for c in caches.values():
-        c.load(init.to("cuda", torch.float32))
+    cache.load(init.to("cuda", torch.float32))
     ref.load(init.float().double())
     for step in range(2 * L + 3):
         x, dt, B, C, z = layer.inputs(slots.numel())
         C[0] *= 1e3 if act == torch.bfloat16 else 30.0
         C[2] *= 1e-3
-        outs = {}
-        for knob, cache in caches.items():
-            monkeypatch.setenv("REPLAYSSM_STEP_TF32_REPLAY", knob)
-            outs[knob] = cuda_step(cache, x.cuda(), dt.cuda(), B.cuda(), C.cuda(), z.cuda(), slots.cuda(),
-                                   torch.full((slots.numel(), layer.H, layer.P), float("nan"), dtype=act, device="cuda"))
+        out = cuda_step(cache, x.cuda(), dt.cuda(), B.cuda(), C.cuda(), z.cuda(), slots.cuda(),
+                        torch.full((slots.numel(), layer.H, layer.P), float("nan"), dtype=act, device="cuda"))
         ref_out = ref.step(x.double(), dt.double(), B.double(), C.double(), z.double(), slots=slots)
-        for knob, out in outs.items():
-            assert torch.count_nonzero(out[1]) == 0, f"pad row, REPLAYSSM_STEP_TF32_REPLAY={knob}"
-            for r in valid:
-                assert rel_err(out[r], ref_out[r]) < 3e-3, f"step {step} row {r}, REPLAYSSM_STEP_TF32_REPLAY={knob}"
-        assert rel_err(outs["1"][valid], outs["0"][valid]) < 2e-4, f"step {step}"
-        for a, b in zip(caches["1"].cache_tensors, caches["0"].cache_tensors):
-            assert torch.equal(bits(a), bits(b)), f"step {step}"
-    assert torch.equal(caches["1"].num_committed.cpu(), ref.num_committed)
-    assert rel_err(caches["1"].checkpoint, ref.checkpoint) < 2e-5
+        assert torch.count_nonzero(out[1]) == 0, "pad row"
+        for r in valid:
+            assert rel_err(out[r], ref_out[r]) < 3e-3, f"step {step} row {r}"
+    assert torch.equal(cache.num_committed.cpu(), ref.num_committed)
+    assert rel_err(cache.checkpoint, ref.checkpoint) < 2e-5
 
 
 # The read copies' CTAs of two whole groups (choose_two_group_ctas; REPLAYSSM_STEP_GROUPS_PER_CTA = 2
@@ -492,14 +481,12 @@ def test_step_two_group_ctas_are_bitwise_one_group_ctas(dims, source, monkeypatc
         assert torch.equal(t_before, bits(t[untouched])), "a slot no row names changed"
 
 
-# Sources: an fp8 read copy (tensor cores), an fp32 checkpoint on tensor cores (tf32) and on CUDA cores.
-@pytest.mark.parametrize("source", ["fp8", "tf32", "fp32-cuda-cores"])
+# Sources: an fp8 read copy and an fp32 checkpoint (tf32), both on tensor cores.
+@pytest.mark.parametrize("source", ["fp8", "tf32"])
 @pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
 def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, source, monkeypatch):
     if heads_per_cta is not None:
         monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
-    if source != "fp8":
-        monkeypatch.setenv("REPLAYSSM_STEP_TF32_REPLAY", "1" if source == "tf32" else "0")
     layer = Layer(NANO4B, seed=3)
     caches = [gpu_cache(layer, 4, buffer_len=4, read_copy_dtype=FP8 if source == "fp8" else None) for _ in range(2)]
     init = layer.states(4).cuda().float()
@@ -609,8 +596,7 @@ def cuda_kernels_run(fn):
 
 
 # Where the order pass runs (the launcher's rule, 132 SMs): with the hint and a read copy, or without one
-# on tensor cores (the default), at nano4b batch 40 (2 heads per CTA, 1,920 CTAs); not without the hint,
-# nor on CUDA cores without a copy, nor at batch 1 (one wave: every CTA starts at once), nor with one
+# on tensor cores, at nano4b batch 40 (2 heads per CTA, 1,920 CTAs); not without the hint, nor at batch 1 (one wave: every CTA starts at once), nor with one
 # head per CTA, nor with REPLAYSSM_STEP_ORDER=0.
 def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
     layer = Layer(NANO4B, seed=2)
@@ -629,9 +615,6 @@ def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
     assert not order_pass_ran(40, False)
     assert order_pass_ran(40, True, rc=None)
     assert not order_pass_ran(1, True)
-    monkeypatch.setenv("REPLAYSSM_STEP_TF32_REPLAY", "0")
-    assert not order_pass_ran(40, True, rc=None)
-    monkeypatch.delenv("REPLAYSSM_STEP_TF32_REPLAY")
     monkeypatch.setenv("REPLAYSSM_STEP_ORDER", "0")
     assert not order_pass_ran(40, True)
     assert not order_pass_ran(40, True, rc=None)

@@ -8,12 +8,10 @@
 // or a fold-split query:     split batch heads groups buffer_len ctas_per_sm heads_knob split_knob
 //   the values REPLAYSSM_STEP_HEADS_PER_CTA and REPLAYSSM_STEP_FOLD_SPLIT are set to, or "-" for unset;
 //   the hint's launch it starts from is choose_heads_per_cta's as the step's launcher asks for it.
-// or a tf32-replay query:    tf32 knob
-//   the value REPLAYSSM_STEP_TF32_REPLAY is set to, or "-" for unset;
 // or a two-group query:      twogroup batch groups ctas_per_sm by_rule groups_knob heads_knob
 //   the values REPLAYSSM_STEP_GROUPS_PER_CTA and REPLAYSSM_STEP_HEADS_PER_CTA are set to, or "-".
 // stdout: "sms <n>" first, then for each query the heads per CTA chosen, for a fold-split query
-// "<replay heads per CTA> <split> <rows>", for a tf32-replay query 1 or 0 (step_tf32_replay), for a
+// "<replay heads per CTA> <split> <rows>", for a
 // two-group query 1 or 0 (choose_two_group_ctas), one a line.
 #include <cstdio>
 #include <cstdlib>
@@ -37,13 +35,6 @@ int main() {
   while (std::scanf("%31s", first) == 1) {
     long long batch = 0;
     int heads = 0, groups = 0, ctas_per_sm = 0;
-    if (std::strcmp(first, "tf32") == 0) {
-      char tf32_knob[32];
-      if (std::scanf("%31s", tf32_knob) != 1) return 1;
-      set_knob("REPLAYSSM_STEP_TF32_REPLAY", tf32_knob);
-      std::printf("%d\n", replayssm::mamba2::step_tf32_replay() ? 1 : 0);
-      continue;
-    }
     if (std::strcmp(first, "twogroup") == 0) {
       int by_rule = 0;
       char groups_knob[32], heads_knob[32];

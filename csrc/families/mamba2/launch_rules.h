@@ -18,29 +18,6 @@ inline bool knob_is_off(const char* name) {
   return value != nullptr && value[0] == '0' && value[1] == '\0';
 }
 
-// The step fold with a read copy streams one checkpoint tile at a time and can ask the next ones into L2
-// this many heads ahead (REPLAYSSM_FOLD_PREFETCH_HEADS, 0 to 4; default 0: off). Off by default because
-// it cost DRAM bytes: at one head ahead, ncu measured 1.97 GB read for a fold whose model reads ~1.2 GB
-// (1.24 GB with it off), the prefetched tiles being evicted from L2 before their copy; the fold took
-// 895 us instead of 779 (nano4b, bf16 copy, batch 256; docs/PERF_NOTES_MAMBA2.md, session 6).
-inline int fold_prefetch_heads() {
-  if (const char* forced = std::getenv("REPLAYSSM_FOLD_PREFETCH_HEADS")) {
-    const int k = std::atoi(forced);
-    if (k >= 0 && k <= 4) return k;
-  }
-  return 0;
-}
-
-// The fp32 checkpoint's replay step without a read copy: on tensor cores (2 x tf32, the
-// warp-specialised kernel: StepLayout's kTf32Replay) by default, on CUDA cores (fp32 FFMA) with
-// REPLAYSSM_STEP_TF32_REPLAY=0 (read at every launch; other values leave the default). Why the
-// default: in session 27's sweep (scripts/tf32_replay_sweep.py, H200, L = 16) the tensor-core replay
-// step was faster at every batch 1-512 on both dims sets (nano4b batch 1 6.04 -> 5.31 us, 64 75.1 ->
-// 71.0, 512 514.3 -> 507.7; super120b batch 64 78.6 -> 74.5), and so was the whole cycle, although the
-// nano4b fold step in that kernel is up to 4% slower (batch 64 160.4 -> 166.8 us). The CUDA-core kernel
-// stays for the knob: its outputs carry fp32 FFMA rounding, the tf32 pairs' within 2^-21 of each product.
-inline bool step_tf32_replay() { return !knob_is_off("REPLAYSSM_STEP_TF32_REPLAY"); }
-
 // Whether the step under the staggered_flush hint may run its order pass (mamba2_step_order.cu) and
 // with it the fold split: REPLAYSSM_STEP_ORDER=0 turns both off (read at every launch: a tuning and
 // testing knob; other values leave the launcher's rule).

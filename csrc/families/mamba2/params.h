@@ -87,9 +87,6 @@ struct Mamba2Params {
   // launcher keeps CTAs small (a folding CTA must not outlast the step) and, with a read copy, may start
   // the folding rows first (row_order below); false: folds come together
   bool staggered_flush;
-  // step fold with a read copy: how many heads ahead of its bulk copy a checkpoint tile is asked into
-  // L2 (0: not at all); set by the launcher (REPLAYSSM_FOLD_PREFETCH_HEADS, default 0)
-  int32_t fold_prefetch_heads;
 
   // [seed, offset] (int64, device): stochastic rounding of a bf16 / fp16 checkpoint's stores
   // (stochastic_rounding.cuh); nullptr: round to nearest even. The launch advances the offset.

@@ -1188,9 +1188,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     // 4 columns per thread (TileShape), rows in batches (FoldCoef::batch_rows), the checkpoint tile
     // read from shared memory. Without a read copy the ring already holds checkpoint tiles, S heads
     // ahead. With one, the ring's read-copy tiles (issued before the cursor was known) are drained and
-    // its memory holds one checkpoint tile at a time (asked into L2 ahead of time only with
-    // REPLAYSSM_FOLD_PREFETCH_HEADS: off by default, see fold_prefetch_heads) and, at P <= 80, the next
-    // head's x window beside it (kFoldStagedX). The window weights come one head ahead, as in the
+    // its memory holds one checkpoint tile at a time (not asked into L2 ahead: the prefetched tiles
+    // were evicted before use, docs/EXPERIMENTS.md) and, at P <= 80, the next head's x window beside it
+    // (kFoldStagedX). The window weights come one head ahead, as in the
     // replay; the coefficients wgt_j x_j[p] are written once per head (FoldCoef) from those x windows
     // or, elsewhere, from x rows requested into L2 a head earlier.
     // The first x window copied before the cursor was known lands in the area the fold reuses.
@@ -1252,9 +1252,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
     auto issue_checkpoint = [&](int head) {  // into the ring's start, counted on barrier 0
       bulk_copy_tile_to_shared<kP, kN * kCkBytes>(sm.tile(0), checkpoint_tile(head), p.ck_row_stride * kCkBytes, sm.full(0));
     };
-    auto prefetch_checkpoint = [&](int head) {
-      if (p.ck_row_stride == kN) bulk_prefetch_l2(checkpoint_tile(head), kCkTileBytes);
-    };
     if constexpr (kCopy) {
       // Every thread sees the read-copy tiles' phase (0) complete before the checkpoint tile is issued
       // on barrier 0. A parity wait names the current phase or the one before it, so a thread that
@@ -1265,7 +1262,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       __syncthreads();
       if (producer) {
         issue_checkpoint(head0);  // barrier 0's second phase
-        for (int k = 1; k <= p.fold_prefetch_heads && k < num_heads; ++k) prefetch_checkpoint(head0 + k);
       }
     }
     if constexpr (Layout::kFoldBFloat32) {
@@ -1493,8 +1489,6 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
           if (i + 1 < num_heads) {
             fence_proxy_async();
             issue_checkpoint(head + 1);
-            const int ahead = i + 1 + p.fold_prefetch_heads;  // tile i + 1 just went in
-            if (p.fold_prefetch_heads > 0 && ahead < num_heads) prefetch_checkpoint(head0 + ahead);
           }
         } else if (i + S < num_heads) {
           fence_proxy_async();

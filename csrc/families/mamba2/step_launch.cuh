@@ -10,17 +10,12 @@ namespace mamba2 {
 
 // kOrdered = false: sizes the launch and runs the step, or hands it to the ordered step (below).
 // kOrdered = true: p.heads_per_cta is already chosen; runs the order pass, then the ordered step.
-// kTf32Replay: the tensor-core replay of an fp32 checkpoint without a copy, which the CUDA-core
-// kernel's launch hands the step to unless step_tf32_replay says otherwise; sized by the same rules.
+// kTf32Replay: the tensor-core replay of an fp32 checkpoint without a copy (the only kernel of that
+// pair: a CUDA-core form lost at every batch, docs/EXPERIMENTS.md).
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered,
-          bool kTf32Replay = false>
+          bool kTf32Replay>
 cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) {
   constexpr DType kSrc = kCopy ? kRead : kCkpt;
-  if constexpr (kCkpt == DType::kFloat32 && !kCopy && !kRound && !kOrdered && !kTf32Replay) {
-    if (step_tf32_replay()) {
-      return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered, true>(params, stream);
-    }
-  }
   using Layout = StepLayout<kP, kN, kSrc, kAct, kTf32Replay>;
   auto kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered, kTf32Replay>;
   const size_t smem = Layout::bytes(params.buffer_len);
@@ -63,7 +58,6 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
                                            /*full_waves=*/!Layout::kTensorReplay && !p.staggered_flush,
                                            /*fill_last_wave=*/kTf32Replay && !p.staggered_flush,
                                            /*half_below_four_waves=*/kCopy16 && !p.staggered_flush);
-    p.fold_prefetch_heads = fold_prefetch_heads();
     // Two whole groups a CTA (a read copy on tensor cores, without the hint; by rule only an fp8 copy,
     // past one wave of whole groups, in one wave or in waves they fill to 95%: choose_two_group_ctas),
     // in their own kernel of the same layout.
@@ -117,10 +111,13 @@ cudaError_t launch_step_kernel(const Mamba2Params& params, cudaStream_t stream) 
 
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
+  constexpr bool kTf32Replay = kCkpt == DType::kFloat32 && !kCopy;
   if constexpr (kCkpt != DType::kFloat32) {
-    if (p.rounding_seed != nullptr) return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true, false>(p, stream);
+    if (p.rounding_seed != nullptr) {
+      return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, true, false, kTf32Replay>(p, stream);
+    }
   }
-  return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false, false>(p, stream);
+  return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false, false, kTf32Replay>(p, stream);
 }
 
 template <int kP, int kN, DType kAct>
