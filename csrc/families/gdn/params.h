@@ -1,0 +1,128 @@
+// Gated DeltaNet decode kernels: params of the conventional update, the ReplaySSM step, verify and the
+// fold (commit / flush / materialize). Host-safe header: the API layer fills them and calls the
+// launchers. Semantics: replayssm_cuda/reference.py (delta_update, delta_step, delta_verify,
+// delta_commit, delta_flush, delta_materialize) and docs/DESIGN.md.
+//
+//   tensor          shape                   dtype                      meaning
+//   checkpoint      (slots, HV, V, K)       fp32 / bf16 / fp16         state after the last fold (update: the state)
+//   read_copy       (slots, HV, V, K)       bf16 / fp16 / fp8-e4m3     low-precision copy the reads use, or null
+//   read_scale      (slots, HV, V)          fp32                       fp8 read copy only
+//   k_buf           (slots, H, L, K)        activation                 raw keys since the checkpoint
+//   v_buf           (slots, HV, L, V)       activation                 raw values
+//   g_buf           (slots, HV, L)          fp32                       log decays g = -exp(A_log) softplus(a + dt_bias)
+//   beta_buf        (slots, HV, L)          fp32                       sigmoid(b)
+//   u_buf           (slots, HV, L, V)       fp32                       corrected values u = beta (v - S' k)
+//   num_committed   (slots,)                int32                      committed buffer entries per slot
+//   q, k            (batch, [T,] H, K)      activation                 L2-normalised in the kernel when use_qk_l2norm
+//   v, out          (batch, [T,] HV, V)     activation
+//   a, b            (batch, [T,] HV)        activation or fp32
+//   A_log, dt_bias  (HV,)                   fp32
+//
+// v-head hv uses k-head hv / (HV / H). The state is [V, K] per v-head, K contiguous: a row of the state
+// is one value channel. Exactness: fp32 arithmetic, no fast math; with a read copy the fold recomputes
+// every u_j from the full-precision checkpoint, so read-copy rounding never reaches the checkpoint.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "common/dtype.h"
+
+namespace replayssm {
+
+constexpr int kGdnMaxBufferLen = 64;
+constexpr int kGdnMaxDraftTokens = 16;
+
+// The cache of one GDN layer (every op but the conventional update reads it).
+struct GdnCache {
+  void* checkpoint;
+  DType checkpoint_dtype;
+  int64_t ck_slot_stride, ck_head_stride, ck_row_stride;
+  void* read_copy;  // nullptr: reads use the checkpoint
+  DType read_copy_dtype;
+  int64_t rc_slot_stride, rc_head_stride, rc_row_stride;
+  float* read_scale;  // fp8 read copy only
+  int64_t rs_slot_stride, rs_head_stride;
+  void* k_buf;
+  int64_t kb_slot_stride, kb_head_stride, kb_entry_stride;
+  void* v_buf;
+  int64_t vb_slot_stride, vb_head_stride, vb_entry_stride;
+  float* g_buf;
+  int64_t gb_slot_stride, gb_head_stride;
+  float* beta_buf;
+  int64_t bb_slot_stride, bb_head_stride;
+  float* u_buf;
+  int64_t ub_slot_stride, ub_head_stride, ub_entry_stride;
+  int32_t* num_committed;
+  int32_t buffer_len;
+  int32_t max_draft_tokens;
+};
+
+// Per-token inputs of one call: T = 1 for the update and the step, the draft count for verify.
+struct GdnTokens {
+  int32_t num_tokens;
+  const void* q;
+  int64_t q_row_stride, q_token_stride, q_head_stride;
+  const void* k;
+  int64_t k_row_stride, k_token_stride, k_head_stride;
+  const void* v;
+  int64_t v_row_stride, v_token_stride, v_head_stride;
+  const void* a;
+  DType a_dtype;
+  int64_t a_row_stride, a_token_stride, a_head_stride;
+  const void* b;
+  DType b_dtype;
+  int64_t b_row_stride, b_token_stride, b_head_stride;
+  void* out;
+  int64_t out_row_stride, out_token_stride, out_head_stride;
+  const float* A_log;    // (HV,)
+  const float* dt_bias;  // (HV,)
+  float scale;           // q's scale (K^-0.5 by default)
+  bool use_qk_l2norm;
+};
+
+enum class GdnFoldMode : int32_t {
+  kCommit = 0,       // fold the rows whose accepted count leaves no room for the next verify
+  kFlush = 1,        // fold every row with committed entries
+  kMaterialize = 2,  // write the folded state to state_out; the cache is not changed
+};
+
+struct GdnParams {
+  GdnCache cache;    // update: only checkpoint (the state) and its strides
+  GdnTokens tokens;
+  DType act_dtype;   // q, k, v, out, k_buf, v_buf
+
+  // ---- commit / flush / materialize ----
+  GdnFoldMode mode;
+  const void* num_accepted;  // commit
+  DType num_accepted_dtype;
+  int64_t num_accepted_stride;
+  float* state_out;  // materialize: (batch, HV, V, K) fp32
+  int64_t so_row_stride, so_head_stride, so_v_stride;
+
+  // ---- rows -> slots (cache/slot_map.cuh) ----
+  const void* slots;  // nullptr: row r uses slot r
+  DType slots_dtype;
+  int64_t slots_stride;
+  int64_t pad_slot_id;
+
+  int64_t num_slots;
+  int32_t batch, heads, v_heads, head_k_dim, head_v_dim;
+  // step: the caller's slots fold at different steps (continuous batching); a launch hint only
+  bool staggered_flush;
+};
+
+// Conventional T=1 update of cache.checkpoint (the state), one launch.
+cudaError_t launch_gdn_update(const GdnParams& params, cudaStream_t stream);
+
+// ReplaySSM T=1 step, one launch: output, append, and the fold where the buffer fills.
+cudaError_t launch_gdn_step(const GdnParams& params, cudaStream_t stream);
+
+// Outputs of T draft tokens per row; appends their entries at w .. w+T-1; writes no state or cursor.
+cudaError_t launch_gdn_verify(const GdnParams& params, cudaStream_t stream);
+
+// params.mode selects commit, flush or materialize.
+cudaError_t launch_gdn_fold(const GdnParams& params, cudaStream_t stream);
+
+}  // namespace replayssm
