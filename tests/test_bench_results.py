@@ -121,6 +121,7 @@ def test_run_info_names_the_versions_and_the_commit(monkeypatch):
     assert info["id"] == "2026-05-06T07:08:00Z" and info["date"] == "2026-05-06 07:08 UTC"
     assert info["commit"] == "0123456789+dirty" and info["torch"] and info["command"] == "cmd"
     assert "device-to-device copy 4.200 TB/s" in results.run_header(info)
+    assert results.run_info("NVIDIA H200", None, commit="given")["commit"] == "given"
 
 
 # ---- the runner -------------------------------------------------------------------------------------

@@ -108,6 +108,9 @@ def _common(parser, family, bench):
                         help="do not write the results file bench/results/<gpu-model>.md / .json")
     parser.add_argument("--results-dir", metavar="DIR", default=None,
                         help=f"folder of the results files (default {results.default_results_dir()})")
+    parser.add_argument("--commit", metavar="TEXT", default=None,
+                        help="the commit to record in the results header when this tree is not a git checkout "
+                             "(e.g. a copy of it on another machine); default: git rev-parse HEAD (+dirty)")
     parser.add_argument("--dry-run", action="store_true", help="list the rows it would measure and stop (no GPU)")
 
 
@@ -255,7 +258,8 @@ def _measure(args, bench, table, cases, notes, sets, columns, constant, extras, 
     argv = list(getattr(args, "bench_argv", None) or sys.argv[1:])
     if argv[:1] == ["bench"]:
         argv = argv[1:]
-    run_info = results.run_info(gpu, copy_bw, settings, "python -m replayssm_cuda bench " + shlex.join(argv))
+    run_info = results.run_info(gpu, copy_bw, settings, "python -m replayssm_cuda bench " + shlex.join(argv),
+                                commit=args.commit)
     description = {table: _first_paragraph(bench.description)}
     print(f"# bench {table} on {gpu}: {results.run_header(run_info)}")
     print(f"# {description[table]}")

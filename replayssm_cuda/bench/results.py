@@ -177,16 +177,16 @@ def git_commit(root: pathlib.Path | None = None) -> str | None:
 
 
 def run_info(gpu: str, copy_bw: float | None, settings: dict | None = None, command: str | None = None,
-             now: datetime.datetime | None = None) -> dict:
-    """What the header of a run says: GPU, date (UTC), commit, torch / CUDA versions, copy bandwidth,
-    the method's settings and the command."""
+             now: datetime.datetime | None = None, commit: str | None = None) -> dict:
+    """What the header of a run says: GPU, date (UTC), commit (`commit`, else the checkout's), torch / CUDA
+    versions, copy bandwidth, the method's settings and the command."""
     import torch
 
     from .. import _extension
     now = now or datetime.datetime.now(datetime.timezone.utc)
     build = _extension.build_info() or {}
     return {"id": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "gpu": gpu, "date": now.strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": git_commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "commit": commit or git_commit(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "archs": build.get("archs"), "copy_bw": copy_bw, "settings": dict(settings or {}),
             "command": command or "python -m replayssm_cuda " + " ".join(sys.argv[1:])}
 
