@@ -531,7 +531,8 @@ def plan_spec(args, dims_list):
                 rc = COPIES[copy]
                 limit = copy_limit(torch.float32, rc, s.P, s.N, act)
                 if limit is not None:
-                    notes.append(f"{copy} copy skipped: {limit}")
+                    note = f"{copy} copy skipped: {limit}"
+                    notes += [note] if note not in notes else []
                     continue
                 extras = ("tokens/s",) + (("verify µs", "verify GB/s", "commit µs") if args.breakdown else ())
                 cfg = {"dims": d.label, "batch": batch, "row": "verify + commit", "copy": copy, **common}
