@@ -1,4 +1,4 @@
-"""`python -m replayssm_cuda info` and `python -m replayssm_cuda demo`."""
+"""`python -m replayssm_cuda info`, `python -m replayssm_cuda demo` and `python -m replayssm_cuda bench ...`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import warnings
 import torch
 
 from . import __version__, _extension, ops
+from .bench import cli as bench_cli
 from .cache import DeltaRuleWeights, GDNCache, Mamba2Cache, Mamba2Weights
 
 ALL_OPS = ["make_read_copy", "load", "reset", "copy_slots"] + [
@@ -157,7 +158,10 @@ def main(argv=None) -> int:
     d = sub.add_parser("demo", help="decode a small Mamba-2 + GDN stack, checked against the conventional recurrence")
     d.add_argument("--steps", type=int, default=40)
     d.add_argument("--spec-rounds", type=int, default=10)
+    bench_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        return bench_cli.run(args)
     if args.command == "info":
         info()
         return 0
