@@ -1,12 +1,12 @@
 """Where a launch's time goes, CTA by CTA: the per-CTA time lines of the conventional update, the
 non-fold replay step (w = 8 of L = 16) and the fold step (w = 15: every row folds; "item" is then the
-interval between checkpoint tiles), recorded by a diagnostic build (csrc/kernels/cta_timeline.cuh):
+interval between checkpoint tiles), recorded by a diagnostic build (csrc/diag/):
 
     REPLAYSSM_CTA_TIMELINE=1 REPLAYSSM_CUDA_ARCHS=90a python3 setup.py build_ext --inplace
     PYTHONPATH=. python3 tools/cta_timeline.py [--dims nano4b super120b] [--batches 64 512]
         [--kernels update step-none step-fp8 fold-none fold-fp8] [--csv FILE.csv.gz]
 
-Each case is timed the benchmark's way (bench/bench_mamba2.py: a CUDA graph of one launch per slot group
+Each case is timed the benchmark's way (replayssm_cuda.bench: a CUDA graph of one launch per slot group
 of a rotating pool, cold L2, behind the GPU hold), and the records of the graph's launches are read after
 its last replay. Per case, medians over the graph's launches after the first (each of those follows a
 launch of the same kind, as in decode):
@@ -33,15 +33,16 @@ import os
 import statistics
 import sys
 
-sys.path[0:0] = [os.getcwd(), os.path.join(os.getcwd(), "bench")]
+sys.path.insert(0, os.getcwd())
 
 import torch  # noqa: E402
 
-from bench_mamba2 import ReplayPool, Setup, conventional_steps, make_inputs  # noqa: E402
-from timing import DIMS, _capture, _replay_times, measure_copy_bandwidth  # noqa: E402
+from replayssm_cuda.bench.mamba2 import DIMS, ReplayPool, Setup, conventional_steps, make_inputs  # noqa: E402
+from replayssm_cuda.bench.timing import capture as _capture, measure_copy_bandwidth  # noqa: E402
+from replayssm_cuda.bench.timing import replay_times as _replay_times  # noqa: E402
 
 WORDS = 64  # kCtaTimelineWords
-START, CONSUMER_END, OTHER_END, CURSOR, SET_UP, ITEM0 = 1, 2, 3, 4, 5, 6  # csrc/kernels/cta_timeline.cuh
+START, CONSUMER_END, OTHER_END, CURSOR, SET_UP, ITEM0 = 1, 2, 3, 4, 5, 6  # csrc/diag/cta_timeline.cuh
 MAX_CTAS = 16384
 COPIES = {"step-none": None, "step-bf16": torch.bfloat16, "step-fp8": torch.float8_e4m3fn,
           "fold-none": None, "fold-bf16": torch.bfloat16, "fold-fp8": torch.float8_e4m3fn}
@@ -122,8 +123,8 @@ def main() -> int:
     parser.add_argument("--kernels", nargs="*", default=["update", "step-none"], choices=["update", *COPIES])
     parser.add_argument("--csv", default=None, help="write every case's records to this .csv.gz file")
     args = parser.parse_args()
-    import replayssm_cuda._C as C  # the extension itself: a diagnostic build's time-line calls
-    if not C.build_info().get("cta_timeline"):
+    import replayssm_cuda._extension  # noqa: F401  (loads the extension and with it its ops)
+    if not hasattr(torch.ops, "replayssm_diag") or not hasattr(torch.ops.replayssm_diag, "set_cta_timeline"):
         print("this build has no CTA time line: rebuild with REPLAYSSM_CTA_TIMELINE=1 (see the doc)", file=sys.stderr)
         return 2
     copy_bw = measure_copy_bandwidth()
@@ -141,10 +142,10 @@ def main() -> int:
                 record, before, k, nbytes, keep = run_case(kind, s)
                 # The capture's warm-up call takes the first k record sets, the captured launches the next k.
                 buf = torch.zeros(2 * k, MAX_CTAS, WORDS, dtype=torch.int64, device="cuda")
-                C.set_cta_timeline(buf)
+                torch.ops.replayssm_diag.set_cta_timeline(buf)
                 graph = _capture(record)
-                taken = C.cta_timeline_launches()
-                C.set_cta_timeline(None)
+                taken = torch.ops.replayssm_diag.cta_timeline_launches()
+                torch.ops.replayssm_diag.set_cta_timeline(None)
                 if taken != 2 * k:
                     print(f"# {name} {kind} b{batch}: {taken} launches took record sets, {2 * k} expected",
                           file=sys.stderr)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one script for a GPU machine: build replayssm_cuda._C in place, print its build info, run the GPU
 # tests, then the benchmarks when there are any. Logs go to $OUT (default ./results).
-#   bash tools/gpu_check.sh [bench args]  # REPLAYSSM_BENCH=0 skips the benchmarks (REPLAYSSM_BENCHES picks them,
-#                                  # see bench/run_all.sh); REPLAYSSM_TESTS=all adds
+#   bash tools/gpu_check.sh [bench args]  # REPLAYSSM_BENCH=0 skips the benchmark (the args go to
+#                                  # `python -m replayssm_cuda bench mamba2 cycle`); REPLAYSSM_TESTS=all adds
 #                                  # the CPU tests (CI runs them anyway); REPLAYSSM_CUDA_ARCHS=90a halves the build
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,8 +43,8 @@ timeout "${REPLAYSSM_TEST_TIMEOUT:-300}" python3 -m pytest -q -rs "${test_paths[
 tests_status=${PIPESTATUS[0]}
 set -e
 
-if [[ -f bench/run_all.sh && "${REPLAYSSM_BENCH:-1}" != 0 ]]; then
-  echo "== benchmarks"
-  bash bench/run_all.sh "$@"   # e.g. --dims nano4b --batches 256
+if [[ "${REPLAYSSM_BENCH:-1}" != 0 ]]; then
+  echo "== benchmark"
+  python3 -m replayssm_cuda bench mamba2 cycle "$@"   # e.g. --dims nano4b --batches 256
 fi
 exit "$tests_status"
