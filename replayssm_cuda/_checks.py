@@ -63,11 +63,11 @@ def expect(op: str, name: str, t, *, shape=None, dtypes=None, device=None, optio
     return t
 
 
-def slots_type(op: str, slots) -> None:
-    """The one check every path makes on `slots`, compiled or not: a list is a TypeError here (the
-    dispatcher would raise its own RuntimeError, and a cache method would fail on slots.shape)."""
+def slots_type(op: str, slots, name: str = "slots") -> None:
+    """The one check every path makes on a slot list, compiled or not: a Python list is a TypeError
+    here (the dispatcher would raise its own RuntimeError, and a cache method would fail on slots.shape)."""
     if slots is not None and not isinstance(slots, torch.Tensor):
-        raise TypeError(f"{op}: `slots` must be a torch.Tensor (int32 or int64, on the cache's device) or None, "
+        raise TypeError(f"{op}: `{name}` must be a torch.Tensor (int32 or int64, on the cache's device) or None, "
                         f"got {type(slots).__name__}")
 
 
@@ -492,6 +492,8 @@ def check_stagger_cursors(buffers, num_committed, slots_=None, pad_slot_id=-1, p
 
 
 def copy_pairs(op, src_slots, dst_slots, device) -> None:
+    slots_type(op, src_slots, "src_slots")
+    slots_type(op, dst_slots, "dst_slots")
     expect(op, "src_slots", src_slots, shape=(None,), dtypes=INDEX_DTYPES, device=device)
     expect(op, "dst_slots", dst_slots, shape=(src_slots.shape[0],), dtypes=INDEX_DTYPES, device=device)
 

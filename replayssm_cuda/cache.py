@@ -257,6 +257,8 @@ class _ReplayCache:
         """Copy checkpoint, read copy, buffers and cursor of src_slots[i] to dst_slots[i] (fork); pairs
         naming pad_slot_id or an out-of-range slot are skipped."""
         args = (self._slot_tensors, src_slots, dst_slots, self.pad_slot_id)
+        _checks.slots_type("copy_slots", src_slots, "src_slots")
+        _checks.slots_type("copy_slots", dst_slots, "dst_slots")
         if self._reference_path("copy_slots"):
             _checks.copy_pairs("copy_slots", src_slots, dst_slots, self.device)
             REFERENCE["copy_slots"](*args)

@@ -428,6 +428,8 @@ def copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id: int = -1, *, ba
     """Copy everything a slot owns from src_slots[i] to dst_slots[i] (for forking a sequence). Sources
     are read before destinations are written (a gather); pairs naming pad_slot_id or an out-of-range
     slot are skipped. None entries of cache_tensors are left out."""
+    _checks.slots_type("copy_slots", src_slots, "src_slots")
+    _checks.slots_type("copy_slots", dst_slots, "dst_slots")
     tensors = [t for t in cache_tensors if t is not None]
     _call("copy_slots", backend, tensors[0] if tensors else None, _copy_slots_limit, (src_slots,),
           (tensors, src_slots, dst_slots, pad_slot_id))
