@@ -10,15 +10,15 @@ import warnings
 import torch
 
 from . import __version__, _extension, ops
+from ._schemas import ALL_OPS as ALL_SCHEMA_OPS
 from .cache import DeltaRuleWeights, GDNCache, Mamba2Cache, Mamba2Weights
 
-ALL_OPS = ["make_read_copy", "load", "reset", "copy_slots"] + [
-    f"{fam}_{op}" for fam in ("mamba2", "gdn", "kda")
-    for op in ("update", "step", "verify", "commit", "flush", "materialize")] + ["mamba2_update_snapshots"]
+ALL_OPS = list(ALL_SCHEMA_OPS)
 
 
 def info() -> None:
     print(f"replayssm_cuda {__version__}")
+    print(f"install: {_extension.install_summary()}")
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)

@@ -13,12 +13,18 @@ import copy
 
 import torch  # noqa: F401  (loads libtorch before _C, which links against it)
 
+try:  # setup.py's record of what the install built (absent in a source tree never installed)
+    from . import _build
+except ImportError:
+    _build = None
+
 try:
     from . import _C
 except ImportError as exc:
     _C = None
     if isinstance(exc, ModuleNotFoundError) or "cannot import name '_C'" in str(exc):
-        _LOAD_ERROR = ("replayssm_cuda._C was not built (pure-Python install: build with a CUDA torch and nvcc, "
+        why = _build.REASON if _build is not None and not _build.EXTENSION else "pure-Python install"
+        _LOAD_ERROR = (f"replayssm_cuda._C was not built ({why}; build it with a CUDA torch and nvcc: "
                        "`pip install --no-build-isolation .`)")
     else:  # built, but does not load: usually a build for another torch or CUDA
         _LOAD_ERROR = f"replayssm_cuda._C failed to load: {exc}"
@@ -81,6 +87,14 @@ def capabilities() -> dict:
     gains an entry when its kernels land. Every "ops" list is empty without the compiled extension.
     A fresh copy on each call."""
     return copy.deepcopy(_CAPABILITIES)
+
+
+def install_summary() -> str:
+    """setup.py's line about this install: the version with its local tag and what it built, or why
+    it built the pure-Python package."""
+    if _build is None:
+        return "no record (a source tree that was never installed)"
+    return f"replayssm-cuda {_build.VERSION}: {_build.SUMMARY}"
 
 
 def build_info() -> dict | None:
