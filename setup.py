@@ -1,9 +1,15 @@
 """Build of replayssm-cuda: the Python package plus, when a CUDA toolchain is there, replayssm_cuda._C.
 
-Install with `pip install --no-build-isolation .` (the build needs the torch you run with).
+Install with `pip install --no-build-isolation .` (the build needs the torch you run with); a wheel with
+`pip wheel --no-build-isolation .`.
 
-The extension is built when torch imports, torch.version.cuda is set and nvcc is found (CUDA_HOME);
-otherwise the pure-Python package is installed and one line says why. Knobs:
+The extension is built when torch imports, torch.version.cuda is set and a CUDA toolkit is found:
+CUDA_HOME, else CUDA_PATH, else the toolkit of the nvcc on PATH (its real location, through symlinks
+and wrapper scripts), else /usr/local/cuda; the toolkit must have bin/nvcc and cuda_runtime_api.h.
+Otherwise the pure-Python package is installed. Either way one line on stderr says what was built and
+why, and replayssm_cuda/_build.py keeps it for `python -m replayssm_cuda info` (pip shows a build's
+output only with -v). The version's local tag tells the builds apart: 0.1.0+cu130.torch2.13 (CUDA 13.0,
+torch 2.13) or 0.1.0+cpu (pure Python). Knobs:
     REPLAYSSM_CUDA_ARCHS   archs to compile, ';' or ',' separated (default "90a;100a")
     REPLAYSSM_CTA_TIMELINE 1: a diagnostic build whose update and step kernels record a time line per CTA
                            (csrc/diag/, tools/cta_timeline.py); never for a product
@@ -14,6 +20,8 @@ CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is in
 import importlib.util
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,11 +30,12 @@ from setuptools import find_packages, setup
 ROOT = Path(__file__).parent.resolve()
 PREFIX = "replayssm-cuda:"
 DEFAULT_ARCHS = "90a;100a"
+BUILD_RECORD = ROOT / "replayssm_cuda" / "_build.py"
 
 
-def project_version() -> str:
-    text = (ROOT / "pyproject.toml").read_text()
-    return re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
+def base_version() -> str:
+    text = (ROOT / "replayssm_cuda" / "__init__.py").read_text()
+    return re.search(r'^__version__\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
 
 
 def cuda_archs() -> list[str]:
@@ -38,19 +47,20 @@ def cuda_archs() -> list[str]:
     return archs
 
 
+def kernels_include_cutlass() -> bool:
+    """True when a source under csrc/ includes CUTLASS or CuTe headers (then the build needs them)."""
+    pattern = re.compile(r'^\s*#\s*include\s*[<"](cute|cutlass)/', re.MULTILINE)
+    return any(pattern.search(p.read_text(errors="replace")) for p in (ROOT / "csrc").rglob("*")
+               if p.suffix in (".h", ".cuh", ".cu", ".cpp"))
+
+
 def cutlass_include() -> str | None:
-    # Located, not imported: the headers are all we need from nvidia-cutlass.
+    """The CUTLASS/CuTe include folder of the nvidia-cutlass package, located, not imported."""
     spec = importlib.util.find_spec("cutlass_library")
     if spec is None or not spec.submodule_search_locations:
-        print(f"{PREFIX} CUTLASS/CuTe headers not found (pip install nvidia-cutlass); building without them",
-              file=sys.stderr)
         return None
     include = Path(spec.submodule_search_locations[0]) / "source" / "include"
-    if not (include / "cute").is_dir():
-        print(f"{PREFIX} CUTLASS/CuTe headers not found under {include}; building without them", file=sys.stderr)
-        return None
-    print(f"{PREFIX} CUTLASS/CuTe headers: {include}", file=sys.stderr)
-    return str(include)
+    return str(include) if (include / "cute").is_dir() else None
 
 
 def cta_timeline_build() -> bool:
@@ -66,53 +76,165 @@ def extension_sources(diagnostic: bool) -> list[str]:
     return sorted(str(p.relative_to(ROOT)) for p in found)
 
 
-def why_no_extension() -> str | None:
-    """None when the CUDA extension can be built, else the reason it cannot."""
-    try:
-        import torch
-        from torch.utils.cpp_extension import CUDA_HOME
-    except Exception as exc:  # torch missing or broken
-        return f"torch is not importable ({type(exc).__name__}: {exc})"
-    if torch.version.cuda is None:
-        return f"torch {torch.__version__} is a CPU-only build"
-    if CUDA_HOME is None:
-        return "nvcc was not found (set CUDA_HOME)"
+# --------------------------------------------------------------------------------------------------
+# The CUDA toolkit, found the way users have it
+# --------------------------------------------------------------------------------------------------
+
+def toolkit_problem(root: Path) -> str | None:
+    """Why `root` is not a usable CUDA toolkit, or None."""
+    if not (root / "bin" / "nvcc").is_file():
+        return "has no bin/nvcc"
+    headers = [root / "include" / "cuda_runtime_api.h", *root.glob("targets/*/include/cuda_runtime_api.h")]
+    if not any(h.is_file() for h in headers):
+        return "has no include/cuda_runtime_api.h"
     return None
 
 
-def extension_kwargs() -> dict:
+def nvcc_toolkit(nvcc: str) -> Path | None:
+    """The toolkit of an nvcc on PATH: two levels above its real path; for a wrapper script (e.g.
+    /usr/local/bin/nvcc running /usr/local/cuda-13.0/bin/nvcc), the toolkit of the nvcc the script
+    names, else the TOP that nvcc reports in a dry run (which needs the host compiler on PATH)."""
+    real = Path(nvcc).resolve()
+    candidates = [real.parent.parent]
+    try:
+        if real.stat().st_size < 65536:
+            text = real.read_bytes().decode("utf-8", errors="ignore")
+            candidates += [Path(m).parent for m in re.findall(r"(/[^\s'\"]+)/nvcc\b", text)
+                           if Path(m).is_dir()]
+    except OSError:
+        pass
+    for root in candidates:
+        if toolkit_problem(root) is None:
+            return root.resolve()
+    try:
+        dry = subprocess.run([nvcc, "-v", "--dryrun", "-E", "-x", "cu", os.devnull], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    top = re.search(r"^#\$ TOP=(.+)$", dry.stdout + dry.stderr, re.MULTILINE)
+    if top is None:
+        return None
+    root = Path(top.group(1).strip()).resolve()
+    return root if toolkit_problem(root) is None else None
+
+
+def find_cuda() -> tuple[Path | None, str]:
+    """(toolkit, where it came from), or (None, why none was found)."""
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        value = os.environ.get(var)
+        if value:
+            problem = toolkit_problem(Path(value))
+            if problem:
+                return None, f"{var}={value} {problem}"
+            return Path(value).resolve(), var
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        root = nvcc_toolkit(nvcc)
+        if root is None:
+            return None, (f"the nvcc on PATH ({nvcc}) belongs to no toolkit with bin/nvcc and "
+                          f"include/cuda_runtime_api.h; set CUDA_HOME")
+        return root, f"nvcc on PATH ({nvcc})"
+    default = Path("/usr/local/cuda")
+    if default.exists() and toolkit_problem(default) is None:
+        return default.resolve(), "/usr/local/cuda"
+    return None, "no CUDA toolkit found (no CUDA_HOME, CUDA_PATH, nvcc on PATH or /usr/local/cuda)"
+
+
+def nvcc_version(root: Path) -> str:
+    out = subprocess.run([str(root / "bin" / "nvcc"), "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"release (\d+\.\d+)", out)
+    return match.group(1) if match else "unknown"
+
+
+# --------------------------------------------------------------------------------------------------
+# What to build
+# --------------------------------------------------------------------------------------------------
+
+def plan() -> dict:
+    """{"extension": bool, "reason" (when False), "toolkit", "found_by", "torch"}."""
+    try:
+        import torch
+    except Exception as exc:  # torch missing or broken
+        return {"extension": False, "reason": f"torch is not importable ({type(exc).__name__}: {exc})"}
+    if torch.version.cuda is None:
+        return {"extension": False, "reason": f"torch {torch.__version__} is a CPU-only build"}
+    root, found_by = find_cuda()
+    if root is None:
+        return {"extension": False, "reason": found_by}
+    # torch.utils.cpp_extension reads CUDA_HOME when it is imported; a PATH wrapper would mislead its guess.
+    os.environ["CUDA_HOME"] = str(root)
+    return {"extension": True, "toolkit": root, "found_by": found_by, "torch": torch}
+
+
+def torch_cuda_tag(torch) -> str:
+    """cu130.torch2.13: the CUDA and torch versions the extension was built against (a PEP 440 local tag)."""
+    cuda = "".join(torch.version.cuda.split(".")[:2])
+    torch_version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    return f"cu{cuda}.torch{torch_version}"
+
+
+def extension_kwargs(build: dict, version: str) -> tuple[dict, str]:
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
     archs = cuda_archs()
     include_dirs = [str(ROOT / "csrc")]
     cutlass = cutlass_include()
+    needs_cutlass = kernels_include_cutlass()
     if cutlass:
         include_dirs.append(cutlass)
+        cutlass_text = f"CUTLASS/CuTe headers from {cutlass}"
+    elif needs_cutlass:
+        sys.exit(f"{PREFIX} the kernels include CUTLASS/CuTe headers, which were not found: pip install "
+                 f"nvidia-cutlass (or build the pure-Python package with a CPU-only torch)")
+    else:
+        cutlass_text = "no CUTLASS/CuTe headers (pip install nvidia-cutlass; no kernel includes them yet)"
     sources = extension_sources(diagnostic=cta_timeline_build())
     # Build facts for replayssm_cuda._C.build_info(). The archs travel as one token ("90a_100a"): a ';'
     # would be cut by the shell that runs each compile command.
-    defines = [f"-DREPLAYSSM_VERSION={project_version()}", f"-DREPLAYSSM_CUDA_ARCHS={'_'.join(archs)}"]
+    defines = [f"-DREPLAYSSM_VERSION={version}", f"-DREPLAYSSM_CUDA_ARCHS={'_'.join(archs)}"]
+    diagnostic = ""
     if cta_timeline_build():
         defines.append("-DREPLAYSSM_CTA_TIMELINE=1")
-        print(f"{PREFIX} diagnostic build: per-CTA time lines in the update and step kernels", file=sys.stderr)
+        diagnostic = "; DIAGNOSTIC build (per-CTA time lines in the update and step kernels)"
     nvcc = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
     nvcc += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    print(f"{PREFIX} building replayssm_cuda._C for sm_{', sm_'.join(archs)}", file=sys.stderr)
+    torch = build["torch"]
+    summary = (f"building replayssm_cuda._C for sm_{', sm_'.join(archs)} with CUDA {nvcc_version(build['toolkit'])} "
+               f"at {build['toolkit']} (from {build['found_by']}), for torch {torch.__version__}; "
+               f"{cutlass_text}{diagnostic}")
     ext = CUDAExtension(
         name="replayssm_cuda._C",
         sources=sources,
         include_dirs=include_dirs,
         extra_compile_args={"cxx": ["-O3", *defines], "nvcc": nvcc + defines},
     )
-    return {"ext_modules": [ext], "cmdclass": {"build_ext": BuildExtension}}
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": BuildExtension}}, summary
 
 
-reason = why_no_extension()
-if reason is None:
-    kwargs = extension_kwargs()
-else:
-    print(f"{PREFIX} installing the pure-Python package only (no replayssm_cuda._C, ops use the PyTorch "
-          f"reference): {reason}", file=sys.stderr)
-    kwargs = {}
+def record(extension: bool, version: str, summary: str, reason: str | None) -> None:
+    """replayssm_cuda/_build.py: what this install built, for `python -m replayssm_cuda info`."""
+    text = (f'"""Written by setup.py when this package was built (not tracked): what the build made."""\n\n'
+            f"EXTENSION = {extension!r}\nVERSION = {version!r}\nSUMMARY = {summary!r}\nREASON = {reason!r}\n")
+    if not BUILD_RECORD.exists() or BUILD_RECORD.read_text() != text:
+        BUILD_RECORD.write_text(text)
 
-setup(packages=find_packages(include=["replayssm_cuda", "replayssm_cuda.*"]), **kwargs)
+
+def main() -> None:
+    base = base_version()
+    build = plan()
+    if build["extension"]:
+        version = f"{base}+{torch_cuda_tag(build['torch'])}"
+        kwargs, summary = extension_kwargs(build, base)
+    else:
+        version = f"{base}+cpu"
+        kwargs = {}
+        summary = (f"installing the pure-Python package (no replayssm_cuda._C; every op runs the PyTorch "
+                   f"reference): {build['reason']}")
+    print(f"{PREFIX} {version}: {summary}", file=sys.stderr)
+    record(build["extension"], version, summary, build.get("reason"))
+    setup(version=version, packages=find_packages(include=["replayssm_cuda", "replayssm_cuda.*"]), **kwargs)
+
+
+# setuptools runs this file as __main__; tests/test_install.py imports it for its toolkit search.
+if __name__ == "__main__":
+    main()

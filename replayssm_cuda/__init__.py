@@ -1,17 +1,19 @@
 """replayssm_cuda: ReplaySSM decode kernels for Mamba-2, Gated DeltaNet and KDA layers.
 
 The state objects (`Mamba2Cache`, `GDNCache`, `KDACache`) are the API most engines want; the
-functional ops live in `replayssm_cuda.ops` and their PyTorch specification in
-`replayssm_cuda.reference`. Compiled kernels are used for CUDA tensors where this build has them.
+functional ops live in `replayssm_cuda.ops`, their PyTorch specification in `replayssm_cuda.reference`,
+and `torch.ops.replayssm.*` exists on every install (compiled kernels on CUDA where this build has
+them, see `capabilities()`; the reference elsewhere).
 """
 
+from . import _extension, _library  # noqa: F401  (_C's CUDA kernels, then the torch.ops.replayssm schemas)
 from . import ops, reference
-from ._extension import build_info, is_compiled
+from ._extension import build_info, capabilities, is_compiled
 from .cache import DeltaRuleWeights, GDNCache, KDACache, Mamba2Cache, Mamba2Weights
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DeltaRuleWeights", "GDNCache", "KDACache", "Mamba2Cache", "Mamba2Weights",
-    "build_info", "is_compiled", "ops", "reference", "__version__",
+    "build_info", "capabilities", "is_compiled", "ops", "reference", "__version__",
 ]

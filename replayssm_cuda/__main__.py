@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import re
 import time
 import warnings
 
 import torch
 
 from . import __version__, _extension, ops
+from ._schemas import ALL_OPS as ALL_SCHEMA_OPS
 from .bench import cli as bench_cli
 from .cache import DeltaRuleWeights, GDNCache, Mamba2Cache, Mamba2Weights
 
-ALL_OPS = ["make_read_copy", "load", "reset", "copy_slots"] + [
-    f"{fam}_{op}" for fam in ("mamba2", "gdn", "kda")
-    for op in ("update", "step", "verify", "commit", "flush", "materialize")] + ["mamba2_update_snapshots"]
+ALL_OPS = list(ALL_SCHEMA_OPS)
 
 
 def info() -> None:
     print(f"replayssm_cuda {__version__}")
+    print(f"install: {_extension.install_summary()}")
     print(f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
@@ -102,9 +103,11 @@ def demo(steps: int, spec_rounds: int) -> bool:
           f"layer (H={stack.Hk} HV={stack.HV} K={stack.K} V={stack.V}), {batch} sequences in a pool of "
           f"{num_slots} slots, buffer length L={L}, up to {T} draft tokens")
     common = dict(buffer_len=L, max_draft_tokens=T, activation_dtype=torch.float32, device=device)
-    m_cache = Mamba2Cache(num_slots, stack.H, stack.P, stack.N, stack.G, stack.mamba,
-                          read_copy_dtype=torch.bfloat16, **common)
-    g_cache = GDNCache(num_slots, stack.Hk, stack.HV, stack.K, stack.V, stack.gdn, **common)
+    with warnings.catch_warnings(record=True) as built:   # a cache names the ops it runs on the reference
+        warnings.simplefilter("always")
+        m_cache = Mamba2Cache(num_slots, stack.H, stack.P, stack.N, stack.G, stack.mamba,
+                              read_copy_dtype=torch.bfloat16, **common)
+        g_cache = GDNCache(num_slots, stack.Hk, stack.HV, stack.K, stack.V, stack.gdn, **common)
     m_state = torch.zeros(num_slots, stack.H, stack.P, stack.N, device=device)
     g_state = torch.zeros(num_slots, stack.HV, stack.V, stack.K, device=device)
     slots = torch.tensor([5, 0, 7, 2], device=device, dtype=torch.int32)
@@ -142,7 +145,9 @@ def demo(steps: int, spec_rounds: int) -> bool:
     state_err = ((m_final - m_state[slots.long()]).norm() / m_state[slots.long()].norm()).item()
     print(f"  materialized Mamba-2 state vs conventional: relative error {state_err:.2e}")
     print(f"  bytes per slot: Mamba-2 {m_cache.bytes_per_slot()['total']}, GDN {g_cache.bytes_per_slot()['total']}")
-    paths = sorted({str(w.message).split(' runs')[0].replace('replayssm_cuda: ', '') for w in fallbacks})
+    fallback = re.compile(r"replayssm_cuda: (.*?) runs? the PyTorch reference")
+    paths = sorted({name for w in built + fallbacks if (m := fallback.match(str(w.message)))
+                    for name in m.group(1).split(", ")})
     if device.type == "cuda":
         print(f"  ops that ran the PyTorch reference on the GPU (not compiled yet): {', '.join(paths) or 'none'}")
     print(f"  wall time {time.perf_counter() - start:.2f} s")
@@ -151,13 +156,24 @@ def demo(steps: int, spec_rounds: int) -> bool:
     return ok
 
 
+def _count(text: str) -> int:
+    """An argparse type: an int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {value}")
+    return value
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m replayssm_cuda")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="version, build, GPU arch and which ops are compiled")
     d = sub.add_parser("demo", help="decode a small Mamba-2 + GDN stack, checked against the conventional recurrence")
-    d.add_argument("--steps", type=int, default=40)
-    d.add_argument("--spec-rounds", type=int, default=10)
+    d.add_argument("--steps", type=_count, default=40, help="decode steps (>= 0)")
+    d.add_argument("--spec-rounds", type=_count, default=10, help="speculative rounds (>= 0)")
     bench_cli.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command == "bench":

@@ -1,20 +1,30 @@
 """Loads the compiled module ``replayssm_cuda._C`` (when it was built) and says what it holds.
 
-Importing ``_C`` registers the ``torch.ops.replayssm.*`` schemas and their CUDA kernels. Without it (a
-CPU-only torch at install time, no nvcc, or a build for another torch) this module still imports and
-every query answers "not compiled"; ``load_error()`` says why.
+Importing ``_C`` registers CUDA kernels for the ``torch.ops.replayssm.*`` ops it compiled; the ops
+themselves (schemas, the reference as CPU and fallback kernel, fake kernels) come from
+``replayssm_cuda._library`` on every install. Without ``_C`` (a CPU-only torch at install time, no
+nvcc, or a build for another torch) this module still imports, ``capabilities()`` lists no compiled
+op and ``load_error()`` says why.
 """
 
 from __future__ import annotations
 
+import copy
+
 import torch  # noqa: F401  (loads libtorch before _C, which links against it)
+
+try:  # setup.py's record of what the install built (absent in a source tree never installed)
+    from . import _build
+except ImportError:
+    _build = None
 
 try:
     from . import _C
 except ImportError as exc:
     _C = None
     if isinstance(exc, ModuleNotFoundError) or "cannot import name '_C'" in str(exc):
-        _LOAD_ERROR = ("replayssm_cuda._C was not built (pure-Python install: build with a CUDA torch and nvcc, "
+        why = _build.REASON if _build is not None and not _build.EXTENSION else "pure-Python install"
+        _LOAD_ERROR = (f"replayssm_cuda._C was not built ({why}; build it with a CUDA torch and nvcc: "
                        "`pip install --no-build-isolation .`)")
     else:  # built, but does not load: usually a build for another torch or CUDA
         _LOAD_ERROR = f"replayssm_cuda._C failed to load: {exc}"
@@ -24,17 +34,67 @@ except OSError as exc:  # a shared library it needs is missing
 else:
     _LOAD_ERROR = None
 
-_COMPILED_OPS: tuple[str, ...] = tuple(_C.compiled_ops()) if _C is not None else ()
+_CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
+
+# The pure-Python build's answer, with the op lists cut to what _C registered: the limits of the
+# Mamba-2 and cache kernels, in the format of _C.capabilities(), for builds of _C that do not report
+# them (and for none at all, where every op list is empty).
+_FALLBACK_CAPABILITIES = {
+    "mamba2": {
+        "ops": [],
+        "shapes": [[64, 64], [64, 128], [80, 64], [80, 128], [128, 64], [128, 128]],
+        "activation_dtypes": ["bfloat16", "float16"],
+        "update_checkpoint_dtypes": ["float32", "bfloat16", "float16"],
+        "checkpoint_read_copy": [["float32", None], ["float32", "bfloat16"], ["float32", "float16"],
+                                 ["float32", "float8_e4m3fn"], ["bfloat16", None], ["bfloat16", "float8_e4m3fn"],
+                                 ["float16", None], ["float16", "float8_e4m3fn"]],
+        "max_buffer_len": 64,
+        "max_draft_tokens": 16,
+    },
+    "cache": {"ops": [], "read_copy_max_cols": 256, "copy_slots_max_pairs": 3072},
+}
+
+
+def _fallback_capabilities(compiled) -> dict:
+    caps = copy.deepcopy(_FALLBACK_CAPABILITIES)
+    caps["mamba2"]["ops"] = [op for op in compiled if op.startswith("mamba2_")]
+    caps["cache"]["ops"] = [op for op in compiled if op in _CACHE_OPS]
+    return caps
+
+
+if _C is not None and hasattr(_C, "capabilities"):
+    _CAPABILITIES: dict = _C.capabilities()
+    _COMPILED_OPS: tuple[str, ...] = tuple(op for entry in _CAPABILITIES.values() for op in entry.get("ops", ()))
+else:
+    _COMPILED_OPS = tuple(_C.compiled_ops()) if _C is not None else ()
+    _CAPABILITIES = _fallback_capabilities(_COMPILED_OPS)
 
 
 def is_compiled() -> bool:
-    """True when replayssm_cuda._C imported (torch.ops.replayssm.* are registered)."""
+    """True when replayssm_cuda._C imported (some torch.ops.replayssm.* have CUDA kernels)."""
     return _C is not None
 
 
 def load_error() -> str | None:
     """Why the compiled extension is not available; None when it is."""
     return _LOAD_ERROR
+
+
+def capabilities() -> dict:
+    """What this build compiled, per family: {"mamba2": {"ops", "shapes" (the checkpoint's two last dims),
+    "activation_dtypes", "update_checkpoint_dtypes", "checkpoint_read_copy", "max_buffer_len",
+    "max_draft_tokens"}, "cache": {"ops", "read_copy_max_cols", "copy_slots_max_pairs"}}; a family
+    gains an entry when its kernels land. Every "ops" list is empty without the compiled extension.
+    A fresh copy on each call."""
+    return copy.deepcopy(_CAPABILITIES)
+
+
+def install_summary() -> str:
+    """setup.py's line about this install: the version with its local tag and what it built, or why
+    it built the pure-Python package."""
+    if _build is None:
+        return "no record (a source tree that was never installed)"
+    return f"replayssm-cuda {_build.VERSION}: {_build.SUMMARY}"
 
 
 def build_info() -> dict | None:

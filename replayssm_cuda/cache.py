@@ -1,7 +1,8 @@
 """State objects: one per SSM layer, owning the preallocated ReplaySSM cache of a pool of slots.
 
 A cache checks its configuration once, allocates the checkpoint, the optional read copy, the input
-buffers and the device-side cursors, and calls the functional ops (ops.py) with them:
+buffers and the device-side cursors, decides once per op whether the compiled kernel or the PyTorch
+reference runs it, and then calls that op with its tensors:
 
     cache = Mamba2Cache(num_slots=256, num_heads=96, head_dim=80, state_dim=128, num_groups=8,
                         weights=Mamba2Weights(A=A, D=D, dt_bias=dt_bias), buffer_len=16,
@@ -10,28 +11,38 @@ buffers and the device-side cursors, and calls the functional ops (ops.py) with 
     y = cache.verify(x, dt, B, C, z, slots=...)                        # T draft tokens, (batch, T, ...)
     cache.commit(num_accepted, slots=...)                              # device tensor, no host sync
 
-Methods whose compiled op exists run without host synchronisation, so a decode loop of them can be
-captured in a CUDA graph; `python -m replayssm_cuda info` lists them. Methods take `slots` (state_batch_indices, int32/int64; row r uses slot r when None);
-rows whose slot is `pad_slot_id` or out of range touch nothing and get zero output.
+On the compiled path a method hands its arguments straight to torch.ops.replayssm.* (which checks them
+in C++), runs without host synchronisation and can be captured in a CUDA graph; on the reference path
+it checks the per-call inputs in Python (never its own tensors again) and runs replayssm_cuda.reference.
+Under torch.compile every method calls the torch op, which traces as an opaque in-place op.
+`python -m replayssm_cuda info` lists the compiled ops. Methods take `slots` (state_batch_indices,
+int32/int64; row r uses slot r when None); rows whose slot is `pad_slot_id` or out of range touch
+nothing and get zero output. Activations must have the cache's activation_dtype (no silent cast).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
 
-from . import _extension, ops
+from . import _checks, ops
+from ._checks import dtype_text as _dtype_name
+from ._library import REFERENCE
 
 # Buffer entries of a delta-rule slot are about 4x larger than a Mamba-2 slot's, so their buffers stay
 # short (docs/DESIGN.md section 6).
 MAX_BUFFER_LEN = {"mamba2": 64, "gdn": 16, "kda": 16}
 MAX_DRAFT_TOKENS = 16
 
+_is_compiling = torch.compiler.is_compiling
+
 
 @dataclass(frozen=True)
 class Mamba2Weights:
-    """Per-layer Mamba-2 parameters: A (H,) negative fp32; D, dt_bias (H,) fp32 or None."""
+    """Per-layer Mamba-2 parameters: A (H,) fp32, <= 0 (A = -exp(A_log), a decay rate); D, dt_bias (H,)
+    fp32 or None."""
     A: torch.Tensor
     D: torch.Tensor | None = None
     dt_bias: torch.Tensor | None = None
@@ -48,15 +59,27 @@ class DeltaRuleWeights:
     use_qk_l2norm: bool = True
 
 
-def _dtype_name(d) -> str:
-    return "None" if d is None else str(d).replace("torch.", "")
+def _cache_device(name: str, device) -> torch.device:
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (f"torch {torch.__version__} is a CPU-only build" if torch.version.cuda is None
+                   else f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA GPU")
+            raise RuntimeError(f"{name}: device={str(device)!r} needs CUDA, but {why}; pass device='cpu' "
+                               f"(the PyTorch reference)")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
 
 
 class _ReplayCache:
-    """What every family shares: configuration checks, allocation, cursors, commit/flush plumbing."""
+    """What every family shares: configuration checks, allocation, cursors, the choice of path per op,
+    the slot ops. A family's __init__ calls _ReplayCache.__init__, allocates its buffers and weights,
+    then _finish_init."""
 
     family: str
-    _replay_ops: tuple[str, ...]
+    # Each family's update / step / verify / commit / flush / materialize op names.
+    _family_ops: dict[str, str]
 
     def __init__(self, num_slots, state_shape, *, buffer_len, max_draft_tokens, checkpoint_dtype,
                  read_copy_dtype, activation_dtype, pad_slot_id, device, backend, checkpoint, staggered_flush):
@@ -85,16 +108,20 @@ class _ReplayCache:
         if activation_dtype not in ops.ACTIVATION_DTYPES:
             raise ValueError(f"{name}: `activation_dtype` must be one of bfloat16, float16, float32 "
                              f"(float64 on the reference backend), got {_dtype_name(activation_dtype)}")
-        if not isinstance(pad_slot_id, int):
+        if not isinstance(pad_slot_id, int) or isinstance(pad_slot_id, bool):
             raise ValueError(f"{name}: `pad_slot_id` must be an int, got {pad_slot_id!r}")
-        if backend not in ops.BACKENDS:
-            raise ValueError(f"{name}: `backend` must be one of {ops.BACKENDS}, got {backend!r}")
+        ops.check_backend(name, backend)
         if not isinstance(staggered_flush, bool):
             raise ValueError(f"{name}: `staggered_flush` must be a bool, got {staggered_flush!r}")
+        if max_draft_tokens == buffer_len > 1:
+            warnings.warn(f"{name}: buffer_len == max_draft_tokens == {buffer_len}: every step folds the buffer "
+                          f"into the checkpoint (a slot folds every buffer_len - max_draft_tokens + 1 tokens), "
+                          f"so the replay saves nothing; use buffer_len > max_draft_tokens", UserWarning,
+                          stacklevel=3)
 
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = _cache_device(name, device)
+        if backend == "cuda" and self.device.type != "cuda":
+            raise ValueError(f"{name}: backend='cuda' needs device='cuda', got device={str(self.device)!r}")
         self.num_slots = num_slots
         self.buffer_len = buffer_len
         self.max_draft_tokens = max_draft_tokens
@@ -104,7 +131,6 @@ class _ReplayCache:
         self.staggered_flush = staggered_flush
         # A slot folds when its next verify of max_draft_tokens would not fit: every `period` tokens.
         self.flush_period = buffer_len - max_draft_tokens + 1
-        self._check_backend(name)
         # fp64 caches (reference only) keep their fp32 buffer quantities in fp64 too.
         self.aux_dtype = torch.float64 if checkpoint_dtype == torch.float64 else torch.float32
 
@@ -120,25 +146,65 @@ class _ReplayCache:
         self.read_scale = (torch.ones(shape[:3], dtype=torch.float32, device=self.device)
                            if read_copy_dtype == torch.float8_e4m3fn else None)
         self.num_committed = torch.zeros(num_slots, dtype=torch.int32, device=self.device)
-        if self.read_copy is not None:
-            ops.make_read_copy(self.checkpoint, self.read_copy, self.read_scale, backend=self.backend)
 
     # ---- what the families provide ------------------------------------------------------------------
 
     def _buffers(self) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    # ---- backend -----------------------------------------------------------------------------------
+    def _family_limit(self, op: str) -> str | None:
+        """Why the compiled kernel of family op `op` (update, step, ...) cannot take this cache, or None."""
+        raise NotImplementedError
 
-    def _check_backend(self, name):
-        if self.backend != "cuda":
+    # ---- the path of each op, chosen once ------------------------------------------------------------
+
+    def _finish_init(self):
+        self._buffer_list = list(self._buffers().values())
+        self._slot_tensors = self.cache_tensors
+        self._choose_paths()
+        if self.read_copy is not None:
+            self._run("make_read_copy", (self.checkpoint, self.read_copy, self.read_scale, None, self.pad_slot_id))
+        self._stagger(None)
+
+    def _choose_paths(self):
+        """self._compiled[op]: True where the compiled kernel runs op (this cache on CUDA, the op compiled,
+        its shapes and dtypes among what the kernel takes), else the reference. backend='cuda' makes any
+        reference op an error here, backend='auto' warns once for those on CUDA."""
+        name = type(self).__name__
+        cols, has_copy = self.checkpoint.shape[3], self.read_copy is not None
+        unused = "step" if self.buffer_len == 1 else "update"    # step() runs the update at buffer_len 1
+        limits = {op: self._family_limit(kind) for kind, op in self._family_ops.items() if kind != unused}
+        limits["make_read_copy"] = ops.cache_op_limit(self.checkpoint.dtype, cols, True)
+        limits["load"] = ops.cache_op_limit(self.checkpoint.dtype, cols, has_copy)
+        limits.update(reset=None, stagger_cursors=None, copy_slots=None)
+        if not has_copy:
+            del limits["make_read_copy"]
+        self._compiled = {op: False for op in limits}
+        if self.backend == "reference" or self.device.type != "cuda":
             return
-        if self.device.type != "cuda":
-            raise ValueError(f"{name}: backend='cuda' needs device='cuda', got device={str(self.device)!r}")
-        missing = [op for op in self._replay_ops if not _extension.has_op(op)]
-        if missing:
-            raise RuntimeError(f"{name}: backend='cuda' asked for, but {ops.why_not_compiled(missing[0])}; "
-                               f"ops this cache needs that are not compiled: {', '.join(missing)}")
+        reasons: dict[str, list[str]] = {}
+        for op, limit in limits.items():
+            reason = ops.why_not_compiled(op) if not ops.has_kernel(op) else limit
+            if reason is None:
+                self._compiled[op] = True
+            else:
+                reasons.setdefault(reason, []).append(op)
+        if self.backend == "cuda" and reasons:
+            raise RuntimeError(f"{name}: backend='cuda' asked for, but "
+                               + "; ".join(f"{reason} ({', '.join(names)})" for reason, names in reasons.items()))
+        for reason, names in reasons.items():
+            ops.warn_fallback(", ".join(names), reason, stacklevel=4)
+
+    def _run(self, op: str, args: tuple) -> None:
+        """Run op on the path chosen for it; the reference path's callers have checked their inputs."""
+        if self._compiled[op] or _is_compiling():
+            ops.KERNELS[op](*args)
+        else:
+            REFERENCE[op](*args)
+
+    def _reference_path(self, op: str) -> bool:
+        """True where a method must check its per-call inputs (the reference path, eagerly)."""
+        return not self._compiled[op] and not _is_compiling()
 
     # ---- family-independent methods ----------------------------------------------------------------
 
@@ -163,14 +229,20 @@ class _ReplayCache:
 
     def load(self, states, slots=None):
         """Write prefill states (batch, *state shape) into the slots; regenerate read copies; empty buffers."""
-        ops.load(self.checkpoint, self.read_copy, self.read_scale, self.num_committed, states, slots,
-                 self.pad_slot_id, backend=self.backend)
+        _checks.slots_type("load", slots)
+        if self._reference_path("load"):
+            _checks.load_states("load", self.checkpoint, states, slots)
+        self._run("load", (self.checkpoint, self.read_copy, self.read_scale, self.num_committed, states, slots,
+                           self.pad_slot_id))
         self._stagger(slots)
 
     def reset(self, slots=None):
         """Zero the checkpoint, read copy, buffers and cursor of the slots (all when None)."""
-        ops.reset(self.checkpoint, self.read_copy, self.read_scale, list(self._buffers().values()),
-                  self.num_committed, slots, self.pad_slot_id, backend=self.backend)
+        _checks.slots_type("reset", slots)
+        if self._reference_path("reset"):
+            _checks.slot_list("reset", "slots", slots, self.device)
+        self._run("reset", (self.checkpoint, self.read_copy, self.read_scale, self._buffer_list, self.num_committed,
+                            slots, self.pad_slot_id))
         self._stagger(slots)
 
     def _stagger(self, slots):
@@ -178,26 +250,51 @@ class _ReplayCache:
         first fold comes that many tokens early and every later one stays offset, so slots that start
         together do not all fold in the same step (the step that folds costs ~2.5x a plain one)."""
         if self.staggered_flush and self.flush_period > 1:
-            ops.stagger_cursors(list(self._buffers().values()), self.num_committed, self.flush_period, slots,
-                                self.pad_slot_id, backend=self.backend)
+            self._run("stagger_cursors", (self._buffer_list, self.num_committed, slots, self.pad_slot_id,
+                                          self.flush_period))
 
     def copy_slots(self, src_slots, dst_slots):
         """Copy checkpoint, read copy, buffers and cursor of src_slots[i] to dst_slots[i] (fork); pairs
         naming pad_slot_id or an out-of-range slot are skipped."""
-        ops.copy_slots(self.cache_tensors, src_slots, dst_slots, self.pad_slot_id, backend=self.backend)
+        args = (self._slot_tensors, src_slots, dst_slots, self.pad_slot_id)
+        _checks.slots_type("copy_slots", src_slots, "src_slots")
+        _checks.slots_type("copy_slots", dst_slots, "dst_slots")
+        if self._reference_path("copy_slots"):
+            _checks.copy_pairs("copy_slots", src_slots, dst_slots, self.device)
+            REFERENCE["copy_slots"](*args)
+            return
+        if not _is_compiling() and isinstance(src_slots, torch.Tensor) and src_slots.shape[0] > ops.MAX_COPY_SLOTS_PAIRS:
+            # More pairs than one launch stages: the reference, or an error under backend='cuda'.
+            ops.copy_slots(*args, backend=self.backend)
+            return
+        ops.KERNELS["copy_slots"](*args)
+
+    def _cache_args(self) -> tuple:
+        """The cache tensors in the order of the family's replay ops (checkpoint ... num_committed)."""
+        return self._cache
 
     def _check_draft_count(self, op: str, T: int):
         if T > self.max_draft_tokens:
             raise ValueError(f"{type(self).__name__}.{op}: T={T} draft tokens exceed max_draft_tokens="
                              f"{self.max_draft_tokens} set at construction")
 
+    def _state_out(self, op: str, slots, out):
+        """materialize's output: allocated (batch, *state shape) in the aux dtype, or the caller's, checked
+        on the reference path."""
+        _checks.slots_type(op, slots)
+        if out is None:
+            batch = self.num_slots if slots is None else slots.shape[0]
+            return torch.empty(batch, *self.checkpoint.shape[1:], dtype=self.aux_dtype, device=self.device)
+        if self._reference_path(op):
+            _checks.state_out(op, self.checkpoint, out)
+        return out
+
 
 class Mamba2Cache(_ReplayCache):
     """ReplaySSM cache of one Mamba-2 layer: checkpoint (slots, H, P, N), buffers of x, B and dt."""
 
     family = "mamba2"
-    _replay_ops = ("mamba2_step", "mamba2_verify", "mamba2_commit", "mamba2_flush", "mamba2_materialize",
-                   "mamba2_update", "make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
+    _family_ops = {kind: f"mamba2_{kind}" for kind in ("update", "step", "verify", "commit", "flush", "materialize")}
 
     def __init__(self, num_slots: int, num_heads: int, head_dim: int, state_dim: int, num_groups: int,
                  weights: Mamba2Weights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
@@ -226,11 +323,15 @@ class Mamba2Cache(_ReplayCache):
             raise ValueError(f"Mamba2Cache: `num_groups` must divide num_heads={num_heads}, got {num_groups!r}")
         if not isinstance(weights, Mamba2Weights):
             raise TypeError(f"Mamba2Cache: `weights` must be a Mamba2Weights, got {type(weights).__name__}")
-        wdt = (torch.float32, torch.float64)
-        ops.expect("Mamba2Cache", "weights.A", weights.A, shape=(num_heads,), dtypes=wdt, device=self.device)
-        ops.expect("Mamba2Cache", "weights.D", weights.D, shape=(num_heads,), dtypes=wdt, device=self.device, optional=True)
-        ops.expect("Mamba2Cache", "weights.dt_bias", weights.dt_bias, shape=(num_heads,), dtypes=wdt,
-                   device=self.device, optional=True)
+        _checks.mamba2_weights("Mamba2Cache", num_heads, self.device, weights.A, weights.D, weights.dt_bias,
+                               prefix="weights.")
+        if not isinstance(weights.dt_softplus, bool):
+            raise ValueError(f"Mamba2Cache: `weights.dt_softplus` must be a bool, got {weights.dt_softplus!r}")
+        not_decay = ~(weights.A <= 0)   # NaN too
+        if bool(not_decay.any()):
+            head = int(not_decay.nonzero()[0, 0])
+            raise ValueError(f"Mamba2Cache: `weights.A` must be <= 0 (a decay rate, A = -exp(A_log)), got "
+                             f"{weights.A[head].item()!r} at head {head}")
         self.weights = weights
         self.num_heads, self.head_dim, self.state_dim, self.num_groups = num_heads, head_dim, state_dim, num_groups
         S, L = num_slots, buffer_len
@@ -240,51 +341,94 @@ class Mamba2Cache(_ReplayCache):
         # Per cache, not per slot: the random bits already depend on the slot.
         self.rounding_seed = (torch.tensor([seed, 0], dtype=torch.int64, device=self.device)
                               if stochastic_rounding else None)
-        self._stagger(None)
+        self._cache = (self.checkpoint, self.read_copy, self.read_scale, self.x_buf, self.B_buf, self.dt_buf,
+                       self.num_committed)
+        self._finish_init()
 
     def _buffers(self):
         return {"x_buf": self.x_buf, "B_buf": self.B_buf, "dt_buf": self.dt_buf}
 
-    def _cache_args(self):
-        return (self.checkpoint, self.read_copy, self.read_scale, self.x_buf, self.B_buf, self.dt_buf,
-                self.num_committed)
+    def _family_limit(self, kind):
+        ck = self.checkpoint
+        limit = ops.mamba2_limit(self.head_dim, self.state_dim, ck.dtype,
+                                 None if self.read_copy is None or kind == "update" else self.read_copy.dtype,
+                                 self.activation_dtype, update=kind == "update")
+        if limit is None and kind != "update":
+            if self.aux_dtype != torch.float32:
+                limit = f"a {_dtype_name(self.aux_dtype)} dt_buf has no compiled kernel (float32)"
+            elif self.buffer_len > ops.KERNEL_MAX_BUFFER_LEN:
+                limit = f"buffer_len = {self.buffer_len} exceeds the compiled kernels' {ops.KERNEL_MAX_BUFFER_LEN}"
+            elif kind == "verify" and self.max_draft_tokens > ops.KERNEL_MAX_DRAFT_TOKENS:
+                limit = (f"max_draft_tokens = {self.max_draft_tokens} exceeds the compiled kernel's "
+                         f"{ops.KERNEL_MAX_DRAFT_TOKENS}")
+        return limit
+
+    def _inputs(self, op, x, dt, B, C, out, z, slots, ndim):
+        lead = _checks.lead_of(op, "x", x, ndim)
+        _checks.mamba2_inputs(op, self.num_heads, self.head_dim, self.state_dim, self.activation_dtype, self.device,
+                              x, dt, B, C, out, z, lead, self.num_groups)
+        _checks.slots(op, slots, lead[0], self.num_slots, self.device)
 
     def step(self, x, dt, B, C, z=None, slots=None, out=None):
         """One decode token per row: x, z (batch, H, P); dt (batch, H); B, C (batch, G, N). Returns y."""
         w = self.weights
-        out = torch.empty_like(x) if out is None else out
         if self.buffer_len == 1:   # nothing to buffer: the conventional update is the L=1 replay
-            return ops.mamba2_update(self.checkpoint, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
-                                     slots, self.pad_slot_id, self.rounding_seed, backend=self.backend)
-        return ops.mamba2_step(*self._cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
-                               self.max_draft_tokens, slots, self.pad_slot_id, self.rounding_seed,
-                               self.staggered_flush, backend=self.backend)
+            op = "mamba2_update"
+            _checks.slots_type(op, slots)
+            out = torch.empty_like(x) if out is None else out
+            if self._reference_path(op):
+                self._inputs(op, x, dt, B, C, out, z, slots, 3)
+            self._run(op, (self.checkpoint, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots,
+                           self.pad_slot_id, self.rounding_seed))
+            return out
+        op = "mamba2_step"
+        _checks.slots_type(op, slots)
+        out = torch.empty_like(x) if out is None else out
+        if self._reference_path(op):
+            self._inputs(op, x, dt, B, C, out, z, slots, 3)
+        self._run(op, (*self._cache, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, self.max_draft_tokens,
+                       slots, self.pad_slot_id, self.rounding_seed, self.staggered_flush))
+        return out
 
     def verify(self, x, dt, B, C, z=None, slots=None, out=None):
         """Outputs of T draft tokens per row (x (batch, T, H, P) ...); commits nothing."""
+        op = "mamba2_verify"
         self._check_draft_count("verify", x.shape[1] if x.dim() == 4 else 0)
+        _checks.slots_type(op, slots)
         w = self.weights
         out = torch.empty_like(x) if out is None else out
-        return ops.mamba2_verify(*self._cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
-                                 slots, self.pad_slot_id, backend=self.backend)
+        if self._reference_path(op):
+            self._inputs(op, x, dt, B, C, out, z, slots, 4)
+        self._run(op, (*self._cache, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots, self.pad_slot_id))
+        return out
 
     def commit(self, num_accepted, slots=None):
         """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
-        ops.mamba2_commit(*self._cache_args(), num_accepted, self.weights.A, self.max_draft_tokens, slots,
-                          self.pad_slot_id, self.rounding_seed, backend=self.backend)
+        op = "mamba2_commit"
+        _checks.slots_type(op, slots)
+        if self._reference_path(op):
+            ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
+            _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
+        self._run(op, (*self._cache, num_accepted, self.weights.A, self.max_draft_tokens, slots, self.pad_slot_id,
+                       self.rounding_seed))
 
     def flush(self, slots=None):
         """Fold all committed tokens of the slots (all when None) into their checkpoints."""
-        ops.mamba2_flush(*self._cache_args(), self.weights.A, slots, self.pad_slot_id, self.rounding_seed,
-                         backend=self.backend)
+        op = "mamba2_flush"
+        _checks.slots_type(op, slots)
+        if self._reference_path(op):
+            _checks.slot_list(op, "slots", slots, self.device)
+        self._run(op, (*self._cache, self.weights.A, slots, self.pad_slot_id, self.rounding_seed))
 
     def materialize(self, slots=None, out=None):
         """Full-precision state (batch, H, P, N) at each row's committed position; cache unchanged."""
-        batch = self.num_slots if slots is None else slots.shape[0]
-        if out is None:
-            out = torch.empty(batch, *self.checkpoint.shape[1:], dtype=self.aux_dtype, device=self.device)
-        return ops.mamba2_materialize(self.checkpoint, self.x_buf, self.B_buf, self.dt_buf, self.num_committed,
-                                      self.weights.A, out, slots, self.pad_slot_id, backend=self.backend)
+        op = "mamba2_materialize"
+        out = self._state_out(op, slots, out)
+        if self._reference_path(op):
+            _checks.slots(op, slots, out.shape[0], self.num_slots, self.device)
+        self._run(op, (self.checkpoint, self.x_buf, self.B_buf, self.dt_buf, self.num_committed, self.weights.A, out,
+                       slots, self.pad_slot_id))
+        return out
 
 
 class _DeltaRuleCache(_ReplayCache):
@@ -307,80 +451,105 @@ class _DeltaRuleCache(_ReplayCache):
                              f"got num_heads={num_heads!r}")
         if not isinstance(weights, DeltaRuleWeights):
             raise TypeError(f"{name}: `weights` must be a DeltaRuleWeights, got {type(weights).__name__}")
-        wdt = (torch.float32, torch.float64)
-        per_channel = self.family == "kda"
-        ops.expect(name, "weights.A_log", weights.A_log, shape=(num_v_heads,), dtypes=wdt, device=self.device)
-        ops.expect(name, "weights.dt_bias", weights.dt_bias,
-                   shape=(num_v_heads, head_k_dim) if per_channel else (num_v_heads,), dtypes=wdt, device=self.device)
+        _checks.delta_weights(name, self.family, num_v_heads, head_k_dim, self.device, weights.A_log,
+                              weights.dt_bias, prefix="weights.")
+        _checks.scale(name, weights.scale)
+        if not isinstance(weights.use_qk_l2norm, bool):
+            raise ValueError(f"{name}: `weights.use_qk_l2norm` must be a bool, got {weights.use_qk_l2norm!r}")
         self.weights = weights
         self.num_heads, self.num_v_heads, self.head_k_dim, self.head_v_dim = num_heads, num_v_heads, head_k_dim, head_v_dim
         S, L, aux = num_slots, buffer_len, self.aux_dtype
         self.k_buf = torch.zeros(S, num_heads, L, head_k_dim, dtype=activation_dtype, device=self.device)
         self.v_buf = torch.zeros(S, num_v_heads, L, head_v_dim, dtype=activation_dtype, device=self.device)
-        g_shape = (S, num_v_heads, L, head_k_dim) if per_channel else (S, num_v_heads, L)
+        g_shape = (S, num_v_heads, L, head_k_dim) if self.family == "kda" else (S, num_v_heads, L)
         self.g_buf = torch.zeros(g_shape, dtype=aux, device=self.device)
         self.beta_buf = torch.zeros(S, num_v_heads, L, dtype=aux, device=self.device)
         self.u_buf = torch.zeros(S, num_v_heads, L, head_v_dim, dtype=aux, device=self.device)
-        self._stagger(None)
-        fam = self.family
-        self._update, self._verify, self._step, self._commit, self._flush, self._materialize = (
-            getattr(ops, f"{fam}_{op}") for op in ("update", "verify", "step", "commit", "flush", "materialize"))
+        self._cache = (self.checkpoint, self.read_copy, self.read_scale, self.k_buf, self.v_buf, self.g_buf,
+                       self.beta_buf, self.u_buf, self.num_committed)
+        self._finish_init()
 
     def _buffers(self):
         return {"k_buf": self.k_buf, "v_buf": self.v_buf, "g_buf": self.g_buf, "beta_buf": self.beta_buf,
                 "u_buf": self.u_buf}
 
-    def _cache_args(self):
-        return (self.checkpoint, self.read_copy, self.read_scale, self.k_buf, self.v_buf, self.g_buf,
-                self.beta_buf, self.u_buf, self.num_committed)
+    def _family_limit(self, kind):
+        # No GDN / KDA kernel has a shape or dtype limit in capabilities() yet: compiled wherever its op is.
+        return None
+
+    def _inputs(self, op, q, k, v, a, b, out, slots, ndim):
+        lead = _checks.lead_of(op, "q", q, ndim)
+        _checks.delta_inputs(op, self.family, self.num_heads, self.num_v_heads, self.head_v_dim, self.head_k_dim,
+                             self.activation_dtype, self.device, q, k, v, a, b, out, lead)
+        _checks.slots(op, slots, lead[0], self.num_slots, self.device)
 
     def step(self, q, k, v, a, b, slots=None, out=None):
         """One decode token per row: q, k (batch, H, K); v (batch, HV, V); a (batch, HV) for GDN,
         (batch, HV, K) for KDA; b (batch, HV). Returns o (batch, HV, V)."""
         w = self.weights
+        kind = "update" if self.buffer_len == 1 else "step"
+        op = self._family_ops[kind]
+        _checks.slots_type(op, slots)
         out = torch.empty_like(v) if out is None else out
-        if self.buffer_len == 1:
-            return self._update(self.checkpoint, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
-                                slots, self.pad_slot_id, backend=self.backend)
-        return self._step(*self._cache_args(), q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
-                          self.max_draft_tokens, slots, self.pad_slot_id, backend=self.backend)
+        if self._reference_path(op):
+            self._inputs(op, q, k, v, a, b, out, slots, 3)
+        if kind == "update":
+            self._run(op, (self.checkpoint, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm, slots,
+                           self.pad_slot_id))
+        else:
+            self._run(op, (*self._cache, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
+                           self.max_draft_tokens, slots, self.pad_slot_id))
+        return out
 
     def verify(self, q, k, v, a, b, slots=None, out=None):
         """Outputs of T draft tokens per row (q (batch, T, H, K) ...); commits nothing."""
+        op = self._family_ops["verify"]
         self._check_draft_count("verify", q.shape[1] if q.dim() == 4 else 0)
+        _checks.slots_type(op, slots)
         w = self.weights
         out = torch.empty_like(v) if out is None else out
-        return self._verify(*self._cache_args(), q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
-                            slots, self.pad_slot_id, backend=self.backend)
+        if self._reference_path(op):
+            self._inputs(op, q, k, v, a, b, out, slots, 4)
+        self._run(op, (*self._cache, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm, slots,
+                       self.pad_slot_id))
+        return out
 
     def commit(self, num_accepted, slots=None):
         """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
-        self._commit(*self._cache_args(), num_accepted, self.max_draft_tokens, self.weights.use_qk_l2norm,
-                     slots, self.pad_slot_id, backend=self.backend)
+        op = self._family_ops["commit"]
+        _checks.slots_type(op, slots)
+        if self._reference_path(op):
+            ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
+            _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
+        self._run(op, (*self._cache, num_accepted, self.max_draft_tokens, self.weights.use_qk_l2norm, slots,
+                       self.pad_slot_id))
 
     def flush(self, slots=None):
         """Fold all committed tokens of the slots (all when None) into their checkpoints."""
-        self._flush(*self._cache_args(), self.weights.use_qk_l2norm, slots, self.pad_slot_id, backend=self.backend)
+        op = self._family_ops["flush"]
+        _checks.slots_type(op, slots)
+        if self._reference_path(op):
+            _checks.slot_list(op, "slots", slots, self.device)
+        self._run(op, (*self._cache, self.weights.use_qk_l2norm, slots, self.pad_slot_id))
 
     def materialize(self, slots=None, out=None):
         """Full-precision state (batch, HV, V, K) at each row's committed position; cache unchanged."""
-        batch = self.num_slots if slots is None else slots.shape[0]
-        if out is None:
-            out = torch.empty(batch, *self.checkpoint.shape[1:], dtype=self.aux_dtype, device=self.device)
-        return self._materialize(self.checkpoint, self.k_buf, self.v_buf, self.g_buf, self.beta_buf, self.u_buf,
-                                 self.num_committed, out, self.weights.use_qk_l2norm, slots, self.pad_slot_id,
-                                 backend=self.backend)
+        op = self._family_ops["materialize"]
+        out = self._state_out(op, slots, out)
+        if self._reference_path(op):
+            _checks.slots(op, slots, out.shape[0], self.num_slots, self.device)
+        self._run(op, (self.checkpoint, self.k_buf, self.v_buf, self.g_buf, self.beta_buf, self.u_buf,
+                       self.num_committed, out, self.weights.use_qk_l2norm, slots, self.pad_slot_id))
+        return out
 
 
 class GDNCache(_DeltaRuleCache):
     """ReplaySSM cache of one Gated DeltaNet layer (scalar decay per v-head)."""
     family = "gdn"
-    _replay_ops = ("gdn_step", "gdn_verify", "gdn_commit", "gdn_flush", "gdn_materialize", "gdn_update",
-                   "make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
+    _family_ops = {kind: f"gdn_{kind}" for kind in ("update", "step", "verify", "commit", "flush", "materialize")}
 
 
 class KDACache(_DeltaRuleCache):
     """ReplaySSM cache of one Kimi Delta Attention layer (decay per v-head and key channel)."""
     family = "kda"
-    _replay_ops = ("kda_step", "kda_verify", "kda_commit", "kda_flush", "kda_materialize", "kda_update",
-                   "make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
+    _family_ops = {kind: f"kda_{kind}" for kind in ("update", "step", "verify", "commit", "flush", "materialize")}

@@ -85,9 +85,8 @@ def _read_state(checkpoint, read_copy, read_scale, idx, cd):
 
 
 def _put_entries(buffer, slot_idx, pos, values) -> None:
-    """buffer[slot_idx[r], :, pos[r, i]] = values[r, i] for a (slots, heads, L, ...) buffer."""
-    if slot_idx.numel() == 0:
-        return
+    """buffer[slot_idx[r], :, pos[r, i]] = values[r, i] for a (slots, heads, L, ...) buffer (no row: a no-op,
+    with no branch on the data)."""
     buffer.transpose(1, 2)[slot_idx[:, None], pos] = values.to(buffer.dtype)
 
 

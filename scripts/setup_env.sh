@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Sourced by scripts/demo.sh and scripts/test.sh: makes ./.venv (once), installs torch, the build and
-# test tools, and this package (building replayssm_cuda._C when torch has CUDA and nvcc is found).
+# test tools and this package (building replayssm_cuda._C when torch has CUDA and a CUDA toolkit is
+# found), then prints the install's one line: what it built, or why it built the pure-Python package.
+# Installs already done are skipped: the package is built again only when setup.py, pyproject.toml,
+# csrc/, the build knobs or torch changed (a stamp in the environment), so a second call starts in seconds.
 #   REPLAYSSM_VENV          where the environment lives (default: .venv in the repository)
 #   REPLAYSSM_TORCH         the torch requirement to install when torch is missing (default torch==2.13.0)
 set -euo pipefail
@@ -8,12 +11,43 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${REPLAYSSM_VENV:-$repo/.venv}"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip setuptools wheel
 fi
 py="$venv/bin/python"
-"$py" -m pip install -q --upgrade pip setuptools wheel
-if ! "$py" -c "import torch" 2>/dev/null; then
+
+# What is there, without importing torch: missing modules, torch's version, where replayssm_cuda lives.
+probe() {
+  "$py" - "$repo" <<'EOF'
+import importlib.metadata, importlib.util, sys
+missing = [m for m in ("numpy", "ninja", "pybind11", "pytest") if importlib.util.find_spec(m) is None]
+try:
+    torch = importlib.metadata.version("torch")
+except importlib.metadata.PackageNotFoundError:
+    torch = "none"
+spec = importlib.util.find_spec("replayssm_cuda")
+here = spec is not None and spec.origin is not None and spec.origin.startswith(sys.argv[1] + "/")
+print(torch, "installed" if here else "absent", *missing)
+EOF
+}
+read -r torch_version package missing <<<"$(probe) "
+if [ "$torch_version" = none ]; then
   "$py" -m pip install -q "${REPLAYSSM_TORCH:-torch==2.13.0}"
+  read -r torch_version package missing <<<"$(probe) "
 fi
-"$py" -m pip install -q numpy ninja pybind11 pytest
-MAX_JOBS="${MAX_JOBS:-8}" "$py" -m pip install -q --no-build-isolation -e "$repo"
+if [ -n "${missing// /}" ]; then
+  # shellcheck disable=SC2086  # one word per module
+  "$py" -m pip install -q $missing
+fi
+
+stamp="$venv/.replayssm-install"
+key="$( { echo "$repo $torch_version ${REPLAYSSM_CUDA_ARCHS:-} ${REPLAYSSM_CTA_TIMELINE:-} ${CUDA_HOME:-} ${CUDA_PATH:-}"
+          cat "$repo/setup.py" "$repo/pyproject.toml"
+          find "$repo/csrc" -type f -print0 | LC_ALL=C sort -z | xargs -0 cat; } | sha256sum | cut -d' ' -f1)"
+if [ "$package" != installed ] || [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then
+  # pip shows setup.py's line only with -v: the line is printed again below from its record.
+  MAX_JOBS="${MAX_JOBS:-8}" "$py" -m pip install -q --no-build-isolation -e "$repo"
+  echo "$key" > "$stamp"
+fi
+"$py" -c 'import runpy, sys; b = runpy.run_path(sys.argv[1]); print("replayssm-cuda", b["VERSION"] + ":", b["SUMMARY"])' \
+  "$repo/replayssm_cuda/_build.py" >&2
 export REPLAYSSM_PYTHON="$py"

@@ -1,10 +1,14 @@
 """Bad input raises an exception whose message names the argument, what was expected and what was given."""
 
+import re
+import warnings
+
 import pytest
 import torch
 
 from families import family
 from replayssm_cuda import DeltaRuleWeights, GDNCache, Mamba2Cache, Mamba2Weights, ops
+from replayssm_cuda.__main__ import main
 
 
 @pytest.fixture
@@ -145,3 +149,129 @@ def test_mamba2_kernel_limits_are_named():
     assert "a float64 checkpoint" in ops.mamba2_kernel_limit(ck.double(), None, x)
     rc = torch.zeros(2, 4, 80, 128, dtype=torch.bfloat16)
     assert "a bfloat16 read copy of a bfloat16 checkpoint" in ops.mamba2_kernel_limit(ck.bfloat16(), rc, x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Sharp edges of the API: each is an error (or a warning) that names what is wrong
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("wrong", ["x", "B", "C", "z"])
+def test_activation_dtype_mismatch_is_an_error_naming_the_tensor(wrong):
+    """No silent cast into the cache's buffers: every activation must have activation_dtype."""
+    fam = family("mamba2", dtype=torch.float32, act_dtype=torch.bfloat16)
+    cache = fam.make_cache(4, buffer_len=4, max_draft_tokens=2)
+    inputs = dict(zip("x dt B C z".split(), fam.inputs(2)))
+    got = {"x": torch.float32, "B": torch.float16, "C": torch.float32, "z": torch.float16}[wrong]
+    inputs[wrong] = inputs[wrong].to(got)
+    want = rf"mamba2_step: `{wrong}` must have dtype in \{{bfloat16\}}, got {str(got)[6:]}"
+    with pytest.raises(TypeError, match=want):
+        cache.step(**inputs)
+    drafts = dict(zip("x dt B C z".split(), fam.inputs(2, 2)))
+    drafts[wrong] = drafts[wrong].to(got)
+    with pytest.raises(TypeError, match=want.replace("step", "verify")):
+        cache.verify(**drafts)
+
+
+def test_activation_dtype_mismatch_in_the_functional_ops():
+    fam = family("mamba2", dtype=torch.float32, act_dtype=torch.bfloat16)
+    cache = fam.make_cache(4, buffer_len=4, max_draft_tokens=2)
+    x, dt, B, C, z = fam.inputs(2)
+    w = cache.weights
+    with pytest.raises(TypeError, match=r"mamba2_step: `x` must have dtype in \{bfloat16\}, got float32"):
+        ops.mamba2_step(*cache._cache_args(), x.float(), dt, w.A, B.float(), C.float(), x.float(), w.D, z.float(),
+                        w.dt_bias, True, 2)
+    for name in ("gdn", "kda"):
+        fam = family(name, dtype=torch.float32, act_dtype=torch.float16)
+        cache = fam.make_cache(4, buffer_len=4)
+        q, k, v, a, b = fam.inputs(2)
+        with pytest.raises(TypeError, match=rf"{name}_step: `q` must have dtype in \{{float16\}}, got float32"):
+            cache.step(q.float(), k, v, a, b)
+        with pytest.raises(TypeError, match=rf"{name}_step: `v` must have dtype in \{{float16\}}, got bfloat16"):
+            cache.step(q, k, v.bfloat16(), a, b)
+
+
+@pytest.mark.parametrize("value", [0.5, float("nan")])
+def test_positive_A_is_rejected(value):
+    A = -torch.ones(4)
+    A[2] = value
+    with pytest.raises(ValueError, match=r"Mamba2Cache: `weights.A` must be <= 0 \(a decay rate, A = -exp\(A_log\)\), "
+                                         r"got .* at head 2"):
+        Mamba2Cache(2, 4, 8, 8, 2, Mamba2Weights(A=A))
+    Mamba2Cache(2, 4, 8, 8, 2, Mamba2Weights(A=torch.zeros(4)))     # no decay is allowed
+
+
+def test_buffer_len_equal_to_max_draft_tokens_warns_that_every_step_folds():
+    w = Mamba2Weights(A=-torch.ones(4))
+    with pytest.warns(UserWarning, match=r"Mamba2Cache: buffer_len == max_draft_tokens == 4: every step folds"):
+        Mamba2Cache(2, 4, 8, 8, 2, w, buffer_len=4, max_draft_tokens=4)
+    with pytest.warns(UserWarning, match=r"GDNCache: buffer_len == max_draft_tokens == 2"):
+        GDNCache(2, 2, 4, 8, 8, DeltaRuleWeights(A_log=torch.zeros(4), dt_bias=torch.zeros(4)), buffer_len=2,
+                 max_draft_tokens=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Mamba2Cache(2, 4, 8, 8, 2, w, buffer_len=1)                 # the conventional update: no buffer
+        Mamba2Cache(2, 4, 8, 8, 2, w, buffer_len=5, max_draft_tokens=4)
+
+
+def _cache_calls(fam, cache):
+    """Every cache method that takes slots, with a list for them."""
+    slots = [0, 1]
+    return {
+        "step": lambda: cache.step(*fam.inputs(2), slots=slots),
+        "verify": lambda: cache.verify(*fam.inputs(2, 1), slots=slots),
+        "commit": lambda: cache.commit(torch.ones(2, dtype=torch.int32), slots=slots),
+        "flush": lambda: cache.flush(slots=slots),
+        "materialize": lambda: cache.materialize(slots=slots),
+        "load": lambda: cache.load(torch.zeros(2, *fam.state_shape, dtype=fam.dtype), slots=slots),
+        "reset": lambda: cache.reset(slots=slots),
+        "copy_slots": lambda: cache.copy_slots(slots, torch.tensor([2, 3])),
+    }
+
+
+@pytest.mark.parametrize("name", ["mamba2", "gdn", "kda"])
+@pytest.mark.parametrize("buffer_len", [1, 4])
+def test_list_slots_are_the_same_type_error_everywhere(name, buffer_len):
+    fam = family(name, dtype=torch.float32)
+    cache = fam.make_cache(4, buffer_len=buffer_len, max_draft_tokens=1, staggered_flush=buffer_len > 1)
+    for method, call in _cache_calls(fam, cache).items():
+        arg = "src_slots" if method == "copy_slots" else "slots"
+        with pytest.raises(TypeError, match=rf"^\w+: `{arg}` must be a torch.Tensor \(int32 or int64, on the cache's "
+                                            rf"device\) or None, got list$"):
+            call()
+
+
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_list_slots_in_the_functional_ops(backend):
+    fam = family("mamba2", dtype=torch.float32)
+    cache = fam.make_cache(4, buffer_len=4, max_draft_tokens=2)
+    x, dt, B, C, z = fam.inputs(2)
+    w = cache.weights
+    message = r"`slots` must be a torch.Tensor \(int32 or int64, on the cache's device\) or None, got list"
+    with pytest.raises(TypeError, match="mamba2_step: " + message):
+        ops.mamba2_step(*cache._cache_args(), x, dt, w.A, B, C, x.clone(), None, None, None, True, 2, [0, 1],
+                        backend=backend)
+    with pytest.raises(TypeError, match="mamba2_update: " + message):
+        ops.mamba2_update(cache.checkpoint, x, dt, w.A, B, C, x.clone(), slots=[0, 1], backend=backend)
+    with pytest.raises(TypeError, match="make_read_copy: " + message):
+        ops.make_read_copy(cache.checkpoint, torch.zeros_like(cache.checkpoint, dtype=torch.bfloat16), None, [0],
+                           backend=backend)
+    with pytest.raises(TypeError, match="copy_slots: `dst_slots` must be a torch.Tensor"):
+        ops.copy_slots(cache.cache_tensors, torch.tensor([0]), [1], backend=backend)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda_gives_our_message():
+    why = "a CPU-only build" if torch.version.cuda is None else "sees no CUDA GPU"
+    with pytest.raises(RuntimeError, match=rf"Mamba2Cache: device='cuda' needs CUDA, but torch .* {why}; pass "
+                                           rf"device='cpu'"):
+        Mamba2Cache(2, 4, 8, 8, 2, Mamba2Weights(A=-torch.ones(4)), device="cuda")
+    with pytest.raises(RuntimeError, match=r"GDNCache: device='cuda:1' needs CUDA"):
+        GDNCache(2, 2, 4, 8, 8, DeltaRuleWeights(A_log=torch.zeros(4), dt_bias=torch.zeros(4)), device="cuda:1")
+
+
+@pytest.mark.parametrize("args", [["--steps", "-1"], ["--spec-rounds", "-3"], ["--steps", "two"]])
+def test_demo_rejects_negative_counts(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", *args])
+    assert exit_info.value.code == 2
+    assert re.search(rf"argument {args[0]}: must be an int >= 0, got '?{re.escape(args[1])}'?", capsys.readouterr().err)

@@ -1,7 +1,11 @@
-// Registers the ops of api/ops.h with torch.library and exposes build facts to Python.
+// Registers the CUDA kernels of the ops in api/ops.h with torch.library and exposes build facts to Python.
 //
-// Importing replayssm_cuda._C runs the TORCH_LIBRARY blocks below, which define torch.ops.replayssm.*
-// and attach the CUDA kernels.
+// The schemas of torch.ops.replayssm.* are defined in Python (replayssm_cuda/_schemas.py, through
+// replayssm_cuda/_library.py), so that a pure-Python install has the same ops, with the checked PyTorch
+// reference as their CPU kernel (and their CUDA kernel where none is compiled). Importing
+// replayssm_cuda._C adds the CUDA kernels below; the dispatcher prefers them to the reference on CUDA
+// tensors. REPLAYSSM_CUDA_OPS keeps each compiled op's schema text, which tests/test_library.py checks
+// against the Python definitions.
 #include <string>
 #include <vector>
 
@@ -14,21 +18,7 @@
 #define REPLAYSSM_STR_(x) #x
 #define REPLAYSSM_STR(x) REPLAYSSM_STR_(x)
 
-TORCH_LIBRARY(replayssm, m) {
-#define REPLAYSSM_DEFINE(name, schema) m.def(schema);
-  REPLAYSSM_CUDA_OPS(REPLAYSSM_DEFINE)
-#undef REPLAYSSM_DEFINE
-}
-
 TORCH_LIBRARY_IMPL(replayssm, CUDA, m) {
-#define REPLAYSSM_IMPL(name, schema) m.impl(#name, &replayssm::name);
-  REPLAYSSM_CUDA_OPS(REPLAYSSM_IMPL)
-#undef REPLAYSSM_IMPL
-}
-
-// CPU tensors reach the same entry points, whose first check fails with "<op>: <argument> must be a
-// CUDA tensor, got a tensor on cpu" instead of the dispatcher's "could not run ... 'CPU' backend".
-TORCH_LIBRARY_IMPL(replayssm, CPU, m) {
 #define REPLAYSSM_IMPL(name, schema) m.impl(#name, &replayssm::name);
   REPLAYSSM_CUDA_OPS(REPLAYSSM_IMPL)
 #undef REPLAYSSM_IMPL

@@ -253,8 +253,6 @@ def _good(copy_dtype=FP8):
 BAD_INPUTS = {
     "checkpoint_on_cpu": (lambda ck, rc, sc: (ck.cpu(), rc, sc, None),
                           "make_read_copy: checkpoint must be a CUDA tensor, got a tensor on cpu"),
-    "all_on_cpu": (lambda ck, rc, sc: (ck.cpu(), rc.cpu(), sc.cpu(), None),
-                   "make_read_copy: checkpoint must be a CUDA tensor, got a tensor on cpu"),
     "checkpoint_3d": (lambda ck, rc, sc: (ck[0], rc, sc, None),
                       "make_read_copy: checkpoint must be 4-D (num_slots, heads, rows, cols), got 3-D with shape (3, 5, 64)"),
     "checkpoint_fp64": (lambda ck, rc, sc: (ck.double(), rc, sc, None),

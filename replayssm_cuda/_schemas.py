@@ -1,0 +1,99 @@
+"""The torch.ops.replayssm.* schemas: the one list both the pure-Python package and the compiled
+extension build on.
+
+`replayssm_cuda._library` defines these ops with torch.library whether or not `_C` was built, so
+`torch.ops.replayssm.*` exists on every install; `_C` only registers CUDA kernels for the ops it
+compiled (TORCH_LIBRARY_IMPL). csrc/api/ops.h lists the compiled ops with the same schema text, and
+tests/test_library.py checks that the two agree character for character.
+
+Every op writes caller-allocated outputs and cache tensors in place and returns nothing; `(a!)` marks
+what an op may write. rounding_seed (an int64 (2,) [seed, offset] for stochastic rounding of a bf16 /
+fp16 checkpoint's stores, advanced by the op) and staggered_flush (mamba2_step's launch hint) come
+last with defaults, so calls written before them stay valid.
+
+GDN and KDA have one op per family (gdn_step, kda_step, ...): a family's CUDA kernels register under
+its own names when they land, without touching the other family.
+"""
+
+from __future__ import annotations
+
+CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
+REPLAY_OPS = ("update", "step", "verify", "commit", "flush", "materialize")
+FAMILIES = ("mamba2", "gdn", "kda")
+
+
+def _delta_schemas(family: str) -> dict[str, str]:
+    """GDN and KDA share one signature; only the gate shapes differ (checked, not typed)."""
+    cache_w = ("Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) k_buf, "
+               "Tensor(e!) v_buf, Tensor(f!) g_buf, Tensor(g!) beta_buf, Tensor(h!) u_buf, Tensor(i!) num_committed")
+    cache_fold = ("Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, "
+                  "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed")
+    inputs = "Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias"
+    f = family
+    return {
+        f"{f}_update": (f"{f}_update(Tensor(a!) state, {inputs}, Tensor(b!) out, float? scale, bool use_qk_l2norm, "
+                        "Tensor? slots, int pad_slot_id) -> ()"),
+        f"{f}_step": (f"{f}_step({cache_w}, {inputs}, Tensor(j!) out, float? scale, bool use_qk_l2norm, "
+                      "int max_draft_tokens, Tensor? slots, int pad_slot_id) -> ()"),
+        f"{f}_verify": (f"{f}_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) k_buf, "
+                        "Tensor(b!) v_buf, Tensor(c!) g_buf, Tensor(d!) beta_buf, Tensor(e!) u_buf, "
+                        f"Tensor num_committed, {inputs}, Tensor(f!) out, float? scale, bool use_qk_l2norm, "
+                        "Tensor? slots, int pad_slot_id) -> ()"),
+        f"{f}_commit": (f"{f}_commit({cache_fold}, Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, "
+                        "Tensor? slots, int pad_slot_id) -> ()"),
+        f"{f}_flush": f"{f}_flush({cache_fold}, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()",
+        f"{f}_materialize": (f"{f}_materialize(Tensor checkpoint, Tensor k_buf, Tensor v_buf, Tensor g_buf, "
+                             "Tensor beta_buf, Tensor u_buf, Tensor num_committed, Tensor(a!) out, "
+                             "bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()"),
+    }
+
+
+SCHEMAS: dict[str, str] = {
+    "make_read_copy": (
+        "make_read_copy(Tensor checkpoint, Tensor(a!) read_copy, Tensor(b!)? read_scale, Tensor? slots, "
+        "int pad_slot_id) -> ()"),
+    "mamba2_update": (
+        "mamba2_update(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(b!) out, "
+        "Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, int pad_slot_id, "
+        "Tensor(c!)? rounding_seed=None) -> ()"),
+    "mamba2_step": (
+        "mamba2_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) x_buf, "
+        "Tensor(e!) B_buf, Tensor(f!) dt_buf, Tensor(g!) num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, "
+        "Tensor C, Tensor(h!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, int max_draft_tokens, "
+        "Tensor? slots, int pad_slot_id, Tensor(i!)? rounding_seed=None, bool staggered_flush=False) -> ()"),
+    "mamba2_verify": (
+        "mamba2_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) x_buf, "
+        "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, "
+        "Tensor C, Tensor(d!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "
+        "int pad_slot_id) -> ()"),
+    "mamba2_commit": (
+        "mamba2_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, "
+        "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor num_accepted, Tensor A, "
+        "int max_draft_tokens, Tensor? slots, int pad_slot_id, Tensor(e!)? rounding_seed=None) -> ()"),
+    "mamba2_flush": (
+        "mamba2_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, "
+        "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor A, Tensor? slots, int pad_slot_id, "
+        "Tensor(e!)? rounding_seed=None) -> ()"),
+    "mamba2_materialize": (
+        "mamba2_materialize(Tensor checkpoint, Tensor x_buf, Tensor B_buf, Tensor dt_buf, Tensor num_committed, "
+        "Tensor A, Tensor(a!) out, Tensor? slots, int pad_slot_id) -> ()"),
+    "mamba2_update_snapshots": (
+        "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, "
+        "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "
+        "int pad_slot_id) -> ()"),
+    "load": (
+        "load(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) num_committed, "
+        "Tensor states, Tensor? slots, int pad_slot_id) -> ()"),
+    "reset": (
+        "reset(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!)[] buffers, "
+        "Tensor(e!) num_committed, Tensor? slots, int pad_slot_id) -> ()"),
+    "stagger_cursors": (
+        "stagger_cursors(Tensor(a!)[] buffers, Tensor(b!) num_committed, Tensor? slots, int pad_slot_id, "
+        "int period) -> ()"),
+    "copy_slots": (
+        "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()"),
+    **_delta_schemas("gdn"),
+    **_delta_schemas("kda"),
+}
+
+ALL_OPS: tuple[str, ...] = tuple(SCHEMAS)

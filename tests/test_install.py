@@ -1,0 +1,101 @@
+"""The install: setup.py finds the CUDA toolkit the way users have it (CUDA_HOME, CUDA_PATH, the nvcc on
+PATH through symlinks and wrapper scripts), and says what it built."""
+
+import importlib.util
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def setup_py(monkeypatch):
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    spec = importlib.util.spec_from_file_location("replayssm_setup", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def real_toolkit() -> Path:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not Path(nvcc).exists():
+        pytest.skip("no nvcc on this machine")
+    out = subprocess.run([nvcc, "-v", "--dryrun", "-E", "-x", "cu", os.devnull], capture_output=True, text=True)
+    top = [line.split("=", 1)[1] for line in (out.stdout + out.stderr).splitlines() if line.startswith("#$ TOP=")]
+    return Path(top[0]).resolve()
+
+
+def fake_bin(tmp_path, name, target=None, script=None) -> Path:
+    folder = tmp_path / name / "bin"
+    folder.mkdir(parents=True)
+    nvcc = folder / "nvcc"
+    if target is not None:
+        nvcc.symlink_to(target)
+    else:
+        nvcc.write_text(script)
+        nvcc.chmod(nvcc.stat().st_mode | stat.S_IEXEC)
+    return folder
+
+
+def test_nvcc_through_a_wrapper_script(setup_py, tmp_path, monkeypatch):
+    """/usr/local/bin/nvcc running the real one: the toolkit is where the real one lives, not /usr/local."""
+    toolkit = real_toolkit()
+    monkeypatch.setenv("PATH", str(fake_bin(tmp_path, "wrapper", script=f'#!/bin/sh\nexec {toolkit}/bin/nvcc "$@"\n')))
+    root, found_by = setup_py.find_cuda()
+    assert root == toolkit and "nvcc on PATH" in found_by
+
+
+def test_nvcc_through_a_wrapper_that_hides_the_path(setup_py, tmp_path, monkeypatch):
+    """A wrapper naming no path: nvcc's own dry run says where it lives (the host compiler on PATH)."""
+    toolkit = real_toolkit()
+    script = f'#!/bin/sh\nT={toolkit.parent}\nexec "$T/{toolkit.name}/bin/nvcc" "$@"\n'
+    monkeypatch.setenv("PATH", f"{fake_bin(tmp_path, 'hidden', script=script)}{os.pathsep}{os.environ['PATH']}")
+    assert setup_py.find_cuda()[0] == toolkit
+
+
+def test_nvcc_through_a_symlink(setup_py, tmp_path, monkeypatch):
+    toolkit = real_toolkit()
+    monkeypatch.setenv("PATH", str(fake_bin(tmp_path, "link", target=toolkit / "bin" / "nvcc")))
+    assert setup_py.find_cuda()[0] == toolkit
+
+
+def test_cuda_home_and_cuda_path(setup_py, tmp_path, monkeypatch):
+    toolkit = real_toolkit()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CUDA_PATH", str(toolkit))
+    assert setup_py.find_cuda() == (toolkit, "CUDA_PATH")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    root, why = setup_py.find_cuda()
+    assert root is None and why == f"CUDA_HOME={tmp_path} has no bin/nvcc"
+    headerless = fake_bin(tmp_path, "headerless", target=toolkit / "bin" / "nvcc").parent
+    monkeypatch.setenv("CUDA_HOME", str(headerless))
+    assert setup_py.find_cuda() == (None, f"CUDA_HOME={headerless} has no include/cuda_runtime_api.h")
+
+
+def test_local_version_tag(setup_py):
+    class Torch:
+        __version__ = "2.11.0+cu130"
+
+        class version:
+            cuda = "13.0"
+
+    assert setup_py.torch_cuda_tag(Torch) == "cu130.torch2.11"
+
+
+def test_info_says_what_the_install_built():
+    """`python -m replayssm_cuda info` repeats setup.py's line (pip -q hides it), or says there is none."""
+    out = subprocess.run([sys.executable, "-m", "replayssm_cuda", "info"], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    record = ROOT / "replayssm_cuda" / "_build.py"
+    if record.exists():
+        assert "install: replayssm-cuda " in out and ("building replayssm_cuda._C" in out or "pure-Python" in out)
+    else:
+        assert "install: no record" in out
