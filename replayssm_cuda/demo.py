@@ -61,6 +61,7 @@ class Config:
     mamba2_buffer: int = 16
     gdn_buffer: int = 8
     act: torch.dtype = torch.bfloat16
+    big_gen: torch.Generator | None = None   # on the device: the large random tensors (weights, states, inputs)
 
 
 # ---- one layer of each family, both paths --------------------------------------------------------
@@ -75,9 +76,10 @@ class _Layer:
 
     def __init__(self, cfg: Config, gen, in_scales: list[tuple[int, float]], out_dim: int):
         dev, d = cfg.device, cfg.d_model
-        cols = [torch.randn(d, n, generator=gen) * (s / math.sqrt(d)) for n, s in in_scales]
-        self.w_in = torch.cat(cols, 1).to(dev, cfg.act)
-        self.w_out = (torch.randn(out_dim, d, generator=gen) * (0.5 / math.sqrt(out_dim))).to(dev, cfg.act)
+        big = cfg.big_gen
+        cols = [torch.randn(d, n, generator=big, device=dev) * (s / math.sqrt(d)) for n, s in in_scales]
+        self.w_in = torch.cat(cols, 1).to(cfg.act)
+        self.w_out = (torch.randn(out_dim, d, generator=big, device=dev) * (0.5 / math.sqrt(out_dim))).to(cfg.act)
         self.sizes = [n for n, _ in in_scales]
 
     def project(self, h):
@@ -127,7 +129,7 @@ class Mamba2Layer(_Layer):
                 C.reshape(*lead, G, N).contiguous(), z.reshape(*lead, H, P).contiguous())
 
     def prefill_states(self, n, gen):
-        return torch.randn(n, *self.state.shape[1:], generator=gen).mul_(0.3).to(self.state.device)
+        return torch.randn(n, *self.state.shape[1:], generator=gen, device=self.state.device).mul_(0.3)
 
     # ReplaySSM
     def replay_step(self, h, slots):
@@ -182,7 +184,7 @@ class GDNLayer(_Layer):
                 v.reshape(*lead, HV, V).contiguous(), a.contiguous(), b.contiguous())
 
     def prefill_states(self, n, gen):
-        return torch.randn(n, *self.state.shape[1:], generator=gen).mul_(0.1).to(self.state.device)
+        return torch.randn(n, *self.state.shape[1:], generator=gen, device=self.state.device).mul_(0.1)
 
     def replay_step(self, h, slots):
         return self.residual(h, self.cache.step(*self.inputs(h), slots=slots))
@@ -339,7 +341,6 @@ class _Runner:
             self.times.append(start.elapsed_time(end) / 1e3)
 
 
-
 def _rel(a, b) -> float:
     return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30)).item()
 
@@ -382,7 +383,8 @@ def _config(args) -> Config:
         raise SystemExit("demo: --device cuda asked for, but torch sees no CUDA GPU")
     big = device.type == "cuda"
     batch = args.batch or (128 if big else 8)
-    n_m, n_g = args.mamba2_layers, args.gdn_layers
+    n_m = args.mamba2_layers if args.mamba2_layers is not None else (3 if big else 2)
+    n_g = args.gdn_layers if args.gdn_layers is not None else (2 if big else 1)
     # GDN layers spread among the Mamba-2 ones, a Mamba-2 layer first (the tight state check's layer).
     pattern = args.layers or "".join("G" if (i + 1) * n_g // (n_m + n_g) > i * n_g // (n_m + n_g) else "M"
                                      for i in range(n_m + n_g))
@@ -398,6 +400,7 @@ def run(args) -> bool:
     cfg = _config(args)
     dev, batch, T = cfg.device, cfg.batch, cfg.draft_tokens
     gen = torch.Generator().manual_seed(0)
+    big = cfg.big_gen = torch.Generator(device=dev).manual_seed(1)
     layers = [Mamba2Layer(cfg, gen) if c == "M" else GDNLayer(cfg, gen) for c in cfg.pattern]
     families = sorted({layer.family for layer in layers}, reverse=True)
     H, P, N, G = cfg.mamba2
@@ -415,7 +418,7 @@ def run(args) -> bool:
     slots = torch.arange(batch, dtype=torch.int32, device=dev)
     free = list(range(batch, cfg.num_slots))
     for layer in layers:
-        first = layer.prefill_states(batch, gen)
+        first = layer.prefill_states(batch, big)
         layer.cache.load(first, slots=slots)
         layer.state.index_copy_(0, slots.long(), first)
     h_step = torch.zeros(batch, cfg.d_model, dtype=cfg.act, device=dev)
@@ -442,7 +445,7 @@ def run(args) -> bool:
         keep = [r for r in range(batch) if r not in set(rows.tolist())]
         src = slots[torch.tensor(keep[: len(fork)], device=dev)].clone()
         for layer in layers:
-            layer.churn(finished, arrive, layer.prefill_states(len(arrive), gen), src, fork)
+            layer.churn(finished, arrive, layer.prefill_states(len(arrive), big), src, fork)
         free.extend(finished.tolist())
         slots[rows.to(dev)] = new
 
@@ -451,8 +454,8 @@ def run(args) -> bool:
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def new_inputs():
-        h_step.copy_(torch.randn(batch, cfg.d_model, generator=gen).to(dev))
-        h_spec.copy_(torch.randn(batch, T, cfg.d_model, generator=gen).to(dev))
+        h_step.copy_(torch.randn(batch, cfg.d_model, generator=big, device=dev))
+        h_spec.copy_(torch.randn(batch, T, cfg.d_model, generator=big, device=dev))
         # The engine's acceptance: 1..T tokens per row (the last token and the accepted drafts).
         num_accepted.copy_(torch.randint(1, T + 1, (batch,), generator=gen, dtype=torch.int32).to(dev))
 
@@ -523,9 +526,9 @@ def run(args) -> bool:
         for family in families:
             layer = next(lay for lay in layers if lay.family == family)
             period = layer.cache.flush_period
-            iters = period * (4 if dev.type == "cuda" else 1)
-            h1 = torch.randn(batch, cfg.d_model, generator=gen).to(dev, cfg.act)
-            hT = torch.randn(batch, T, cfg.d_model, generator=gen).to(dev, cfg.act)
+            iters = 4 * period if dev.type == "cuda" else 3     # CPU: the reference; a few calls say enough
+            h1 = torch.randn(batch, cfg.d_model, generator=big, device=dev).to(cfg.act)
+            hT = torch.randn(batch, T, cfg.d_model, generator=big, device=dev).to(cfg.act)
             one, many = layer.inputs(h1), layer.inputs(hT)
             w = layer.weights
             if family == "mamba2":
@@ -670,12 +673,12 @@ def _plot(path: str, cfg: Config, rows, families, ssm, T) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="auto: the GPU when there is one (realistic sizes), else the CPU (small sizes)")
-    parser.add_argument("--steps", type=int, default=None, help="decode steps (GPU 64, CPU 24)")
-    parser.add_argument("--spec-rounds", type=int, default=None, help="speculative rounds (GPU 16, CPU 8)")
+    parser.add_argument("--steps", type=int, default=None, help="decode steps (GPU 64, CPU 16)")
+    parser.add_argument("--spec-rounds", type=int, default=None, help="speculative rounds (GPU 16, CPU 6)")
     parser.add_argument("--batch", type=int, default=None, help="rows per step (GPU 128, CPU 8); pool = 2x")
     parser.add_argument("--mamba2", choices=sorted(MAMBA2_DIMS), default="nano4b", help="Mamba-2 layer dims (GPU)")
-    parser.add_argument("--mamba2-layers", type=int, default=3)
-    parser.add_argument("--gdn-layers", type=int, default=2)
+    parser.add_argument("--mamba2-layers", type=int, default=None, help="GPU 3, CPU 2")
+    parser.add_argument("--gdn-layers", type=int, default=None, help="GPU 2, CPU 1")
     parser.add_argument("--layers", default=None, help="the layer pattern instead, e.g. MMGMMG")
     parser.add_argument("--read-copy", choices=("none", "bf16", "fp16", "fp8"), default="bf16")
     parser.add_argument("--png", default="replayssm_demo.png", help="where to write the plot ('none': no plot)")
@@ -684,9 +687,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args) -> int:
     gpu = (args.device == "cuda") or (args.device == "auto" and torch.cuda.is_available())
     if args.steps is None:
-        args.steps = 64 if gpu else 24
+        args.steps = 64 if gpu else 16
     if args.spec_rounds is None:
-        args.spec_rounds = 16 if gpu else 8
+        args.spec_rounds = 16 if gpu else 6
     start = time.perf_counter()
     ok = run(args)
     print(f"  wall time {time.perf_counter() - start:.1f} s")
