@@ -1,9 +1,9 @@
 """A real model end to end: transformers' own greedy generate() against the same model decoded with every
 SSM layer's recurrence on our caches (examples/decode_with_replayssm.py, which this test runs).
 
-Models: tiny random Mamba2ForCausalLM (SSM only), NemotronHForCausalLM (Mamba-2 + attention + MLP) and
-Qwen3NextForCausalLM (Gated DeltaNet + attention), with SSM dims the compiled kernels take (Mamba-2
-(P, N) = (64, 64), GDN K = V = 64). Decoding: plain steps (cache.step), and speculative rounds (verify
+Models: tiny random Mamba2ForCausalLM (SSM only), NemotronHForCausalLM (Mamba-2 + attention + MLP),
+Qwen3NextForCausalLM (Gated DeltaNet + attention) and KimiLinearForCausalLM (Kimi Delta Attention + MLA
+attention), with SSM dims the compiled kernels take (Mamba-2 (P, N) = (64, 64), GDN / KDA K = V = 64). Decoding: plain steps (cache.step), and speculative rounds (verify
 4 tokens, accept the drafts that match the model's argmax, a random count per round, commit).
 
 Tolerances, as |logit - generate()'s logit| / max |generate()'s logit|:
@@ -32,9 +32,10 @@ _spec = importlib.util.spec_from_file_location(
 example = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(example)
 
-FAMILIES = ("mamba2", "nemotron_h", "qwen3_next")
+FAMILIES = ("mamba2", "nemotron_h", "qwen3_next", "kimi_linear")
+STEP_OP = {"mamba2": "mamba2_step", "nemotron_h": "mamba2_step", "qwen3_next": "gdn_step", "kimi_linear": "kda_step"}
 RTOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
-BATCH, PROMPT, NEW_TOKENS, T = 4, 12, 16, 4
+BATCH, PROMPT, NEW_TOKENS, T = 4, 8, 12, 4
 NUM_SLOTS = 8
 _cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -45,6 +46,16 @@ CASES = ([pytest.param(f, "cpu", torch.float32, id=f"{f}-cpu-fp32") for f in FAM
          + [pytest.param(f, "cuda", torch.bfloat16, id=f"{f}-cuda-bf16", marks=_cuda) for f in FAMILIES])
 
 _references = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """Tiny models are many small ops: torch's thread pool only adds overhead (on a busy machine, most of
+    the run time)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def reference(family, device, dtype):
@@ -63,7 +74,7 @@ def backend_for(family, device):
     else the reference (with a warning on CUDA tensors)."""
     if device == "cpu":
         return "reference"
-    return "cuda" if _extension.has_op("gdn_step" if family == "qwen3_next" else "mamba2_step") else "auto"
+    return "cuda" if _extension.has_op(STEP_OP[family]) else "auto"
 
 
 def decoder_for(model, family, device, dtype):
