@@ -144,7 +144,8 @@ class ReplayGatedDeltaNet(_ReplayMixer):
         return m.out_proj(o.reshape(batch, T, -1))
 
     def prefill_state(self, hf_cache):
-        return hf_cache.get_recurrent_state(self.inner.layer_idx).transpose(-1, -2)   # (b, HV, K, V) -> ours (b, HV, V, K)
+        # transformers keeps (batch, HV, K, V); ours is (batch, HV, V, K).
+        return hf_cache.get_recurrent_state(self.inner.layer_idx).transpose(-1, -2)
 
 
 class ReplayKimiDeltaAttention(_ReplayMixer):
@@ -153,7 +154,8 @@ class ReplayKimiDeltaAttention(_ReplayMixer):
     def __init__(self, inner, num_slots: int, **cache_args):
         super().__init__(inner, num_slots, inner.conv_dim)
         H, K, fg = inner.num_heads, inner.head_dim, inner.forget_gate
-        weights = DeltaRuleWeights(A_log=fg.A_log.detach().float().reshape(H), dt_bias=fg.dt_bias.detach().float().view(H, K))
+        weights = DeltaRuleWeights(A_log=fg.A_log.detach().float().reshape(H),
+                                   dt_bias=fg.dt_bias.detach().float().view(H, K))
         self.cache = KDACache(num_slots, H, H, K, K, weights, device=fg.A_log.device, **cache_args)
 
     def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
@@ -176,7 +178,8 @@ class ReplayKimiDeltaAttention(_ReplayMixer):
         return m.o_proj(m.o_norm(o, gate).reshape(*h.shape[:2], -1))
 
     def prefill_state(self, hf_cache):
-        return hf_cache.get_recurrent_state(self.inner.layer_idx).transpose(-1, -2)   # (b, H, K, V) -> ours (b, H, V, K)
+        # transformers keeps (batch, H, K, V); ours is (batch, H, V, K).
+        return hf_cache.get_recurrent_state(self.inner.layer_idx).transpose(-1, -2)
 
 
 class ReplayDecoder:
@@ -213,7 +216,8 @@ class ReplayDecoder:
         for m in self.mixers:
             m.load_prefill(self.hf_cache, slots, m.prefill_state(self.hf_cache))
         kinds = zip(self.hf_cache.is_linear, self.hf_cache.is_dummy)
-        self.attention_layers = [layer for layer, (lin, dummy) in zip(self.hf_cache.layers, kinds) if not (lin or dummy)]
+        self.attention_layers = [layer for layer, (linear, dummy) in zip(self.hf_cache.layers, kinds)
+                                 if not (linear or dummy)]
         self.pos = input_ids.shape[1]
         return logits
 

@@ -389,7 +389,8 @@ def _config(args) -> Config:
                                      for i in range(n_m + n_g))
     if not pattern or set(pattern) - {"M", "G"}:
         raise SystemExit(f"demo: --layers must be a string of M (Mamba-2) and G (GDN), got {pattern!r}")
-    read_copy = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16, "fp8": torch.float8_e4m3fn}[args.read_copy]
+    read_copy = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16,
+                 "fp8": torch.float8_e4m3fn}[args.read_copy]
     return Config(device=device, batch=batch, num_slots=2 * batch, d_model=1024 if big else 128, pattern=pattern,
                   mamba2=MAMBA2_DIMS[args.mamba2] if big else SMALL_MAMBA2, gdn=GDN_DIMS["qwen"] if big else SMALL_GDN,
                   read_copy=read_copy)
@@ -534,10 +535,10 @@ def run(args) -> bool:
                 y1, yT = torch.empty_like(one[0]), torch.empty_like(many[0])
                 snaps = torch.empty(batch, T, *layer.state.shape[1:], device=dev)
                 x, dt, B, C, z = one
-                conv_step = lambda: ops.mamba2_update(layer.state, x, dt, w.A, B, C, y1, w.D, z, w.dt_bias, True,  # noqa: E731
-                                                      slots)
-                rep_step = lambda: layer.cache.step(*one, slots=slots, out=y1)  # noqa: E731
                 xs, dts, Bs, Cs, zs = many
+
+                def conv_step():
+                    ops.mamba2_update(layer.state, x, dt, w.A, B, C, y1, w.D, z, w.dt_bias, True, slots)
 
                 def conv_spec():
                     ops.mamba2_update_snapshots(layer.state, xs, dts, w.A, Bs, Cs, yT, snaps, w.D, zs, w.dt_bias,
@@ -545,9 +546,13 @@ def run(args) -> bool:
                     layer.accept(snaps, num_accepted, slots)
             else:
                 y1 = torch.empty_like(one[2])
-                conv_step = lambda: ops.gdn_update(layer.state, *one, w.A_log, w.dt_bias, y1, slots=slots)  # noqa: E731
-                rep_step = lambda: layer.cache.step(*one, slots=slots, out=y1)  # noqa: E731
                 conv_spec = None    # composed from T updates in the stack above; not a kernel to time
+
+                def conv_step():
+                    ops.gdn_update(layer.state, *one, w.A_log, w.dt_bias, y1, slots=slots)
+
+            def rep_step():
+                layer.cache.step(*one, slots=slots, out=y1)
 
             def rep_spec():
                 layer.cache.verify(*many, slots=slots)

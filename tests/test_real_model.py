@@ -3,8 +3,9 @@ SSM layer's recurrence on our caches (examples/decode_with_replayssm.py, which t
 
 Models: tiny random Mamba2ForCausalLM (SSM only), NemotronHForCausalLM (Mamba-2 + attention + MLP),
 Qwen3NextForCausalLM (Gated DeltaNet + attention) and KimiLinearForCausalLM (Kimi Delta Attention + MLA
-attention), with SSM dims the compiled kernels take (Mamba-2 (P, N) = (64, 64), GDN / KDA K = V = 64). Decoding: plain steps (cache.step), and speculative rounds (verify
-4 tokens, accept the drafts that match the model's argmax, a random count per round, commit).
+attention), with SSM dims the compiled kernels take (Mamba-2 (P, N) = (64, 64), GDN / KDA K = V = 64).
+Decoding: plain steps (cache.step), and speculative rounds (verify 4 tokens, accept the drafts that match
+the model's argmax, a random count per round, commit).
 
 Tolerances, as |logit - generate()'s logit| / max |generate()'s logit|:
   fp32 model, reference path (CPU): 1e-5. Both sides compute in fp32; they differ only in the order of
