@@ -282,7 +282,7 @@ def speculative_decode(decoder: ReplayDecoder, input_ids, slots, max_new_tokens:
         pred = logits.argmax(-1)
         matches = (block[:, 1:] == pred[:, :-1]).int().cumprod(1).sum(1)    # leading drafts the model agrees with
         if decoder.attention_layers:
-            matches = matches.min().expand(batch)
+            matches = matches.min().repeat(batch)
         decoder.commit((matches + 1).to(torch.int32))                       # the last token + the accepted drafts
         for r in range(batch):
             n = int(matches[r])
