@@ -15,7 +15,7 @@ each path's decode step, speculative verify and commit are captured in CUDA grap
 
 Reported: tokens/s of the whole stack, the SSM time per layer (a graph of the SSM op alone, over whole
 fold cycles), memory per slot, which path (compiled or reference) every op ran, and the agreement of the
-two paths: every step's stack output, and the first layer's state (materialize) at the end. On a CPU the
+two paths: every step's stack output, and every layer's state (materialize) at the end. On a CPU the
 same runs at a small size on the reference path.
 """
 
