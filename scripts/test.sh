@@ -3,4 +3,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# tests/test_real_model.py decodes transformers' own models; pinned, since it hooks into their layer
+# code. Without it (e.g. offline) that test skips.
+"$REPLAYSSM_PYTHON" -m pip install -q "transformers==5.25.0" \
+  || echo "scripts/test.sh: transformers not installed; tests/test_real_model.py will skip" >&2
 "$REPLAYSSM_PYTHON" -m pytest -q tests "$@"
