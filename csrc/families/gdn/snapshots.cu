@@ -29,7 +29,7 @@ constexpr int kSnapshotThreads = 128;
 
 template <int kK, int kV, DType kState>
 struct SnapshotShape {
-  using Lanes = RowLanes<kK, kState, kSnapshotThreads>;
+  using Lanes = RowLanes<kK, kState, kSnapshotThreads, kK / 8>;  // 8 elements a lane
   // Rows a thread: 32 fp32 state values kept across the tokens, within one tile.
   static constexpr int kMaxRows = kV / Lanes::kRowsPerPass;
   static constexpr int kRows = 32 / Lanes::kElemsPerLane < kMaxRows ? 32 / Lanes::kElemsPerLane : kMaxRows;
@@ -39,7 +39,7 @@ struct SnapshotShape {
 };
 
 template <int kK, int kV, DType kState, DType kAct>
-__global__ void __launch_bounds__(kSnapshotThreads) snapshots_kernel(const GdnParams p) {
+__global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const GdnParams p) {
   using Shape = SnapshotShape<kK, kV, kState>;
   using Lanes = typename Shape::Lanes;
   constexpr int R = Shape::kRows;
@@ -93,11 +93,12 @@ __global__ void __launch_bounds__(kSnapshotThreads) snapshots_kernel(const GdnPa
   const float A_log = __ldg(tk.A_log + hv), dt_bias = __ldg(tk.dt_bias + hv);
 
   for (int t = 0; t < T; ++t) {
-    float kf[C][E], qf[C][E], vv[R];
+    ActFrag<kAct, E> kf[C], qf[C];  // raw; normalised through the dot products and u below
+    float vv[R];
 #pragma unroll
     for (int i = 0; i < C; ++i) {
-      load_act_n<kAct, E>(tk.k, row * tk.k_row_stride + t * tk.k_token_stride + h * tk.k_head_stride + Lanes::col(i), kf[i]);
-      load_act_n<kAct, E>(tk.q, row * tk.q_row_stride + t * tk.q_token_stride + h * tk.q_head_stride + Lanes::col(i), qf[i]);
+      kf[i].load(tk.k, row * tk.k_row_stride + t * tk.k_token_stride + h * tk.k_head_stride + Lanes::col(i));
+      qf[i].load(tk.q, row * tk.q_row_stride + t * tk.q_token_stride + h * tk.q_head_stride + Lanes::col(i));
     }
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -122,14 +123,6 @@ __global__ void __launch_bounds__(kSnapshotThreads) snapshots_kernel(const GdnPa
     const float rk = key_scale(ss_k, tk.use_qk_l2norm);
     const float rq = key_scale(ss_q, tk.use_qk_l2norm) * tk.scale;
     const float kq_hat = kq * rk * rq;
-#pragma unroll
-    for (int i = 0; i < C; ++i) {
-#pragma unroll
-      for (int e = 0; e < E; ++e) {
-        kf[i][e] *= rk;
-        qf[i][e] *= rq;
-      }
-    }
     const float alpha = expf(log_decay(a, A_log, dt_bias));
     const float beta = beta_gate(b);
 
@@ -144,13 +137,14 @@ __global__ void __launch_bounds__(kSnapshotThreads) snapshots_kernel(const GdnPa
           dq += s[r][i][e] * qf[i][e];
         }
       }
-      dk = row_sum<kLanes>(dk);
-      dq = row_sum<kLanes>(dq);
+      dk = row_sum<kLanes>(dk) * rk;
+      dq = row_sum<kLanes>(dq) * rq;
       const float u = beta * (vv[r] - alpha * dk);
+      const float uk = u * rk;  // u k_hat = (u rk) k
 #pragma unroll
       for (int i = 0; i < C; ++i) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) s[r][i][e] = alpha * s[r][i][e] + u * kf[i][e];
+        for (int e = 0; e < E; ++e) s[r][i][e] = alpha * s[r][i][e] + uk * kf[i][e];
         store_chunk16<kState>(p.snapshots, snapshot_at(t, r) + Lanes::col(i), s[r][i]);
 #pragma unroll
         for (int e = 0; e < E; ++e) s[r][i][e] = state_round_trip<kState>(s[r][i][e]);  // the next token starts from the snapshot

@@ -1,10 +1,11 @@
 // How the GDN kernels cover a state tile [V, K] (K contiguous, a row = one value channel) with threads,
 // and the 16-byte moves of its rows and of the activation fragments that meet them.
 //
-// Thread mapping: a row of K elements is kChunksPerRow 16-byte chunks; kLanes consecutive lanes (8, or
-// fewer when a row has fewer chunks) share a row, lane l holding chunks l, l + kLanes, ... So each
-// group of 8 lanes moves 128 contiguous bytes per load or store (whole L2 lines from global memory, no
-// bank conflict from shared memory), and a row's dot products reduce over kLanes lanes (3 shuffles).
+// Thread mapping: a row of K elements is kChunksPerRow 16-byte chunks; kLanes consecutive lanes (8 by
+// default, 16 where a kernel wants fewer elements a lane; fewer when a row has fewer chunks) share a
+// row, lane l holding chunks l, l + kLanes, ... So each group of 8 lanes moves 128 contiguous bytes per
+// load or store (whole L2 lines from global memory, no bank conflict from shared memory), and a row's
+// dot products reduce over kLanes lanes (log2(kLanes) shuffles).
 // Rows do not interact in the delta rule (u[v] needs only row v of S), so a CTA may own any rows.
 #pragma once
 
@@ -16,11 +17,11 @@
 namespace replayssm {
 namespace gdn {
 
-template <int kK, DType kState, int kThreads>
+template <int kK, DType kState, int kThreads, int kMaxLanes = 8>
 struct RowLanes {
   static constexpr int kElemsPerChunk = 16 / dtype_size(kState);  // 4 fp32, 8 bf16 / fp16, 16 fp8
   static constexpr int kChunksPerRow = kK / kElemsPerChunk;
-  static constexpr int kLanes = kChunksPerRow < 8 ? kChunksPerRow : 8;
+  static constexpr int kLanes = kChunksPerRow < kMaxLanes ? kChunksPerRow : kMaxLanes;
   static constexpr int kChunksPerLane = kChunksPerRow / kLanes;
   static constexpr int kElemsPerLane = kChunksPerLane * kElemsPerChunk;
   static constexpr int kRowsPerPass = kThreads / kLanes;
@@ -33,22 +34,42 @@ struct RowLanes {
   __device__ static int col(int i) { return (lane() + kLanes * i) * kElemsPerChunk; }
 };
 
-// kN activation elements (4, 8 or 16; 8, 16 or 32 bytes, as aligned) at base + offset, as floats.
+// kN activation elements (4, 8 or 16) kept as loaded (two 16-bit values a word) and converted where
+// used: a thread holding q and k for its columns keeps half the registers of their fp32 values, which
+// is the update's occupancy (CTAs per SM, so state bytes in flight).
 template <DType kAct, int kN>
-__device__ __forceinline__ void load_act_n(const void* base, int64_t offset, float (&v)[kN]) {
+struct ActFrag {
   static_assert(kN == 4 || kN == 8 || kN == 16, "4, 8 or 16 activation elements");
-  if constexpr (kN == 4) {
-    load_act4<kAct>(base, offset, v);
-  } else {
+  static_assert(kAct == DType::kBFloat16 || kAct == DType::kFloat16, "activations are bf16 or fp16");
+  uint32_t word[kN / 2];
+
+  __device__ __forceinline__ void load(const void* base, int64_t offset) {
+    const unsigned char* p = static_cast<const unsigned char*>(base) + offset * 2;
+    if constexpr (kN == 4) {
+      const uint2 r = __ldg(reinterpret_cast<const uint2*>(p));
+      word[0] = r.x;
+      word[1] = r.y;
+    } else {
 #pragma unroll
-    for (int h = 0; h < kN / 8; ++h) {
-      float part[8];
-      Chunk16<kAct>::to_float(Chunk16<kAct>::load(base, offset + 8 * h), part);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[8 * h + i] = part[i];
+      for (int h = 0; h < kN / 8; ++h) {
+        const uint4 r = __ldg(reinterpret_cast<const uint4*>(p) + h);
+        word[4 * h] = r.x;
+        word[4 * h + 1] = r.y;
+        word[4 * h + 2] = r.z;
+        word[4 * h + 3] = r.w;
+      }
     }
   }
-}
+  // Element e (a compile-time index after unrolling).
+  __device__ __forceinline__ float operator[](int e) const {
+    const uint32_t w = word[e / 2];
+    if constexpr (kAct == DType::kBFloat16) {
+      return __uint_as_float(e % 2 == 0 ? w << 16 : w & 0xffff0000u);  // bf16 -> fp32 is a shift
+    } else {
+      return __half2float(__ushort_as_half(static_cast<unsigned short>(e % 2 == 0 ? w & 0xffffu : w >> 16)));
+    }
+  }
+};
 
 // 16 bytes of state values (4 fp32 or 8 bf16 / fp16) from floats, with the update's rounding:
 // round to nearest even, fp16 saturating (convert.cuh).

@@ -7,15 +7,17 @@
 // the HV / H v-heads of a k-head), v and out (V each): the kernel should stream at copy bandwidth.
 //
 // Design: the rows of the delta rule are independent, so a CTA owns a block of rows of one (row, hv)
-// (kRows rows a thread, 128 bytes of state a thread in flight, several small CTAs per SM) and has no
-// shared memory and no barrier: a thread issues all its state loads (16-byte chunks, 8 lanes a row,
-// tile.cuh) before any is used, normalises q and k itself over its row's lanes while they are in
-// flight, then updates and stores each row as whole 16-byte vectors. Many small CTAs interleave the
+// (kRows rows a thread, 128 bytes of state a thread, 16 KB a CTA, several small CTAs per SM) and has
+// no barrier: a thread issues all its state loads (16-byte chunks, 8 lanes a row, tile.cuh) at once as
+// cp.async copies into its own shared-memory slots (so what is in flight is bounded by shared memory,
+// not by registers), takes the norms of q and k over its row's lanes while they fly, then updates and
+// stores each row as whole 16-byte vectors. Many small CTAs interleave the
 // reads and writes of different tiles, the property that lets flash-linear-attention's fused_recurrent
 // (8 rows a program) stream at 96-99% of copy with this [V, K] layout.
 #include <cuda_runtime.h>
 
 #include "cache/slot_map.cuh"
+#include "common/bulk_copy.cuh"
 #include "common/reduce.cuh"
 #include "families/gdn/gates.cuh"
 #include "families/gdn/params.h"
@@ -30,7 +32,8 @@ constexpr int kUpdateThreads = 128;
 
 template <int kK, int kV, DType kState>
 struct UpdateShape {
-  using Lanes = RowLanes<kK, kState, kUpdateThreads>;
+  // At most 8 elements a lane (16 lanes a row at K = 128): the thread's q and k stay few registers.
+  using Lanes = RowLanes<kK, kState, kUpdateThreads, kK / 8>;
   static constexpr int kChunks = Lanes::kChunksPerLane;
   // Rows a thread: 128 bytes of state in flight (8 chunks), within one tile.
   static constexpr int kMaxRows = kV / Lanes::kRowsPerPass;
@@ -41,7 +44,7 @@ struct UpdateShape {
 };
 
 template <int kK, int kV, DType kState, DType kAct>
-__global__ void __launch_bounds__(kUpdateThreads) update_kernel(const GdnParams p) {
+__global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p) {
   using Shape = UpdateShape<kK, kV, kState>;
   using Lanes = typename Shape::Lanes;
   constexpr int R = Shape::kRows;
@@ -58,11 +61,11 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const GdnParams 
 
   // The token's inputs do not depend on the slot: in flight while slots[row] comes back.
   const int64_t slot = resolve_slot(p, row);
-  float kf[C][E], qf[C][E];
+  ActFrag<kAct, E> kf[C], qf[C];  // raw; normalised through the dot products and u below
 #pragma unroll
   for (int i = 0; i < C; ++i) {
-    load_act_n<kAct, E>(tk.k, row * tk.k_row_stride + h * tk.k_head_stride + Lanes::col(i), kf[i]);
-    load_act_n<kAct, E>(tk.q, row * tk.q_row_stride + h * tk.q_head_stride + Lanes::col(i), qf[i]);
+    kf[i].load(tk.k, row * tk.k_row_stride + h * tk.k_head_stride + Lanes::col(i));
+    qf[i].load(tk.q, row * tk.q_row_stride + h * tk.q_head_stride + Lanes::col(i));
   }
   float vv[R];
 #pragma unroll
@@ -79,16 +82,23 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const GdnParams 
     return;
   }
 
+  // Every state chunk of the thread in flight at once, into its own shared-memory slots (cp.async):
+  // the bytes in flight are bounded by shared memory, not by registers.
   const GdnCache& c = p.cache;
   const int64_t tile = slot * c.ck_slot_stride + hv * c.ck_head_stride;
-  uint4 raw[R][C];
+  __shared__ uint4 staged[R * C][kUpdateThreads];
+  const unsigned char* state = static_cast<const unsigned char*>(c.checkpoint);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int i = 0; i < C; ++i) raw[r][i] = Chunk16<kState>::load(c.checkpoint, tile + value_row(r) * c.ck_row_stride + Lanes::col(i));
+    for (int i = 0; i < C; ++i) {
+      cp_async16(&staged[r * C + i][threadIdx.x],
+                 state + (tile + value_row(r) * c.ck_row_stride + Lanes::col(i)) * dtype_size(kState));
+    }
   }
+  cp_async_commit();
 
-  // q and k normalised over the row's lanes (each lane group holds the whole vectors).
+  // The norms of q and k over the row's lanes (each lane group holds the whole vectors).
   float ss_k = 0.0f, ss_q = 0.0f, kq = 0.0f;
 #pragma unroll
   for (int i = 0; i < C; ++i) {
@@ -105,16 +115,9 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const GdnParams 
   const float rk = key_scale(ss_k, tk.use_qk_l2norm);
   const float rq = key_scale(ss_q, tk.use_qk_l2norm) * tk.scale;
   const float kq_hat = kq * rk * rq;
-#pragma unroll
-  for (int i = 0; i < C; ++i) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      kf[i][e] *= rk;
-      qf[i][e] *= rq;
-    }
-  }
   const float alpha = expf(log_decay(a, A_log, dt_bias));
   const float beta = beta_gate(b);
+  cp_async_wait_all();  // a thread reads back only the chunks it copied: no barrier
 
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -122,21 +125,22 @@ __global__ void __launch_bounds__(kUpdateThreads) update_kernel(const GdnParams 
     float dk = 0.0f, dq = 0.0f;
 #pragma unroll
     for (int i = 0; i < C; ++i) {
-      Chunk16<kState>::to_float(raw[r][i], s[i]);
+      Chunk16<kState>::to_float(staged[r * C + i][threadIdx.x], s[i]);
 #pragma unroll
       for (int e = 0; e < E; ++e) {
         dk += s[i][e] * kf[i][e];
         dq += s[i][e] * qf[i][e];
       }
     }
-    dk = row_sum<kLanes>(dk);
-    dq = row_sum<kLanes>(dq);
+    dk = row_sum<kLanes>(dk) * rk;
+    dq = row_sum<kLanes>(dq) * rq;
     const float u = beta * (vv[r] - alpha * dk);
+    const float uk = u * rk;  // u k_hat = (u rk) k
     const int64_t at = tile + value_row(r) * c.ck_row_stride;
 #pragma unroll
     for (int i = 0; i < C; ++i) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) s[i][e] = alpha * s[i][e] + u * kf[i][e];
+      for (int e = 0; e < E; ++e) s[i][e] = alpha * s[i][e] + uk * kf[i][e];
       store_chunk16<kState>(c.checkpoint, at + Lanes::col(i), s[i]);
     }
     if (Lanes::lane() == 0) store_act<kAct>(tk.out, out_at(r), alpha * dq + u * kq_hat);
