@@ -44,6 +44,13 @@
     "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, " \
     "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "  \
     "int pad_slot_id) -> ()")                                                                     \
+  X(gdn_update,                                                                                    \
+    "gdn_update(Tensor(a!) state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, "  \
+    "Tensor dt_bias, Tensor(b!) out, float? scale, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+  X(gdn_update_snapshots,                                                                          \
+    "gdn_update_snapshots(Tensor state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, " \
+    "Tensor dt_bias, Tensor(a!) out, Tensor(b!) snapshots, float? scale, bool use_qk_l2norm, Tensor? slots, " \
+    "int pad_slot_id) -> ()")                                                                     \
   X(load,                                                                                          \
     "load(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) num_committed, " \
     "Tensor states, Tensor? slots, int pad_slot_id) -> ()")                                       \
@@ -106,6 +113,17 @@ void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const
                              const at::Tensor& snapshots, const std::optional<at::Tensor>& D,
                              const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
                              bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
+                const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
+                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
+                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                          int64_t pad_slot_id);
 
 void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
           const std::optional<at::Tensor>& read_scale, const at::Tensor& num_committed, const at::Tensor& states,
