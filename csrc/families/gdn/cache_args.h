@@ -189,7 +189,7 @@ inline int64_t fill_tokens(GdnParams& p, const Expect& expect, const char* op, i
     return s;
   };
   expect("k", k, with({H, K}), {act}, 16);
-  expect("v", v, with({HV, V}), {act});
+  expect("v", v, with({HV, V}), {act}, 16);  // the step's fold reads the token's value in 16-byte vectors
   expect("out", out, with({HV, V}), {act});
   checks::writable(op, "out", out);
   const char* gate_layout = has_tokens ? "(batch, T, v_heads)" : "(batch, v_heads)";

@@ -9,11 +9,11 @@
 //            + u_t (k_hat_t . q_hat_t)
 // so one pass over S_c (two dot products a row: the decay is a scalar per v-head) and O(w (K + V))
 // window work give u_t and o_t. The entry (raw k, v; g, beta; u_t in fp32) is appended at w.
-// A step with w + 1 + max_draft_tokens > L folds (cache/cursor.cuh): every CTA of the slot folds its
-// head with the family's fold routine (fold.cuh), the token as the last entry, and takes the output
-// from the folded full-precision state; the cursor goes to 0. With a read copy the fold recomputes
-// every u from the checkpoint, so such a CTA skips the replay; without one the token's u is the
-// replay's, and the fold follows it.
+// A step with w + 1 + max_draft_tokens > L folds instead (cache/cursor.cuh): every CTA of the slot
+// folds its head with the family's fold routine (fold.cuh's Fold::head), the token as the last entry,
+// and takes the output from the folded full-precision state; the cursor goes to 0. The fold computes
+// the token's u from the checkpoint itself (and, with a read copy, every u_j), so a folding CTA does
+// not replay.
 //
 // Byte model per (row, v-head), s = source bytes (checkpoint or read copy), a = activation bytes,
 // w = the cursor, G = HV / H:
@@ -44,8 +44,8 @@
 #include "cache/slot_map.cuh"
 #include "common/bulk_copy.cuh"
 #include "common/reduce.cuh"
-#include "families/gdn/gates.cuh"
 #include "families/gdn/fold.cuh"
+#include "families/gdn/gates.cuh"
 #include "families/gdn/params.h"
 #include "families/gdn/tile.cuh"
 
@@ -58,6 +58,7 @@ template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 struct StepTraits {
   static constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what the replay reads
   using Lanes = RowLanes<kK, kSrc, kStepThreads>;
+  using FoldHead = Fold<kK, kV, kCkpt, kCopy, kRead, kAct>;
   static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
   static constexpr int kRowBytes = kK * dtype_size(kSrc);
   static constexpr int kTileBytes = kV * kRowBytes;
@@ -73,17 +74,16 @@ struct StepTraits {
   static_assert(kRows >= 1 && kV % Lanes::kRowsPerPass == 0, "the replay covers the tile in whole passes");
   static_assert(kStepThreads % kV == 0 && kV <= kStepThreads, "the window terms take whole value channels");
   static_assert(kKeyPerLane % 8 == 0, "window keys move in 16-byte chunks");
-  static_assert(kThreads == kStepThreads, "the fold routine (fold.cuh) is written for the step's CTA");
-  // CTAs an SM the registers allow: the fused fold holds the checkpoint tile in registers (V K / 256
-  // floats a thread, fold.cuh), so the register cap follows the tile: 64 registers at 64 x 64, 80 at
-  // 64 x 128, 128 at 128 x 128 (ptxas -v: no spills but a few bytes at 64 x 128 with an fp8 copy;
-  // one cap lower spilled 100-1000 bytes in the fold path).
-  static constexpr int kMinCtasPerSm = kV * kK <= 64 * 64 ? 4 : (kV * kK <= 64 * 128 ? 3 : 2);
+  static_assert(FoldHead::kThreads == kStepThreads, "the fold routine (fold.cuh) is written for the step's CTA");
+  // 64 registers, so that 4 CTAs share an SM and keep 4 tiles in flight (the replay is latency-bound:
+  // slot, cursor, window, tile). ptxas -v (sm_90a): no spill at 64 x 64, 0-8 bytes at 64 x 128, 0-28 at
+  // 128 x 64, 36-72 at 128 x 128 (the fused fold's pass addresses); at 3 CTAs (80 registers) 0-24.
+  static constexpr int kMinCtasPerSm = 4;
 
-  // Dynamic shared memory: the replay's tile, then (a folding CTA, once the tile is in its registers)
-  // the fold's workspace over it.
+  // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
+  // workspace over it.
   __host__ __device__ static constexpr size_t smem_bytes(int buffer_len) {
-    const size_t fold = FoldWorkspace<kK, kV>::bytes(buffer_len);
+    const size_t fold = FoldHead::workspace_bytes(buffer_len);
     return fold > static_cast<size_t>(kTileBytes) ? fold : static_cast<size_t>(kTileBytes);
   }
 };
@@ -103,61 +103,6 @@ struct StepShared {
   float decay;         // e^{Lambda_t}
   float g, beta, kq;   // the token's gates and k_hat . q_hat
 };
-
-// Inclusive suffix sums over the 32 lanes (lane l gets v_l + ... + v_31).
-__device__ __forceinline__ float warp_suffix_sum(float v) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const float other = __shfl_down_sync(0xffffffffu, v, offset);
-    if (lane + offset < 32) v += other;
-  }
-  return v;
-}
-
-// The fold of a step that fills its slot's buffer: entries 0 .. w-1 of the buffer and the token as
-// entry w, into (slot, hv)'s checkpoint, by fold.cuh's routine (the one fold of the family, so the
-// checkpoint bits are those commit or flush would fold). recompute (a read copy served the window):
-// every u_j from the checkpoint, the token's too; otherwise the token's u is the replay's (sh.u) and
-// the checkpoint tile is the replay's, still in `dyn`. The output o = S_new q_hat from the folded fp32
-// state, into sh.o. Called by all threads; ends with a CTA barrier.
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, class Shared>
-__device__ __forceinline__ void step_fold(const GdnParams& p, Shared& sh, unsigned char* dyn, int64_t slot, int hv,
-                                          int h, int row, int w) {
-  using M = TileMap<kK, kV>;
-  using Act = typename Storage<kAct>::type;
-  constexpr bool kRecompute = kCopy;  // fold.cuh's rule, the same in every op that folds
-  const GdnCache& c = p.cache;
-  const GdnTokens& tk = p.tokens;
-  const int tid = threadIdx.x;
-  TileFrag<kK, kV> frag;
-  if constexpr (kCopy) {
-    load_tile_global<kK, kV, kCkpt>(frag, c.checkpoint, slot * c.ck_slot_stride + hv * c.ck_head_stride, c.ck_row_stride);
-  } else {
-    load_tile_shared<kK, kV, kCkpt>(frag, dyn);
-  }
-  __syncthreads();  // the tile's shared memory becomes the workspace
-  const FoldView<kK, kV, kAct> ws(dyn, c.buffer_len);
-  stage_window(ws, c, slot, hv, h, 0, w, kRecompute);
-  const Act* k_now = static_cast<const Act*>(tk.k) + row * tk.k_row_stride + h * tk.k_head_stride;
-  for (int t = tid; t < kK; t += kStepThreads) ws.k_raw()[w * kK + t] = k_now[t];
-  if constexpr (kRecompute) {
-    const Act* v_now = static_cast<const Act*>(tk.v) + row * tk.v_row_stride + hv * tk.v_head_stride;
-    for (int t = tid; t < kV; t += kStepThreads) ws.v_raw()[w * kV + t] = v_now[t];
-  } else {
-    for (int t = tid; t < kV; t += kStepThreads) ws.u_raw()[w * kV + t] = sh.u[t];
-  }
-  if (tid == 0) {
-    ws.g_raw()[w] = sh.g;
-    ws.beta_raw()[w] = sh.beta;
-  }
-  prepare_window(ws, w + 1, kRecompute, tk.use_qk_l2norm);
-  fold_tile(ws, frag, w + 1, kRecompute);
-  store_checkpoint<kK, kV, kCkpt, kCopy, kRead>(frag, c, slot, hv);
-  const float o = rows_dot<kK, kV>(frag, sh.q);
-  if (M::dot_writer()) sh.o[M::row(M::dot_row())] = o;
-  __syncthreads();
-}
 
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>::kMinCtasPerSm))
@@ -251,10 +196,17 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     return;
   }
 
-  const bool folds = folds_after_append(w, c.max_draft_tokens, L);
-  if (kCopy && folds) {  // every u_j comes from the checkpoint: no replay
+  if (folds_after_append(w, c.max_draft_tokens, L)) {
+    // ---- the fold: the buffer's w entries and the token; the output from the folded state ----
+    // Every u_j from the checkpoint with a read copy; without one the buffer's came from it already
+    // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
     mbarrier_wait(&sh.tile_full, 0);  // the fold's workspace overlaps the tile
-    step_fold<kK, kV, kCkpt, kCopy, kRead, kAct>(p, sh, dyn, slot, hv, h, row, w);
+    FoldTail tail;
+    tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
+    tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
+    tail.g = sh.g;
+    tail.beta = sh.beta;
+    Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn);
     for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     move_cursor(slot, 0);
     return;
@@ -280,8 +232,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     const float* g_win = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride;
     auto g_at = [&](int j) { return j < w ? __ldg(g_win + j) : (j == w ? sh.g : 0.0f); };
     const float total = row_sum<32>(g_at(lane) + g_at(lane + 32));
-    const float upper = warp_suffix_sum(g_at(lane + 33));  // entries > lane + 32
-    const float lower = warp_suffix_sum(g_at(lane + 1)) + __shfl_sync(0xffffffffu, upper, 0);  // entries > lane
+    const float upper = warp_inclusive_suffix_sum(g_at(lane + 33));  // entries > lane + 32
+    const float lower = warp_inclusive_suffix_sum(g_at(lane + 1)) + __shfl_sync(0xffffffffu, upper, 0);  // entries > lane
     if (lane < w) sh.rel[lane] = expf(lower);
     if (lane + 32 < w) sh.rel[lane + 32] = expf(upper);
     if (lane == 0) sh.decay = expf(total);
@@ -392,13 +344,6 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     }
   }
   __syncthreads();
-
-  if (!kCopy && folds) {  // the token's u from the replay above, the tile still in shared memory
-    step_fold<kK, kV, kCkpt, kCopy, kRead, kAct>(p, sh, dyn, slot, hv, h, row, w);
-    for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
-    move_cursor(slot, 0);
-    return;
-  }
 
   // ---- 4. the output and the entry at w; the cursor ----
   using Act = typename Storage<kAct>::type;
