@@ -541,22 +541,26 @@ def test_step_batch_zero_launches_nothing():
     assert all(torch.equal(bits(a), bits(b)) for a, b in zip(cache.tensors, before))
 
 
-# A long run: 4096 steps of qwen4b's shard with an fp32 checkpoint, L = 16: the state's error against
-# fp64 stays at fp32 rounding (no growth with the number of folds).
-def test_step_long_run_error_is_flat():
+# A long run: 4096 steps of a qwen122b shard with an fp32 checkpoint, L = 16: the checkpoint's error
+# against fp64 stays at fp32 rounding, with a bf16 read copy too (the folds recompute every u from the
+# checkpoint), and the outputs' error does not grow with the number of folds.
+@pytest.mark.parametrize("rc", [None, torch.bfloat16], ids=["no-copy", "bf16-copy"])
+def test_step_long_run_error_is_flat(rc):
     layer = Layer(TP4, seed=14)
-    cache = Cache(layer, 2, 16)
+    cache = Cache(layer, 2, 16, copy=rc)
     slots = torch.tensor([1, 0], device=DEV)
-    errs = []
+    ck_errs, out_errs = [], []
     for step in range(4096):
         tok = layer.tokens(2)
-        cache.step(tok, slots)
-        cache.ref_step(tok, slots)
+        out = cache.step(tok, slots)
+        out_errs.append(rel_err(out, cache.ref_step(tok, slots)))
         if int(cache.num_committed[0]) == 0:
-            errs.append(rel_err(cache.checkpoint, cache.ref[0]))
-    assert max(errs) < 5e-6
-    first, last = sum(errs[:20]) / 20, sum(errs[-20:]) / 20
+            ck_errs.append(rel_err(cache.checkpoint, cache.ref[0]))
+    assert max(ck_errs) < 5e-6
+    first, last = sum(ck_errs[:20]) / 20, sum(ck_errs[-20:]) / 20
     assert last < 3 * first + 1e-7, f"checkpoint error grows: {first:.2e} -> {last:.2e}"
+    first, last = sum(out_errs[:256]) / 256, sum(out_errs[-256:]) / 256
+    assert last < 1.5 * first, f"output error grows: {first:.2e} -> {last:.2e}"
 
 
 # ---- an independent implementation ----------------------------------------------------------------
