@@ -44,6 +44,19 @@
     "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, " \
     "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "  \
     "int pad_slot_id) -> ()")                                                                     \
+  X(gdn_update,                                                                                    \
+    "gdn_update(Tensor(a!) state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, "  \
+    "Tensor dt_bias, Tensor(b!) out, float? scale, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+  X(gdn_update_snapshots,                                                                          \
+    "gdn_update_snapshots(Tensor state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, " \
+    "Tensor dt_bias, Tensor(a!) out, Tensor(b!) snapshots, float? scale, bool use_qk_l2norm, Tensor? slots, " \
+    "int pad_slot_id) -> ()")                                                                     \
+  X(gdn_step,                                                                                      \
+    "gdn_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) k_buf, " \
+    "Tensor(e!) v_buf, Tensor(f!) g_buf, Tensor(g!) beta_buf, Tensor(h!) u_buf, Tensor(i!) num_committed, " \
+    "Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, Tensor(j!) out, "  \
+    "float? scale, bool use_qk_l2norm, int max_draft_tokens, Tensor? slots, int pad_slot_id, "       \
+    "bool staggered_flush=False) -> ()")                                                          \
   X(load,                                                                                          \
     "load(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) num_committed, " \
     "Tensor states, Tensor? slots, int pad_slot_id) -> ()")                                       \
@@ -106,6 +119,25 @@ void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const
                              const at::Tensor& snapshots, const std::optional<at::Tensor>& D,
                              const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
                              bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
+                const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
+                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
+                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                          int64_t pad_slot_id);
+
+void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
+              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush);
 
 void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
           const std::optional<at::Tensor>& read_scale, const at::Tensor& num_committed, const at::Tensor& states,

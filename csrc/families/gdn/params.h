@@ -14,6 +14,7 @@
 //   u_buf           (slots, HV, L, V)       fp32                       corrected values u = beta (v - S' k)
 //   num_committed   (slots,)                int32                      committed buffer entries per slot
 //   q, k            (batch, [T,] H, K)      activation                 L2-normalised in the kernel when use_qk_l2norm
+//   snapshots       (batch, T, HV, V, K)    state dtype                update_snapshots: the state after token t
 //   v, out          (batch, [T,] HV, V)     activation
 //   a, b            (batch, [T,] HV)        activation or fp32
 //   A_log, dt_bias  (HV,)                   fp32
@@ -101,6 +102,10 @@ struct GdnParams {
   float* state_out;  // materialize: (batch, HV, V, K) fp32
   int64_t so_row_stride, so_head_stride, so_v_stride;
 
+  // ---- update_snapshots: the state after each of the T tokens, (batch, T, HV, V, K), the state dtype ----
+  void* snapshots;
+  int64_t sn_row_stride, sn_token_stride, sn_head_stride, sn_v_stride;
+
   // ---- rows -> slots (cache/slot_map.cuh) ----
   const void* slots;  // nullptr: row r uses slot r
   DType slots_dtype;
@@ -115,6 +120,10 @@ struct GdnParams {
 
 // Conventional T=1 update of cache.checkpoint (the state), one launch.
 cudaError_t launch_gdn_update(const GdnParams& params, cudaStream_t stream);
+
+// Conventional speculative baseline, one launch: T tokens per row from cache.checkpoint (read only),
+// the state after every token written to snapshots; token by token it is launch_gdn_update.
+cudaError_t launch_gdn_update_snapshots(const GdnParams& params, cudaStream_t stream);
 
 // ReplaySSM T=1 step, one launch: output, append, and the fold where the buffer fills.
 cudaError_t launch_gdn_step(const GdnParams& params, cudaStream_t stream);

@@ -1,0 +1,7 @@
+// The GDN step kernels of head_k_dim 128, head_v_dim 128, every dtype variant (one file per shape so that
+// the shapes compile in parallel).
+#include "families/gdn/step_launch.cuh"
+
+namespace replayssm::gdn {
+template cudaError_t launch_step_shape<128, 128>(const GdnParams&, cudaStream_t);
+}  // namespace replayssm::gdn

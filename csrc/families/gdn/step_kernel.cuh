@@ -1,0 +1,370 @@
+// The ReplaySSM Gated DeltaNet step (T = 1): output from the checkpoint (or read copy) + buffer +
+// token, append, and the fold where the buffer fills, in one launch. Semantics: reference.delta_step.
+//
+// With the buffer holding entries 0 .. w-1 since the checkpoint S_c and the token at position t = w,
+// Lambda_j the cumulative log decay up to entry j, k_hat / q_hat the normalised key / query:
+//   S' k_t = e^{Lambda_t} (S_c k_hat_t) + sum_{j<t} u_j e^{Lambda_t - Lambda_j} (k_hat_j . k_hat_t)
+//   u_t    = beta_t (v_t - S' k_t)
+//   o_t    = e^{Lambda_t} (S_c q_hat_t) + sum_{j<t} u_j e^{Lambda_t - Lambda_j} (k_hat_j . q_hat_t)
+//            + u_t (k_hat_t . q_hat_t)
+// so one pass over S_c (two dot products a row: the decay is a scalar per v-head) and O(w (K + V))
+// window work give u_t and o_t. The entry (raw k, v; g, beta; u_t in fp32) is appended at w.
+// A step with w + 1 + max_draft_tokens > L folds instead (cache/cursor.cuh): every CTA of the slot
+// folds its head with the family's fold routine (fold.cuh's Fold::head), the token as the last entry,
+// and takes the output from the folded full-precision state; the cursor goes to 0. The fold computes
+// the token's u from the checkpoint itself (and, with a read copy, every u_j), so a folding CTA does
+// not replay.
+//
+// Byte model per (row, v-head), s = source bytes (checkpoint or read copy), a = activation bytes,
+// w = the cursor, G = HV / H:
+//   replay: V K s + w (4 V + 4 + K a / G) read (tile, u window, g, keys shared by the k-head's G
+//           CTAs), V (4 + 2 a) + 8 + K a / G written (u, v, out, g, beta, key)
+//   fold:   the replay's reads (with a copy the tile is read and not used), the checkpoint read and
+//           written (2 V K s_ck), the window's k, v (copy) or u (none), g, beta, and the copy written
+//           (V K s_rc, + 4 V scales for fp8)
+// A cycle is L - max_draft_tokens replays and one fold; the conventional update moves 2 V K s_ck a
+// step. qwen4b, fp32 checkpoint, L = 16: ~69 KB a replay, ~140 KB a fold, the cycle 1.74x under 16
+// updates (bf16 copy ~2.7x, fp8 copy ~4.2x).
+//
+// One CTA of 256 threads per (row, v-head). Phases:
+//   1. thread 0: slot, cursor, the source tile's bulk copy (TMA, into dynamic shared memory) and the
+//      CTA's ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat, k_hat,
+//      g, beta; all: v.
+//   2. replay only: warp 0 the decays (suffix sums of g, no cancellation), every warp the window keys'
+//      dots with k_hat and q_hat (8 lanes an entry), every thread its u_j[v] loads (issued first);
+//      then the window terms sum_j (...) u_j[v], a value channel per thread, in slices.
+//   3. the rows, from the tile in shared memory (tile.cuh's mapping, 8 lanes a row): the two dots,
+//      then lane 0 of the row forms u_t and o_t.
+//   4. coalesced stores of out and the entry; the last CTA of the slot writes the cursor.
+#pragma once
+
+#include <cstdint>
+
+#include "cache/cursor.cuh"
+#include "cache/slot_map.cuh"
+#include "common/bulk_copy.cuh"
+#include "common/reduce.cuh"
+#include "families/gdn/fold.cuh"
+#include "families/gdn/gates.cuh"
+#include "families/gdn/params.h"
+#include "families/gdn/tile.cuh"
+
+namespace replayssm {
+namespace gdn {
+
+constexpr int kStepThreads = 256;
+
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+struct StepTraits {
+  static constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what the replay reads
+  using Lanes = RowLanes<kK, kSrc, kStepThreads>;
+  using FoldHead = Fold<kK, kV, kCkpt, kCopy, kRead, kAct>;
+  static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
+  static constexpr int kRowBytes = kK * dtype_size(kSrc);
+  static constexpr int kTileBytes = kV * kRowBytes;
+  // The window terms: thread t sums entries slice, slice + kSlices, ... of value channel t % V.
+  static constexpr int kSlices = kStepThreads / kV;
+  // u_j[v] loads a thread issues before the coefficients are ready: a window of up to 8 kSlices entries
+  // (16 at V = 128, 32 at V = 64) in one round trip; longer windows load the rest in batches after.
+  static constexpr int kWindowBatch = 8;
+  // The window keys' dots: 8 lanes an entry, 16-byte loads of the activation.
+  static constexpr int kEntryLanes = 8;
+  static constexpr int kKeyPerLane = kK / kEntryLanes;
+  static constexpr int kEntriesPerPass = kStepThreads / kEntryLanes;
+  static_assert(kRows >= 1 && kV % Lanes::kRowsPerPass == 0, "the replay covers the tile in whole passes");
+  static_assert(kStepThreads % kV == 0 && kV <= kStepThreads, "the window terms take whole value channels");
+  static_assert(kKeyPerLane % 8 == 0, "window keys move in 16-byte chunks");
+  static_assert(FoldHead::kThreads == kStepThreads, "the fold routine (fold.cuh) is written for the step's CTA");
+  // 64 registers, so that 4 CTAs share an SM and keep 4 tiles in flight (the replay is latency-bound:
+  // slot, cursor, window, tile). ptxas -v (sm_90a): no spill at 64 x 64, 0-8 bytes at 64 x 128, 0-28 at
+  // 128 x 64, 36-72 at 128 x 128 (the fused fold's pass addresses); at 3 CTAs (80 registers) 0-24.
+  static constexpr int kMinCtasPerSm = 4;
+
+  // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
+  // workspace over it.
+  __host__ __device__ static constexpr size_t smem_bytes(int buffer_len) {
+    const size_t fold = FoldHead::workspace_bytes(buffer_len);
+    return fold > static_cast<size_t>(kTileBytes) ? fold : static_cast<size_t>(kTileBytes);
+  }
+};
+
+template <int kK, int kV, int kSlices>
+struct StepShared {
+  alignas(16) float q[kK];  // the token's q_hat (scaled)
+  alignas(16) float k[kK];  // and k_hat
+  float v[kV];         // the token's value
+  float u[kV], o[kV];  // u_t and the output, per value channel
+  float wk[kSlices][kV], wq[kSlices][kV];  // the window terms' partial sums
+  float rel[kGdnMaxBufferLen];             // e^{Lambda_t - Lambda_j}
+  float kdot[kGdnMaxBufferLen], qdot[kGdnMaxBufferLen];  // k_hat_j . k_hat_t, k_hat_j . q_hat_t
+  uint64_t tile_full;  // the source tile's bulk copy
+  int64_t slot;        // -1: the row touches nothing
+  int32_t w;           // the cursor
+  float decay;         // e^{Lambda_t}
+  float g, beta, kq;   // the token's gates and k_hat . q_hat
+};
+
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+__global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>::kMinCtasPerSm))
+    step_kernel(const GdnParams p) {
+  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>;
+  using Lanes = typename Traits::Lanes;
+  constexpr DType kSrc = Traits::kSrc;
+  constexpr int kSlices = Traits::kSlices;
+  extern __shared__ __align__(128) unsigned char dyn[];
+  __shared__ StepShared<kK, kV, kSlices> sh;
+
+  const GdnCache& c = p.cache;
+  const GdnTokens& tk = p.tokens;
+  const int hv = blockIdx.x;
+  const int row = blockIdx.y;
+  const int h = hv / (p.v_heads / p.heads);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int L = c.buffer_len;
+
+  // ---- 1. slot, tile copy, cursor and ticket; the token ----
+  int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
+  if (tid == 0) {
+    const int64_t slot = resolve_slot(p, row);
+    int32_t w = -1;
+    if (slot >= 0) {
+      // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
+      // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
+      // ticket and is left as it is.
+      w = __ldcg(c.num_committed + slot) & kCursorMask;
+      if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
+      mbarrier_init(&sh.tile_full, 1);
+      fence_barrier_init();
+      const int64_t tile = kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride;
+      const int64_t row_stride = kCopy ? c.rc_row_stride : c.ck_row_stride;
+      const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
+      bulk_copy_tile_to_shared<kV, Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), row_stride * dtype_size(kSrc),
+                                                      &sh.tile_full);
+    }
+    sh.slot = slot;
+    sh.w = w;
+  }
+  // The CTA that drew the slot's last ticket writes its cursor (which clears the tickets).
+  auto move_cursor = [&](int64_t slot, int32_t to) {
+    if (tid == 0 && (ticket >> 16) == p.v_heads - 1) c.num_committed[slot] = to;
+  };
+  if (warp == 1) {  // q_hat, k_hat, k_hat . q_hat; g and beta
+    constexpr int kPer = kK / 32;
+    const int64_t k_at = row * tk.k_row_stride + h * tk.k_head_stride + lane * kPer;
+    const int64_t q_at = row * tk.q_row_stride + h * tk.q_head_stride + lane * kPer;
+    float kf[kPer], qf[kPer];
+    float ss_k = 0.0f, ss_q = 0.0f, kq = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      kf[e] = load_act<kAct>(tk.k, k_at + e);
+      qf[e] = load_act<kAct>(tk.q, q_at + e);
+      ss_k += kf[e] * kf[e];
+      ss_q += qf[e] * qf[e];
+      kq += kf[e] * qf[e];
+    }
+    ss_k = row_sum<32>(ss_k);
+    ss_q = row_sum<32>(ss_q);
+    kq = row_sum<32>(kq);
+    const float rk = key_scale(ss_k, tk.use_qk_l2norm);
+    const float rq = key_scale(ss_q, tk.use_qk_l2norm) * tk.scale;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      sh.k[lane * kPer + e] = kf[e] * rk;
+      sh.q[lane * kPer + e] = qf[e] * rq;
+    }
+    if (lane == 0) {
+      const float a = load_gate_input(tk.a, tk.a_dtype, row * tk.a_row_stride + hv * tk.a_head_stride);
+      const float b = load_gate_input(tk.b, tk.b_dtype, row * tk.b_row_stride + hv * tk.b_head_stride);
+      sh.g = log_decay(a, __ldg(tk.A_log + hv), __ldg(tk.dt_bias + hv));
+      sh.beta = beta_gate(b);
+      sh.kq = kq * rk * rq;
+    }
+  }
+  for (int t = tid; t < kV; t += kStepThreads) sh.v[t] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + t);
+  __syncthreads();
+
+  const int64_t out_at = row * tk.out_row_stride + hv * tk.out_head_stride;
+  const int64_t slot = sh.slot;
+  const int w = sh.w;
+  if (slot < 0) {  // touches nothing, zero output
+    for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
+    return;
+  }
+  if (w >= L) {  // a cursor with no room: nothing touched, zero output
+    mbarrier_wait(&sh.tile_full, 0);  // the tile lands before the CTA leaves
+    for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
+    return;
+  }
+
+  if (folds_after_append(w, c.max_draft_tokens, L)) {
+    // ---- the fold: the buffer's w entries and the token; the output from the folded state ----
+    // Every u_j from the checkpoint with a read copy; without one the buffer's came from it already
+    // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
+    mbarrier_wait(&sh.tile_full, 0);  // the fold's workspace overlaps the tile
+    FoldTail tail;
+    tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
+    tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
+    tail.g = sh.g;
+    tail.beta = sh.beta;
+    Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn);
+    for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
+    move_cursor(slot, 0);
+    return;
+  }
+
+  // ---- 2. the window: decays, the keys' dots, the window terms ----
+  // This thread's u_j[v] first (value channel vc, entries slice, slice + kSlices, ...): in flight
+  // while the coefficients are made.
+  const int vc = tid % kV, slice = tid / kV;
+  const float* u_win = c.u_buf + slot * c.ub_slot_stride + hv * c.ub_head_stride + vc;
+  auto load_u_batch = [&](int m0, float (&uw)[Traits::kWindowBatch]) {
+#pragma unroll
+    for (int m = 0; m < Traits::kWindowBatch; ++m) {
+      const int j = slice + kSlices * (m0 + m);
+      uw[m] = j < w ? __ldg(u_win + j * c.ub_entry_stride) : 0.0f;
+    }
+  };
+  float uw[Traits::kWindowBatch];
+  load_u_batch(0, uw);
+  if (warp == 0) {
+    // Lane l holds entries l and l + 32; entries past the token add nothing. e^{Lambda_t - Lambda_j}
+    // from the sum of g_{j+1} .. g_t (suffix sums of the next entries), not a difference of prefixes.
+    const float* g_win = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride;
+    auto g_at = [&](int j) { return j < w ? __ldg(g_win + j) : (j == w ? sh.g : 0.0f); };
+    const float total = row_sum<32>(g_at(lane) + g_at(lane + 32));
+    const float upper = warp_inclusive_suffix_sum(g_at(lane + 33));  // entries > lane + 32
+    const float lower = warp_inclusive_suffix_sum(g_at(lane + 1)) + __shfl_sync(0xffffffffu, upper, 0);  // entries > lane
+    if (lane < w) sh.rel[lane] = expf(lower);
+    if (lane + 32 < w) sh.rel[lane + 32] = expf(upper);
+    if (lane == 0) sh.decay = expf(total);
+  }
+  {
+    constexpr int kPer = Traits::kKeyPerLane;
+    const int sub = lane / Traits::kEntryLanes, el = lane % Traits::kEntryLanes;
+    // Lane el's columns: 8-element chunks el, el + 8, ... (k_hat and q_hat read from shared memory per
+    // entry: held in registers they would cost the replay its occupancy)
+    const unsigned char* k_win = static_cast<const unsigned char*>(c.k_buf) +
+                                 (slot * c.kb_slot_stride + h * c.kb_head_stride) * dtype_size(kAct);
+    for (int j0 = warp * (32 / Traits::kEntryLanes); j0 < w; j0 += Traits::kEntriesPerPass) {
+      const int j = j0 + sub;
+      float ss = 0.0f, dk = 0.0f, dq = 0.0f;
+      if (j < w) {
+#pragma unroll
+        for (int i = 0; i < kPer / 8; ++i) {
+          float kr[8];
+          Chunk16<kAct>::to_float(Chunk16<kAct>::load(k_win, j * c.kb_entry_stride + (el + 8 * i) * 8), kr);
+          const float* kh = sh.k + (el + 8 * i) * 8;
+          const float* qh = sh.q + (el + 8 * i) * 8;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            ss += kr[e] * kr[e];
+            dk += kr[e] * kh[e];
+            dq += kr[e] * qh[e];
+          }
+        }
+      }
+      ss = row_sum<Traits::kEntryLanes>(ss);
+      dk = row_sum<Traits::kEntryLanes>(dk);
+      dq = row_sum<Traits::kEntryLanes>(dq);
+      if (el == 0 && j < w) {
+        const float rk = key_scale(ss, tk.use_qk_l2norm);
+        sh.kdot[j] = rk * dk;
+        sh.qdot[j] = rk * dq;
+      }
+    }
+  }
+  __syncthreads();
+  {
+    float wk = 0.0f, wq = 0.0f;
+    for (int m0 = 0; slice + kSlices * m0 < w; m0 += Traits::kWindowBatch) {
+      if (m0 > 0) load_u_batch(m0, uw);
+#pragma unroll
+      for (int m = 0; m < Traits::kWindowBatch; ++m) {
+        const int j = slice + kSlices * (m0 + m);
+        if (j < w) {
+          const float rel = sh.rel[j];
+          wk += (rel * sh.kdot[j]) * uw[m];
+          wq += (rel * sh.qdot[j]) * uw[m];
+        }
+      }
+    }
+    sh.wk[slice][vc] = wk;
+    sh.wq[slice][vc] = wq;
+  }
+  __syncthreads();
+
+  // ---- 3. the rows: S_c k_hat and S_c q_hat from the tile ----
+  {
+    constexpr int R = Traits::kRows;
+    constexpr int C = Lanes::kChunksPerLane;
+    constexpr int E = Lanes::kElemsPerChunk;
+    float scale[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
+      scale[r] = kRead == DType::kFloat8E4M3 && kCopy ? __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr) : 1.0f;
+    }
+    float kf[C][E], qf[C][E];
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        kf[i][e] = sh.k[Lanes::col(i) + e];
+        qf[i][e] = sh.q[Lanes::col(i) + e];
+      }
+    }
+    mbarrier_wait(&sh.tile_full, 0);
+#pragma unroll 2
+    for (int r = 0; r < R; ++r) {
+      const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
+      float dk = 0.0f, dq = 0.0f;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        float s[E];
+        Chunk16<kSrc>::to_float(*reinterpret_cast<const uint4*>(dyn + vr * Traits::kRowBytes + Lanes::col(i) * dtype_size(kSrc)), s);
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+          dk += s[e] * kf[i][e];
+          dq += s[e] * qf[i][e];
+        }
+      }
+      dk = row_sum<Lanes::kLanes>(dk) * scale[r];
+      dq = row_sum<Lanes::kLanes>(dq) * scale[r];
+      if (Lanes::lane() == 0) {
+        float wk = 0.0f, wq = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) {
+          wk += sh.wk[s][vr];
+          wq += sh.wq[s][vr];
+        }
+        const float u = sh.beta * (sh.v[vr] - (sh.decay * dk + wk));
+        sh.u[vr] = u;
+        sh.o[vr] = sh.decay * dq + wq + sh.kq * u;
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- 4. the output and the entry at w; the cursor ----
+  using Act = typename Storage<kAct>::type;
+  for (int t = tid; t < kV; t += kStepThreads) {
+    store_act<kAct>(tk.out, out_at + t, sh.o[t]);
+    c.u_buf[slot * c.ub_slot_stride + hv * c.ub_head_stride + w * c.ub_entry_stride + t] = sh.u[t];
+    static_cast<Act*>(c.v_buf)[slot * c.vb_slot_stride + hv * c.vb_head_stride + w * c.vb_entry_stride + t] =
+        static_cast<const Act*>(tk.v)[row * tk.v_row_stride + hv * tk.v_head_stride + t];
+  }
+  if (hv % (p.v_heads / p.heads) == 0) {  // the k-head's key, once (by its first v-head's CTA)
+    for (int t = tid; t < kK; t += kStepThreads) {
+      static_cast<Act*>(c.k_buf)[slot * c.kb_slot_stride + h * c.kb_head_stride + w * c.kb_entry_stride + t] =
+          static_cast<const Act*>(tk.k)[row * tk.k_row_stride + h * tk.k_head_stride + t];
+    }
+  }
+  if (tid == 0) {
+    c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w] = sh.g;
+    c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
+  }
+  move_cursor(slot, w + 1);
+}
+
+}  // namespace gdn
+}  // namespace replayssm
