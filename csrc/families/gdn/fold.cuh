@@ -21,8 +21,8 @@
 //   2. stage_window(ws, cache, slot, v_head, k_head, first, count, recompute): cp.async of buffer
 //      entries first .. first + count - 1 into the raw area (one commit group). A caller that holds
 //      an entry itself (the step's current token) writes it instead into the raw area with plain
-//      stores (ws.k_raw + j * kK: the raw key as stored in k_buf; ws.v_raw + j * kV: the raw value, when
-//      recompute; ws.u_raw + j * kV: u_j in fp32, when not; ws.g_raw[j], ws.beta_raw[j]).
+//      stores (ws.k_raw() + j * kK: the raw key as stored in k_buf; ws.v_raw() + j * kV: the raw value, when
+//      recompute; ws.u_raw() + j * kV: u_j in fp32, when not; ws.g_raw()[j], ws.beta_raw()[j]).
 //   3. prepare_window(ws, n, recompute, use_qk_l2norm): waits for the cp.async groups (all of them),
 //      normalises the keys, takes Lambda and the decays, (recompute) the coefficients c_tj, else the
 //      decayed keys. Ends with a CTA barrier; the raw area is free afterwards (the next item's
@@ -32,10 +32,10 @@
 //      CTA barrier between this load and the refill.
 //   5. fold_tile(ws, frag, n, recompute): frag becomes the folded state in fp32 (before any storage
 //      rounding; the step's output S q comes from it, with rows_dot). Has CTA barriers when recompute;
-//      afterwards ws.U[t * kV + TileMap::pos_of_row(v)] holds u_t[v] (recomputed, or as staged).
-//   6. store_tile<kCkpt>(frag, ...) for the checkpoint (or store_tile<kFloat32> into materialize's
-//      output), store_read_copy(frag, cache, slot, v_head) for the read copy (made from the value as
-//      stored, bitwise make_read_copy's rule).
+//      afterwards ws.U()[t * kV + TileMap::pos_of_row(v)] holds u_t[v] (recomputed, or as staged).
+//   6. store_checkpoint<kCkpt, kCopy, kRead>(frag, cache, slot, v_head): the checkpoint (streaming
+//      stores) and the read copy made from it as stored (bitwise make_read_copy's rule), row by row;
+//      or store_tile / store_read_copy separately, store_tile<kFloat32> into materialize's output.
 //   recompute: true when the cache has a read copy (the stored u came from it) and for materialize;
 //   false otherwise (the stored u came from the checkpoint). Every op that folds takes this rule, the
 //   step's fused fold included, so that the same buffer folds to the same checkpoint bits in any op.
@@ -120,40 +120,29 @@ struct FoldWorkspace {
   __host__ __device__ static constexpr size_t bytes(int L) { return scalars(L) + 4 * align16(4 * static_cast<size_t>(L)) + 16; }
 };
 
+// The workspace's arrays; only the base and L are kept (the addresses are cheap to form again, and a
+// pointer per array held across a whole item cost registers the tile needs).
 template <int kK, int kV, DType kAct>
 struct FoldView {
   using Act = typename Storage<kAct>::type;
   using W = FoldWorkspace<kK, kV>;
+  unsigned char* base;
   int L;
-  Act* k_raw;
-  Act* v_raw;    // recompute
-  float* u_raw;  // not recompute (the same bytes as v_raw)
-  float* g_raw;
-  float* beta_raw;
-  float* kn;
-  float* U;
-  float* coef;
-  float* lam;
-  float* elam;
-  float* rel;
-  float* beta;
-  float* decay;
-  __device__ FoldView(unsigned char* base, int buffer_len) : L(buffer_len) {
-    k_raw = reinterpret_cast<Act*>(base + W::k_raw(L));
-    v_raw = reinterpret_cast<Act*>(base + W::vu_raw(L));
-    u_raw = reinterpret_cast<float*>(base + W::vu_raw(L));
-    g_raw = reinterpret_cast<float*>(base + W::g_raw(L));
-    beta_raw = reinterpret_cast<float*>(base + W::beta_raw(L));
-    kn = reinterpret_cast<float*>(base + W::kn(L));
-    U = reinterpret_cast<float*>(base + W::U(L));
-    coef = reinterpret_cast<float*>(base + W::coef(L));
-    const size_t step = W::align16(4 * static_cast<size_t>(L));
-    lam = reinterpret_cast<float*>(base + W::scalars(L));
-    elam = reinterpret_cast<float*>(base + W::scalars(L) + step);
-    rel = reinterpret_cast<float*>(base + W::scalars(L) + 2 * step);
-    beta = reinterpret_cast<float*>(base + W::scalars(L) + 3 * step);
-    decay = reinterpret_cast<float*>(base + W::scalars(L) + 4 * step);
-  }
+  __device__ FoldView(unsigned char* b, int buffer_len) : base(b), L(buffer_len) {}
+  __device__ Act* k_raw() const { return reinterpret_cast<Act*>(base + W::k_raw(L)); }
+  __device__ Act* v_raw() const { return reinterpret_cast<Act*>(base + W::vu_raw(L)); }      // recompute
+  __device__ float* u_raw() const { return reinterpret_cast<float*>(base + W::vu_raw(L)); }  // not recompute
+  __device__ float* g_raw() const { return reinterpret_cast<float*>(base + W::g_raw(L)); }
+  __device__ float* beta_raw() const { return reinterpret_cast<float*>(base + W::beta_raw(L)); }
+  __device__ float* kn() const { return reinterpret_cast<float*>(base + W::kn(L)); }
+  __device__ float* U() const { return reinterpret_cast<float*>(base + W::U(L)); }
+  __device__ float* coef() const { return reinterpret_cast<float*>(base + W::coef(L)); }
+  __device__ float* scalar(int i) const { return reinterpret_cast<float*>(base + W::scalars(L) + i * W::align16(4 * static_cast<size_t>(L))); }
+  __device__ float* lam() const { return scalar(0); }
+  __device__ float* elam() const { return scalar(1); }
+  __device__ float* rel() const { return scalar(2); }
+  __device__ float* beta() const { return scalar(3); }
+  __device__ float* decay() const { return scalar(4); }
 };
 
 // ---- Keys --------------------------------------------------------------------------------------------
@@ -254,6 +243,24 @@ __device__ __forceinline__ void store_tile(const TileFrag<kK, kV>& f, void* base
   }
 }
 
+// The tile's rows stored in the checkpoint (kCkpt, streaming stores) and, where kRead is a read copy's
+// dtype (kCopy), the read copy made from them: row by row, so that a row's registers are free once
+// both are written.
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead>
+__device__ __forceinline__ void store_checkpoint(const TileFrag<kK, kV>& f, const GdnCache& c, int64_t slot, int v_head) {
+  using M = TileMap<kK, kV>;
+  const int64_t tile = slot * c.ck_slot_stride + v_head * c.ck_head_stride;
+#pragma unroll
+  for (int r = 0; r < M::R; ++r) {
+#pragma unroll
+    for (int b = 0; b < M::kBlocks; ++b) store4<kCkpt, true>(c.checkpoint, tile + M::row(r) * c.ck_row_stride + M::col(b), f.s[r][b]);
+    if constexpr (kCopy) {
+      store_read_copy_blocks<kCkpt, kRead, kRowLanes, M::kBlocks>(c, slot, v_head, M::row(r), [](int b) { return M::col(b); },
+                                                                  f.s[r]);
+    }
+  }
+}
+
 // The read copy of the tile, made from the values as a kCkpt checkpoint stores them.
 template <int kK, int kV, DType kCkpt, DType kRead>
 __device__ __forceinline__ void store_read_copy(const TileFrag<kK, kV>& f, const GdnCache& c, int64_t slot, int v_head) {
@@ -278,28 +285,28 @@ __device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct>& ws, c
   const Act* k_src = static_cast<const Act*>(c.k_buf) + slot * c.kb_slot_stride + k_head * c.kb_head_stride;
   for (int i = tid; i < count * kKChunks; i += kThreads) {
     const int j = first + i / kKChunks, ch = i % kKChunks;
-    cp_async16(ws.k_raw + j * kK + ch * 8, k_src + j * c.kb_entry_stride + ch * 8);
+    cp_async16(ws.k_raw() + j * kK + ch * 8, k_src + j * c.kb_entry_stride + ch * 8);
   }
   if (recompute) {
     constexpr int kVChunks = kV / 8;
     const Act* v_src = static_cast<const Act*>(c.v_buf) + slot * c.vb_slot_stride + v_head * c.vb_head_stride;
     for (int i = tid; i < count * kVChunks; i += kThreads) {
       const int j = first + i / kVChunks, ch = i % kVChunks;
-      cp_async16(ws.v_raw + j * kV + ch * 8, v_src + j * c.vb_entry_stride + ch * 8);
+      cp_async16(ws.v_raw() + j * kV + ch * 8, v_src + j * c.vb_entry_stride + ch * 8);
     }
   } else {
     constexpr int kUChunks = kV / 4;
     const float* u_src = c.u_buf + slot * c.ub_slot_stride + v_head * c.ub_head_stride;
     for (int i = tid; i < count * kUChunks; i += kThreads) {
       const int j = first + i / kUChunks, ch = i % kUChunks;
-      cp_async16(ws.u_raw + j * kV + ch * 4, u_src + j * c.ub_entry_stride + ch * 4);
+      cp_async16(ws.u_raw() + j * kV + ch * 4, u_src + j * c.ub_entry_stride + ch * 4);
     }
   }
   if (tid < count) {
-    cp_async4(ws.g_raw + first + tid, c.g_buf + slot * c.gb_slot_stride + v_head * c.gb_head_stride + first + tid);
+    cp_async4(ws.g_raw() + first + tid, c.g_buf + slot * c.gb_slot_stride + v_head * c.gb_head_stride + first + tid);
   } else if (tid >= kThreads / 2 && tid - kThreads / 2 < count) {
     const int j = first + tid - kThreads / 2;
-    cp_async4(ws.beta_raw + j, c.beta_buf + slot * c.bb_slot_stride + v_head * c.bb_head_stride + j);
+    cp_async4(ws.beta_raw() + j, c.beta_buf + slot * c.bb_slot_stride + v_head * c.bb_head_stride + j);
   }
   cp_async_commit();
 }
@@ -309,8 +316,8 @@ __device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct>& ws, c
 template <int kK, int kV, DType kAct>
 __device__ __forceinline__ void window_scalars(const FoldView<kK, kV, kAct>& ws, int n) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
-  const float g0 = lane < n ? ws.g_raw[lane] : 0.0f;
-  const float g1 = lane + 32 < n ? ws.g_raw[lane + 32] : 0.0f;
+  const float g0 = lane < n ? ws.g_raw()[lane] : 0.0f;
+  const float g1 = lane + 32 < n ? ws.g_raw()[lane + 32] : 0.0f;
   const float p0 = warp_inclusive_sum(g0);
   const float p1 = warp_inclusive_sum(g1) + __shfl_sync(kFullMask, p0, 31);
   const int last = n > 0 ? n - 1 : 0;
@@ -321,13 +328,13 @@ __device__ __forceinline__ void window_scalars(const FoldView<kK, kV, kAct>& ws,
     const int j = lane + 32 * h;
     if (j < n) {
       const float lam = h == 0 ? p0 : p1;
-      ws.lam[j] = lam;
-      ws.elam[j] = expf(lam);
-      ws.rel[j] = expf(total - lam);
-      ws.beta[j] = ws.beta_raw[j];
+      ws.lam()[j] = lam;
+      ws.elam()[j] = expf(lam);
+      ws.rel()[j] = expf(total - lam);
+      ws.beta()[j] = ws.beta_raw()[j];
     }
   }
-  if (lane == 0) *ws.decay = expf(total);
+  if (lane == 0) *ws.decay() = expf(total);
 }
 
 // Step 3 of the interface: keys, scalars, U, and the coefficients (recompute) or decayed keys (not).
@@ -339,10 +346,10 @@ __device__ __forceinline__ void prepare_window(const FoldView<kK, kV, kAct>& ws,
   cp_async_wait_all();
   __syncthreads();  // the staged entries (and a caller's own) are in; the last item's readers are done
   if (warp == kWarps - 1) window_scalars(ws, n);
-  for (int j = warp; j < n; j += kWarps) normalize_key<kK, kAct>(ws.k_raw + j * kK, ws.kn + j * kK, l2norm);
+  for (int j = warp; j < n; j += kWarps) normalize_key<kK, kAct>(ws.k_raw() + j * kK, ws.kn() + j * kK, l2norm);
   for (int i = tid; i < n * kV; i += kThreads) {
     const int j = i / kV, pos = i % kV, v = M::row_of_pos(pos);
-    ws.U[i] = recompute ? to_float(ws.v_raw[j * kV + v]) : ws.u_raw[j * kV + v];
+    ws.U()[i] = recompute ? to_float(ws.v_raw()[j * kV + v]) : ws.u_raw()[j * kV + v];
   }
   __syncthreads();
   if (recompute) {
@@ -351,18 +358,18 @@ __device__ __forceinline__ void prepare_window(const FoldView<kK, kV, kAct>& ws,
     for (int t = warp; t < n; t += kWarps) {
       float kt[kPer];
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) kt[e] = ws.kn[t * kK + lane * kPer + e];
-      const float lam_t = ws.lam[t];
+      for (int e = 0; e < kPer; ++e) kt[e] = ws.kn()[t * kK + lane * kPer + e];
+      const float lam_t = ws.lam()[t];
       for (int j = 0; j < t; ++j) {
         float d = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kPer; ++e) d = fmaf(ws.kn[j * kK + lane * kPer + e], kt[e], d);
+        for (int e = 0; e < kPer; ++e) d = fmaf(ws.kn()[j * kK + lane * kPer + e], kt[e], d);
         d = row_sum<32>(d);
-        if (lane == 0) ws.coef[t * ws.L + j] = expf(lam_t - ws.lam[j]) * d;
+        if (lane == 0) ws.coef()[t * ws.L + j] = expf(lam_t - ws.lam()[j]) * d;
       }
     }
   } else {
-    for (int i = tid; i < n * kK; i += kThreads) ws.kn[i] *= ws.rel[i / kK];
+    for (int i = tid; i < n * kK; i += kThreads) ws.kn()[i] *= ws.rel()[i / kK];
   }
   __syncthreads();
 }
@@ -374,27 +381,28 @@ __device__ __forceinline__ void fold_tile(const FoldView<kK, kV, kAct>& ws, Tile
   using M = TileMap<kK, kV>;
   const int tid = static_cast<int>(threadIdx.x);
   if (recompute) {
+#pragma unroll 1
     for (int t = 0; t < n; ++t) {
-      const float p = rows_dot<kK, kV>(f, ws.kn + t * kK);
+      const float p = rows_dot<kK, kV>(f, ws.kn() + t * kK);
       if (M::dot_writer()) {
-        float* u = ws.U + t * kV + M::first_row() * M::R + M::dot_row();
-        *u = fmaf(-ws.elam[t], p, *u);  // v_t - e^{Lambda_t} (S_c kn_t)
+        float* u = ws.U() + t * kV + M::first_row() * M::R + M::dot_row();
+        *u = fmaf(-ws.elam()[t], p, *u);  // v_t - e^{Lambda_t} (S_c kn_t)
       }
     }
     __syncthreads();
     if (tid < kV) {  // position tid's row: u_t = beta_t (U_t - sum_{j<t} c_tj u_j), in order
       for (int t = 0; t < n; ++t) {
-        float acc = ws.U[t * kV + tid];
-        const float* c = ws.coef + t * ws.L;
-        for (int j = 0; j < t; ++j) acc = fmaf(-c[j], ws.U[j * kV + tid], acc);
-        ws.U[t * kV + tid] = ws.beta[t] * acc;
+        float acc = ws.U()[t * kV + tid];
+        const float* c = ws.coef() + t * ws.L;
+        for (int j = 0; j < t; ++j) acc = fmaf(-c[j], ws.U()[j * kV + tid], acc);
+        ws.U()[t * kV + tid] = ws.beta()[t] * acc;
       }
     } else {  // the other threads decay the keys meanwhile
-      for (int i = tid - kV; i < n * kK; i += kThreads - kV) ws.kn[i] *= ws.rel[i / kK];
+      for (int i = tid - kV; i < n * kK; i += kThreads - kV) ws.kn()[i] *= ws.rel()[i / kK];
     }
     __syncthreads();
   }
-  const float decay = *ws.decay;
+  const float decay = *ws.decay();
 #pragma unroll
   for (int r = 0; r < M::R; ++r) {
 #pragma unroll
@@ -403,7 +411,8 @@ __device__ __forceinline__ void fold_tile(const FoldView<kK, kV, kAct>& ws, Tile
       for (int q = 0; q < 4; ++q) f.s[r][b][q] *= decay;
     }
   }
-  const float* u_rows = ws.U + M::first_row() * M::R;
+  const float* u_rows = ws.U() + M::first_row() * M::R;
+#pragma unroll 1
   for (int j = 0; j < n; ++j) {
     float u[M::R];
     if constexpr (M::R == 4) {
@@ -415,7 +424,7 @@ __device__ __forceinline__ void fold_tile(const FoldView<kK, kV, kAct>& ws, Tile
     }
 #pragma unroll
     for (int b = 0; b < M::kBlocks; ++b) {
-      const float4 kd = *reinterpret_cast<const float4*>(ws.kn + j * kK + M::col(b));
+      const float4 kd = *reinterpret_cast<const float4*>(ws.kn() + j * kK + M::col(b));
 #pragma unroll
       for (int r = 0; r < M::R; ++r) {
         f.s[r][b][0] = fmaf(u[r], kd.x, f.s[r][b][0]);
