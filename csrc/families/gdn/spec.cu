@@ -10,7 +10,7 @@
 namespace replayssm {
 namespace gdn {
 template <int kK, int kV>
-cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream);
+cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream, int forced_heads_per_cta);
 template <int kK, int kV>
 cudaError_t launch_fold_shape(const GdnParams& p, cudaStream_t stream);
 
@@ -44,7 +44,9 @@ cudaError_t launch_gdn_verify(const GdnParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   return gdn::dispatch_shape(p, [&](auto K, auto V) {
-    return gdn::launch_verify_shape<decltype(K)::value, decltype(V)::value>(p, stream);
+    // 0: verify_launch.cuh's rule for the v-heads per CTA (the launch overrides' verify_heads_per_cta
+    // is the value to pass where the build has them).
+    return gdn::launch_verify_shape<decltype(K)::value, decltype(V)::value>(p, stream, 0);
   });
 }
 
