@@ -217,6 +217,7 @@ SPEC_CONFIGS = [
     (SMALL, torch.float32, torch.float16, 5, 3, torch.float16),
     (SMALL, torch.bfloat16, FP8, 8, 4, torch.bfloat16),
     (SMALL, torch.float16, None, 6, 2, torch.float16),
+    (SMALL, torch.bfloat16, None, 8, 4, torch.float16),       # a 16-bit checkpoint of the other type
     (SMALL, torch.float32, None, 1, 1, torch.bfloat16),       # L = 1: every commit folds
     (K128_V64, torch.float32, None, 64, 16, torch.bfloat16),  # the largest buffer and draft count
     (K64_V128, torch.float32, torch.bfloat16, 32, 16, torch.bfloat16),
@@ -626,15 +627,15 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(RuntimeError, match=r"gdn_materialize: out must have dtype in \{float32\}, got float16"):
         ops().gdn_materialize(c.checkpoint, *c.buffers(), c.num_committed, out16, True, None, -1)
     wide = torch.zeros(3, layer.HV, layer.V, 96, device=DEVICE)
-    with pytest.raises(RuntimeError, match=r"gdn_flush: checkpoint \(head_k_dim K, head_v_dim V\) must be one of \(64, 64\), \(64, 128\), \(128, 64\) or \(128, 128\), got \(96, 64\)"):
+    with pytest.raises(RuntimeError, match=r"gdn_flush: checkpoint \(head_k_dim K = size\(3\), head_v_dim V = size\(2\)\) must have \(K, V\) in \{\(64, 64\), \(64, 128\), \(128, 64\), \(128, 128\)\}, got \(96, 64\)"):
         ops().gdn_flush(wide, None, None, *c.buffers(), c.num_committed, True, None, -1)
-    bf = gpu_cache(layer, 3, 4, ck=torch.bfloat16, act=torch.float16)
-    with pytest.raises(RuntimeError, match=r"gdn_commit: a bfloat16 checkpoint pairs with bfloat16 activations, but k_buf holds float16"):
-        ops().gdn_commit(*bf.args(), torch.zeros(2, dtype=torch.int32, device=DEVICE), 2, True, None, -1)
     odd = Layer((4, 6, 64, 64), seed=1)
     oc = gpu_cache(odd, 3, 4)
-    with pytest.raises(RuntimeError, match=r"gdn_flush: the number of v-heads \(6\) must be a multiple of the number of q/k heads \(k_buf.size\(1\) = 4\)"):
+    with pytest.raises(RuntimeError, match=r"gdn_flush: the number of v-heads \(checkpoint.size\(1\) = 6\) must be a multiple of the number of q/k heads \(k_buf.size\(1\)\), got 4"):
         ops().gdn_flush(*oc.args(), True, None, -1)
+    with pytest.raises(RuntimeError, match=r"gdn_verify: v must start on a 16-byte boundary"):
+        v_odd = torch.empty(2 * 2 * layer.HV * layer.V + 1, dtype=layer.act, device=DEVICE)[1:].view(2, 2, layer.HV, layer.V)
+        ops().gdn_verify(*c.args(), q, k, v_odd, a, b, A_log, dt_bias, out, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_commit: read_scale is required with a float8_e4m3fn read_copy"):
         fp8 = gpu_cache(layer, 3, 4, rc=FP8)
         ops().gdn_commit(fp8.checkpoint, fp8.read_copy, None, *fp8.buffers(), fp8.num_committed,

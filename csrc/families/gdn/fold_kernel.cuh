@@ -17,7 +17,8 @@
 // the next `stages` items by bulk copy into a ring of shared-memory stages (a stage is refilled as soon
 // as its tile is in registers, so one stage already keeps a tile in flight beside the one folding), and
 // the next item's buffer entries by cp.async into the workspace's raw area right after this item's
-// prepare_window has converted its own. The checkpoint is stored with the streaming cache operator
+// prepare_window has converted its own. The whole tile in registers (128 of them, two CTAs per SM),
+// fold.cuh's passes take its rows from there. The checkpoint is stored with the streaming cache operator
 // (nothing reads it in the next kernel). Byte model per item: the tile read once and written once
 // (V K ckpt bytes each), plus n entries of k (K act), v or u (V act or fp32), g and beta, and the read
 // copy written where there is one.
@@ -26,6 +27,7 @@
 #include "cache/fold_rows.cuh"
 #include "cache/slot_map.cuh"
 #include "families/gdn/fold.cuh"
+#include "families/gdn/variants.h"
 
 namespace replayssm {
 namespace gdn {
@@ -47,7 +49,7 @@ struct FoldLayout {
   __host__ __device__ static constexpr size_t bytes(int stages, int L) {
     return workspace(stages) + FoldWorkspace<kK, kV>::bytes(L);
   }
-  static constexpr size_t kStaticBytes = sizeof(FoldRowList<kThreads>);
+  static constexpr size_t kStaticBytes = sizeof(FoldRowList<kFoldThreads>);
 };
 
 // Two CTAs per SM are the target (the launcher falls back to one where a long buffer leaves no room).
@@ -55,32 +57,49 @@ constexpr int kFoldCtasPerSm = 2;
 
 template <int kK, int kV>
 __device__ __forceinline__ void write_zero_state(const GdnParams& p, int64_t row, int v_head) {
-  TileFrag<kK, kV> zero;
+  using M = TileMap<kK, kV>;
+  float zero[M::kBlocks][4];
 #pragma unroll
-  for (int r = 0; r < TileMap<kK, kV>::R; ++r) {
+  for (int b = 0; b < M::kBlocks; ++b) {
 #pragma unroll
-    for (int b = 0; b < TileMap<kK, kV>::kBlocks; ++b) {
+    for (int q = 0; q < 4; ++q) zero[b][q] = 0.0f;
+  }
+  const StateSink<kK, kV> sink{p.state_out, row * p.so_row_stride + v_head * p.so_head_stride, p.so_v_stride};
 #pragma unroll
-      for (int q = 0; q < 4; ++q) zero.s[r][b][q] = 0.0f;
+  for (int r = 0; r < M::R; ++r) sink(M::row(r), zero);
+}
+
+// The fold kernel's rows: into materialize's output, or the checkpoint (streaming stores: no kernel
+// reads it right after commit) and the read copy.
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead>
+struct FoldKernelSink {
+  bool materialize;
+  StateSink<kK, kV> state;
+  CheckpointSink<kK, kV, kCkpt, kCopy, kRead, true> checkpoint;
+  __device__ void operator()(int v, const float (&s)[TileMap<kK, kV>::kBlocks][4]) const {
+    if (materialize) {
+      state(v, s);
+    } else {
+      checkpoint(v, s);
     }
   }
-  store_tile<kK, kV, DType::kFloat32>(zero, p.state_out, row * p.so_row_stride + v_head * p.so_head_stride, p.so_v_stride);
-}
+};
 
 // kCopy: the cache has a read copy of dtype kRead (commit and flush refresh it; the launcher never
 // passes one to materialize). p.cache.buffer_len entries at most; stages: tiles in the ring.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-__global__ void __launch_bounds__(kThreads, kFoldCtasPerSm) fold_kernel(const GdnParams p, const int stages) {
+__global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(const GdnParams p, const int stages) {
   using Layout = FoldLayout<kK, kV, kCkpt>;
   using View = FoldView<kK, kV, kAct>;
   extern __shared__ __align__(128) unsigned char smem_base[];
-  __shared__ FoldRowList<kThreads> rows;
+  __shared__ FoldRowList<kFoldThreads> rows;
 
   const GdnCache& c = p.cache;
   const int L = c.buffer_len;
   const int HV = p.v_heads;
   const int group = HV / p.heads;  // v-heads per k-head
   const bool materialize = p.mode == GdnFoldMode::kMaterialize;
+  // Entries recomputed from the checkpoint: all with a read copy (it served them) and for materialize.
   const bool recompute = kCopy || materialize;
   const bool l2norm = p.tokens.use_qk_l2norm;
   const int S = stages;
@@ -100,8 +119,8 @@ __global__ void __launch_bounds__(kThreads, kFoldCtasPerSm) fold_kernel(const Gd
   int stage = 0;             // the ring stage of this CTA's next tile, and its barrier's phase
   uint32_t phase = 0;
 
-  for (int chunk = 0; chunk < p.batch; chunk += kThreads) {
-    const int count = collect_fold_rows<kThreads>(rows, chunk, [&](int64_t row, int64_t& slot, int& n) {
+  for (int chunk = 0; chunk < p.batch; chunk += kFoldThreads) {
+    const int count = collect_fold_rows<kFoldThreads>(rows, chunk, [&](int64_t row, int64_t& slot, int& n) {
       if (row >= p.batch) return false;
       slot = resolve_slot(p, row);
       if (slot >= 0) {
@@ -129,8 +148,8 @@ __global__ void __launch_bounds__(kThreads, kFoldCtasPerSm) fold_kernel(const Gd
           c.ck_row_stride * kCkBytes, full + s);
     };
     auto stage_item = [&](int k) {
-      const int head = static_cast<int>(k % HV);
-      stage_window(ws, c, rows.slot[k / HV], head, head / group, 0, rows.n[k / HV], recompute);
+      const int head = k % HV, n = rows.n[k / HV];
+      stage_window(ws, c, rows.slot[k / HV], head, head / group, n, recompute ? 0 : n);
     };
     const int first = ((static_cast<int>(blockIdx.x) - items_before) % grid + grid) % grid;
     {
@@ -156,7 +175,8 @@ __global__ void __launch_bounds__(kThreads, kFoldCtasPerSm) fold_kernel(const Gd
         continue;
       }
       const int n = rows.n[ri];
-      prepare_window(ws, n, recompute, l2norm);
+      const int first_recompute = recompute ? 0 : n;
+      prepare_window(ws, n, first_recompute, l2norm);
       const int k_next = next_tile_item(k + grid);
       if (k_next < items) stage_item(k_next);  // the raw area is free now
 
@@ -174,12 +194,12 @@ __global__ void __launch_bounds__(kThreads, kFoldCtasPerSm) fold_kernel(const Gd
         phase ^= 1;
       }
 
-      fold_tile(ws, f, n, recompute);
-      if (materialize) {
-        store_tile<kK, kV, DType::kFloat32>(f, p.state_out, row * p.so_row_stride + head * p.so_head_stride, p.so_v_stride);
-      } else {
-        store_checkpoint<kK, kV, kCkpt, kCopy, kRead>(f, c, slot, head);
-      }
+      const RegisterRows<kK, kV> tile_rows{f};
+      const FoldKernelSink<kK, kV, kCkpt, kCopy, kRead> sink{
+          materialize,
+          StateSink<kK, kV>{p.state_out, row * p.so_row_stride + head * p.so_head_stride, p.so_v_stride},
+          CheckpointSink<kK, kV, kCkpt, kCopy, kRead, true>{c, slot, head}};
+      fold_passes(ws, n, first_recompute, tile_rows, tile_rows.fetch(0), sink, nullptr, nullptr);
     }
     items_before += items;
   }

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "families/gdn/fold_kernel.cuh"
-#include "families/gdn/spec_variants.h"
+#include "families/gdn/variants.h"
 
 namespace replayssm {
 namespace gdn {
@@ -33,37 +33,27 @@ cudaError_t launch_fold_kernel(const GdnParams& p, cudaStream_t stream) {
   if (stages < 1) return cudaErrorInvalidValue;
   const size_t smem = Layout::bytes(stages, p.cache.buffer_len);
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kFoldThreads, smem);
   if (err != cudaSuccess) return err;
   // One wave of persistent CTAs, never more than there are (row, v-head) items.
   const int64_t items = static_cast<int64_t>(p.batch) * p.v_heads;
   const int64_t wave = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(p, stages);
+  kernel<<<static_cast<unsigned>(items < wave ? items : wave), kFoldThreads, smem, stream>>>(p, stages);
   return cudaGetLastError();
 }
 
-// Every (checkpoint, read copy) pair of the variants table for one (K, V) and activation dtype (a 16-bit
-// checkpoint with activations of its own type only).
-template <int kK, int kV, DType kAct>
-cudaError_t dispatch_fold_state(const GdnParams& p, cudaStream_t stream) {
-  const bool copy = p.cache.read_copy != nullptr;
-  const DType ck = p.cache.checkpoint_dtype, rc = p.cache.read_copy_dtype;
-#define REPLAYSSM_GDN_FOLD_CASE(CKPT, COPY, READ)                                            \
-  if constexpr (DType::CKPT == DType::kFloat32 || DType::CKPT == kAct) {                     \
-    if (ck == DType::CKPT && copy == COPY && (!COPY || rc == DType::READ))                   \
-      return launch_fold_kernel<kK, kV, DType::CKPT, COPY, DType::READ, kAct>(p, stream);    \
-  }
-  REPLAYSSM_GDN_CHECKPOINT_READ_COPY(REPLAYSSM_GDN_FOLD_CASE)
-#undef REPLAYSSM_GDN_FOLD_CASE
-  return cudaErrorInvalidValue;
-}
-
-// All dtype combinations of one (K, V); instantiated once per shape file.
+// Every (checkpoint, read copy) pair and activation dtype of the variants table (variants.h) for one
+// (K, V); instantiated once per shape file.
 template <int kK, int kV>
 cudaError_t launch_fold_shape(const GdnParams& p, cudaStream_t stream) {
-  if (p.act_dtype == DType::kBFloat16) return dispatch_fold_state<kK, kV, DType::kBFloat16>(p, stream);
-  if (p.act_dtype == DType::kFloat16) return dispatch_fold_state<kK, kV, DType::kFloat16>(p, stream);
-  return cudaErrorInvalidValue;
+  const GdnCache& c = p.cache;
+  return with_cache(c.checkpoint_dtype, c.read_copy != nullptr, c.read_copy_dtype, cudaErrorInvalidValue,
+                    [&](auto ck, auto copy, auto rc) {
+                      return with_activation(p.act_dtype, cudaErrorInvalidValue, [&](auto act) {
+                        return launch_fold_kernel<kK, kV, decltype(ck)::value, decltype(copy)::value,
+                                                  decltype(rc)::value, decltype(act)::value>(p, stream);
+                      });
+                    });
 }
 
 }  // namespace gdn

@@ -5,7 +5,7 @@
 
 #include "cache/fold_cursor.h"
 #include "families/gdn/params.h"
-#include "families/gdn/spec_variants.h"
+#include "families/gdn/variants.h"
 
 namespace replayssm {
 namespace gdn {
@@ -18,12 +18,7 @@ namespace {
 
 template <class Launcher>
 cudaError_t dispatch_shape(const GdnParams& p, Launcher launch) {
-  const int K = p.head_k_dim, V = p.head_v_dim;
-#define REPLAYSSM_GDN_SHAPE_CASE(KD, VD) \
-  if (K == KD && V == VD) return launch(std::integral_constant<int, KD>{}, std::integral_constant<int, VD>{});
-  REPLAYSSM_GDN_SHAPES(REPLAYSSM_GDN_SHAPE_CASE)
-#undef REPLAYSSM_GDN_SHAPE_CASE
-  return cudaErrorInvalidValue;
+  return with_shape(p.head_k_dim, p.head_v_dim, cudaErrorInvalidValue, launch);
 }
 
 bool common_params_ok(const GdnParams& p) {

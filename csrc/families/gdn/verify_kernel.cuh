@@ -37,15 +37,16 @@
 #include "cache/slot_map.cuh"
 #include "common/math.cuh"
 #include "families/gdn/fold.cuh"
+#include "families/gdn/gates.cuh"
 
 namespace replayssm {
 namespace gdn {
 
 // Shared memory of a verify CTA: the ring's barriers, the ring of source tiles, the raw area (cp.async:
-// keys [L][K] (the window's, then the drafts' at w ..), queries [T][K], draft values [T][V], window g
-// [L]), the fp32 area (kn [L][K], qn [T][K], u window [L][V], the dot products A (kn) and B (qn) [T][V],
-// draft values [T][V], coefficients [T][L] as (u, output) pairs, Lambda [L], e^{Lambda_t}, beta and
-// g of the drafts [T]).
+// keys [L][K] (the window's, then the drafts' at w ..), queries [T][K], draft values [T][V], g [L] (the
+// window's by cp.async, the drafts' at w .. from P1)), the fp32 area (kn [L][K], qn [T][K], u window
+// [L][V], the dot products A (kn) and B (qn) [T][V], draft values [T][V], coefficients [T][L] as (u,
+// output) pairs, e^{Lambda_t} and beta of the drafts [T]).
 template <int kK, int kV, DType kSrc>
 struct VerifyLayout {
   static constexpr size_t kTileBytes = static_cast<size_t>(kV) * kK * dtype_size(kSrc);
@@ -63,9 +64,8 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t dots(int S, int L, int T) { return uw(S, L, T) + 4 * static_cast<size_t>(L) * kV; }
   __host__ __device__ static constexpr size_t vd(int S, int L, int T) { return dots(S, L, T) + 8 * static_cast<size_t>(T) * kV; }
   __host__ __device__ static constexpr size_t coef(int S, int L, int T) { return vd(S, L, T) + 4 * static_cast<size_t>(T) * kV; }
-  __host__ __device__ static constexpr size_t lam(int S, int L, int T) { return coef(S, L, T) + 8 * static_cast<size_t>(T) * L; }
-  __host__ __device__ static constexpr size_t draft_scalars(int S, int L, int T) { return lam(S, L, T) + a16(4 * static_cast<size_t>(L)); }
-  __host__ __device__ static constexpr size_t bytes(int S, int L, int T) { return draft_scalars(S, L, T) + 3 * a16(4 * static_cast<size_t>(T)); }
+  __host__ __device__ static constexpr size_t draft_scalars(int S, int L, int T) { return coef(S, L, T) + 8 * static_cast<size_t>(T) * L; }
+  __host__ __device__ static constexpr size_t bytes(int S, int L, int T) { return draft_scalars(S, L, T) + 2 * a16(4 * static_cast<size_t>(T)); }
 };
 
 template <int kK, int kV, DType kSrc, DType kAct>
@@ -92,23 +92,16 @@ struct VerifySmem {
   __device__ float* B() const { return A() + T * kV; }                                            // [T][V]: S qn_i
   __device__ float* vd() const { return reinterpret_cast<float*>(base + Layout::vd(S, L, T)); }
   __device__ float2* coef() const { return reinterpret_cast<float2*>(base + Layout::coef(S, L, T)); }  // [T][L]
-  __device__ float* lam() const { return reinterpret_cast<float*>(base + Layout::lam(S, L, T)); }
-  __device__ float* draft(int k) const {  // 0: e^{Lambda_t}, 1: beta, 2: g
+  __device__ float* draft(int k) const {  // 0: e^{Lambda_t}, 1: beta
     return reinterpret_cast<float*>(base + Layout::draft_scalars(S, L, T) + k * Layout::a16(4 * static_cast<size_t>(T)));
   }
 };
-
-// One per-row scalar input (a, b): the activation dtype or fp32.
-template <DType kAct>
-__device__ __forceinline__ float load_gate_input(const void* base, DType dtype, int64_t offset) {
-  return dtype == DType::kFloat32 ? __ldg(static_cast<const float*>(base) + offset) : load_act<kAct>(base, offset);
-}
 
 template <DType kAct>
 __device__ __forceinline__ void write_zero_outputs(const GdnParams& p, int64_t row, int head0, int heads, int V) {
   const GdnTokens& tk = p.tokens;
   const int T = tk.num_tokens;
-  for (int i = static_cast<int>(threadIdx.x); i < heads * T * V; i += kThreads) {
+  for (int i = static_cast<int>(threadIdx.x); i < heads * T * V; i += kFoldThreads) {
     const int h = i / (T * V), t = (i / V) % T, v = i % V;
     store_act<kAct>(tk.out, row * tk.out_row_stride + t * tk.out_token_stride + (head0 + h) * tk.out_head_stride + v, 0.0f);
   }
@@ -117,11 +110,11 @@ __device__ __forceinline__ void write_zero_outputs(const GdnParams& p, int64_t r
 // kSrc: the dtype verify reads (the read copy's, or the checkpoint's without one); stages: tiles in the
 // ring; heads_per_cta: v-heads per CTA (the last CTA of a row may take fewer).
 template <int kK, int kV, DType kSrc, DType kAct>
-__global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, const int stages, const int heads_per_cta) {
+__global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams p, const int stages, const int heads_per_cta) {
   using M = TileMap<kK, kV>;
   using Act = typename Storage<kAct>::type;
   constexpr int kSrcBytes = dtype_size(kSrc);
-  constexpr int kWarps = kThreads / 32;
+  constexpr int kWarps = kFoldThreads / 32;
   extern __shared__ __align__(128) unsigned char smem_base[];
   const GdnCache& c = p.cache;
   const GdnTokens& tk = p.tokens;
@@ -179,15 +172,15 @@ __global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, 
     constexpr int kKC = kK / 8, kVC = kV / 8;  // 16-byte chunks of a key / value row
     const int kc = tid % kKC, vc = tid % kVC;
     const Act* kb = static_cast<const Act*>(c.k_buf) + slot * c.kb_slot_stride + kh * c.kb_head_stride + kc * 8;
-    for (int j = tid / kKC; j < w; j += kThreads / kKC) cp_async16(sm.k_raw() + j * kK + kc * 8, kb + j * c.kb_entry_stride);
+    for (int j = tid / kKC; j < w; j += kFoldThreads / kKC) cp_async16(sm.k_raw() + j * kK + kc * 8, kb + j * c.kb_entry_stride);
     const Act* kin = static_cast<const Act*>(tk.k) + row * tk.k_row_stride + kh * tk.k_head_stride + kc * 8;
     const Act* qin = static_cast<const Act*>(tk.q) + row * tk.q_row_stride + kh * tk.q_head_stride + kc * 8;
-    for (int d = tid / kKC; d < T; d += kThreads / kKC) {
+    for (int d = tid / kKC; d < T; d += kFoldThreads / kKC) {
       cp_async16(sm.k_raw() + (w + d) * kK + kc * 8, kin + d * tk.k_token_stride);
       cp_async16(sm.q_raw() + d * kK + kc * 8, qin + d * tk.q_token_stride);
     }
     const Act* vin = static_cast<const Act*>(tk.v) + row * tk.v_row_stride + hv * tk.v_head_stride + vc * 8;
-    for (int d = tid / kVC; d < T; d += kThreads / kVC) cp_async16(sm.v_raw() + d * kV + vc * 8, vin + d * tk.v_token_stride);
+    for (int d = tid / kVC; d < T; d += kFoldThreads / kVC) cp_async16(sm.v_raw() + d * kV + vc * 8, vin + d * tk.v_token_stride);
     if (tid < w) cp_async4(sm.g_raw() + tid, c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride + tid);
     cp_async_commit();
   };
@@ -195,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, 
     constexpr int kUC = kV / 4;
     const int uc = tid % kUC;
     const float* ub = c.u_buf + slot * c.ub_slot_stride + hv * c.ub_head_stride + uc * 4;
-    for (int j = tid / kUC; j < w; j += kThreads / kUC) cp_async16(sm.uw() + j * kV + uc * 4, ub + j * c.ub_entry_stride);
+    for (int j = tid / kUC; j < w; j += kFoldThreads / kUC) cp_async16(sm.uw() + j * kV + uc * 4, ub + j * c.ub_entry_stride);
     cp_async_commit();
   };
   __syncthreads();  // the context is written
@@ -216,32 +209,25 @@ __global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, 
     // ---- P1: keys, queries, gates, Lambda, appends; then the coefficients ----
     cp_async_wait<1>();  // raw(hv); u(hv) may still be in flight
     __syncthreads();
-    if (warp == kWarps - 1) {
+    if (warp == kWarps - 1) {  // the drafts' gates (appended), then e^{Lambda_t} from prefix sums of g
       if (lane < T) {
-        const int64_t gi = row * tk.a_row_stride + lane * tk.a_token_stride + hv * tk.a_head_stride;
+        const int64_t ai = row * tk.a_row_stride + lane * tk.a_token_stride + hv * tk.a_head_stride;
         const int64_t bi = row * tk.b_row_stride + lane * tk.b_token_stride + hv * tk.b_head_stride;
-        const float a = load_gate_input<kAct>(tk.a, tk.a_dtype, gi);
-        const float b = load_gate_input<kAct>(tk.b, tk.b_dtype, bi);
-        const float g = -expf(__ldg(tk.A_log + hv)) * softplus(a + __ldg(tk.dt_bias + hv));
-        const float beta = 1.0f / (1.0f + expf(-b));
-        sm.draft(2)[lane] = g;
+        const float g = log_decay(load_gate_input(tk.a, tk.a_dtype, ai), __ldg(tk.A_log + hv), __ldg(tk.dt_bias + hv));
+        const float beta = beta_gate(load_gate_input(tk.b, tk.b_dtype, bi));
+        sm.g_raw()[w + lane] = g;
         sm.draft(1)[lane] = beta;
         c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w + lane] = g;
         c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w + lane] = beta;
       }
       __syncwarp();
-      float gw[2];
+      const float p0 = warp_inclusive_sum(lane < E ? sm.g_raw()[lane] : 0.0f);
+      const float p1 = warp_inclusive_sum(lane + 32 < E ? sm.g_raw()[lane + 32] : 0.0f) + __shfl_sync(kFullMask, p0, 31);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int j = lane + 32 * h;
-        gw[h] = j < w ? sm.g_raw()[j] : (j < E ? sm.draft(2)[j - w] : 0.0f);
+        if (j >= w && j < E) sm.draft(0)[j - w] = expf(h == 0 ? p0 : p1);
       }
-      const float p0 = warp_inclusive_sum(gw[0]);
-      const float p1 = warp_inclusive_sum(gw[1]) + __shfl_sync(kFullMask, p0, 31);
-      if (lane < E) sm.lam()[lane] = p0;
-      if (lane + 32 < E) sm.lam()[lane + 32] = p1;
-      __syncwarp();
-      if (lane < T) sm.draft(0)[lane] = expf(sm.lam()[w + lane]);
     }
     const float scale = static_cast<float>(tk.scale);
     for (int e = warp; e < E + T; e += kWarps) {
@@ -251,19 +237,19 @@ __global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, 
         normalize_key<kK, kAct>(sm.q_raw() + (e - E) * kK, sm.qn() + (e - E) * kK, tk.use_qk_l2norm, scale);
       }
     }
-    for (int i = tid; i < T * kV; i += kThreads) sm.vd()[i] = to_float(sm.v_raw()[i]);
+    for (int i = tid; i < T * kV; i += kFoldThreads) sm.vd()[i] = to_float(sm.v_raw()[i]);
     {  // the drafts' raw k (the k-head's first v-head) and v into the buffers at w ..
       constexpr int kKC = kK / 8, kVC = kV / 8;
       if (hv % group == 0) {
         const int kc = tid % kKC;
         Act* kb = static_cast<Act*>(c.k_buf) + slot * c.kb_slot_stride + kh * c.kb_head_stride + kc * 8;
-        for (int d = tid / kKC; d < T; d += kThreads / kKC) {
+        for (int d = tid / kKC; d < T; d += kFoldThreads / kKC) {
           *reinterpret_cast<uint4*>(kb + (w + d) * c.kb_entry_stride) = *reinterpret_cast<const uint4*>(sm.k_raw() + (w + d) * kK + kc * 8);
         }
       }
       const int vc = tid % kVC;
       Act* vb = static_cast<Act*>(c.v_buf) + slot * c.vb_slot_stride + hv * c.vb_head_stride + vc * 8;
-      for (int d = tid / kVC; d < T; d += kThreads / kVC) {
+      for (int d = tid / kVC; d < T; d += kFoldThreads / kVC) {
         *reinterpret_cast<uint4*>(vb + (w + d) * c.vb_entry_stride) = *reinterpret_cast<const uint4*>(sm.v_raw() + d * kV + vc * 8);
       }
     }
@@ -272,7 +258,9 @@ __global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, 
       if (tid < kV) row_scale = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + tid);
     }
     __syncthreads();
-    {  // coefficients of draft i: (e^{Lambda_t - Lambda_j} kn_j . kn_t for j < t, e^{..} kn_j . qn_i for j <= t)
+    {  // coefficients of draft i (t = w + i): decay_tj (kn_j . kn_t) for j < t (0 at j = t), decay_tj
+       // (kn_j . qn_i) for j <= t; decay_tj = e^{Lambda_t - Lambda_j} = exp(g_{j+1} + ... + g_t) from
+       // suffix sums (fold.cuh's suffix_after), lane j & 31 storing entry j
       constexpr int kPer = kK / 32;
       for (int i = warp; i < T; i += kWarps) {
         const int t = w + i;
@@ -282,7 +270,9 @@ __global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, 
           kt[e] = sm.kn()[t * kK + lane * kPer + e];
           qi[e] = sm.qn()[i * kK + lane * kPer + e];
         }
-        const float lam_t = sm.lam()[t];
+        float after0, after1, total;
+        suffix_after(lane <= t ? sm.g_raw()[lane] : 0.0f, lane + 32 <= t ? sm.g_raw()[lane + 32] : 0.0f, after0, after1, total);
+        const float e0 = expf(after0), e1 = expf(after1);
         for (int j = 0; j <= t; ++j) {
           float du = 0.0f, dq = 0.0f;
 #pragma unroll
@@ -293,8 +283,8 @@ __global__ void __launch_bounds__(kThreads, 2) verify_kernel(const GdnParams p, 
           }
           du = row_sum<32>(du);
           dq = row_sum<32>(dq);
-          if (lane == 0) {
-            const float decay = expf(lam_t - sm.lam()[j]);
+          if (lane == (j & 31)) {
+            const float decay = j < 32 ? e0 : e1;
             sm.coef()[i * L + j] = make_float2(j < t ? decay * du : 0.0f, decay * dq);
           }
         }

@@ -2,7 +2,7 @@
 // (K, V) shape (instantiations/verify_k<K>_v<V>.cu).
 #pragma once
 
-#include "families/gdn/spec_variants.h"
+#include "families/gdn/variants.h"
 #include "families/gdn/verify_kernel.cuh"
 
 namespace replayssm {
@@ -49,36 +49,28 @@ cudaError_t launch_verify(const GdnParams& p, cudaStream_t stream, int forced_he
   if (stages < 1) return cudaErrorInvalidValue;
   const size_t smem = Layout::bytes(stages, L, T);
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kFoldThreads, smem);
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
   const int hpc = verify_heads_per_cta(p.batch, p.v_heads, sms * ctas_per_sm, forced_heads_per_cta);
   const dim3 grid(static_cast<unsigned>((p.v_heads + hpc - 1) / hpc), static_cast<unsigned>(p.batch));
-  kernel<<<grid, kThreads, smem, stream>>>(p, stages, hpc);
+  kernel<<<grid, kFoldThreads, smem, stream>>>(p, stages, hpc);
   return cudaGetLastError();
 }
 
-// The source verify reads (the read copy's dtype, or the checkpoint's) for one (K, V) and activation
-// dtype: every source the variants table's pairs give.
-template <int kK, int kV, DType kAct>
-cudaError_t dispatch_verify_source(const GdnParams& p, cudaStream_t stream, int forced_heads_per_cta) {
-  const DType src = p.cache.read_copy != nullptr ? p.cache.read_copy_dtype : p.cache.checkpoint_dtype;
-  switch (src) {
-    case DType::kFloat32: return launch_verify<kK, kV, DType::kFloat32, kAct>(p, stream, forced_heads_per_cta);
-    case DType::kBFloat16: return launch_verify<kK, kV, DType::kBFloat16, kAct>(p, stream, forced_heads_per_cta);
-    case DType::kFloat16: return launch_verify<kK, kV, DType::kFloat16, kAct>(p, stream, forced_heads_per_cta);
-    case DType::kFloat8E4M3: return launch_verify<kK, kV, DType::kFloat8E4M3, kAct>(p, stream, forced_heads_per_cta);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
-// All dtype combinations of one (K, V); instantiated once per shape file. forced_heads_per_cta: 0 for
-// the rule (verify_heads_per_cta).
+// Every source verify reads (the read copy's dtype, or the checkpoint's without one) that the variants
+// table's caches give, and every activation dtype, for one (K, V); instantiated once per shape file.
+// forced_heads_per_cta: 0 for the rule (verify_heads_per_cta).
 template <int kK, int kV>
 cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream, int forced_heads_per_cta) {
-  if (p.act_dtype == DType::kBFloat16) return dispatch_verify_source<kK, kV, DType::kBFloat16>(p, stream, forced_heads_per_cta);
-  if (p.act_dtype == DType::kFloat16) return dispatch_verify_source<kK, kV, DType::kFloat16>(p, stream, forced_heads_per_cta);
-  return cudaErrorInvalidValue;
+  const GdnCache& c = p.cache;
+  return with_cache(c.checkpoint_dtype, c.read_copy != nullptr, c.read_copy_dtype, cudaErrorInvalidValue,
+                    [&](auto ck, auto copy, auto rc) {
+                      constexpr DType kSrc = decltype(copy)::value ? decltype(rc)::value : decltype(ck)::value;
+                      return with_activation(p.act_dtype, cudaErrorInvalidValue, [&](auto act) {
+                        return launch_verify<kK, kV, kSrc, decltype(act)::value>(p, stream, forced_heads_per_cta);
+                      });
+                    });
 }
 
 }  // namespace gdn

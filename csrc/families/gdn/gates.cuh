@@ -1,0 +1,43 @@
+// The per-token arithmetic every Gated DeltaNet kernel shares (update, snapshots, step, verify, fold),
+// so that a token's gates and normalised keys are the same numbers in every op:
+//   g = -exp(A_log) * softplus(a + dt_bias)   (log decay; alpha = exp(g))
+//   beta = sigmoid(b)
+//   q, k L2-normalised when use_qk_l2norm: x * rsqrt(sum x^2 + 1e-6) (reference.L2NORM_EPS); q scaled.
+// fp32, no fast math (softplus is torch's, threshold 20; the reciprocal square root is correctly rounded).
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/dtype.h"
+#include "common/math.cuh"
+
+namespace replayssm {
+namespace gdn {
+
+constexpr float kL2NormEps = 1e-6f;
+
+__device__ __forceinline__ float log_decay(float a, float A_log, float dt_bias) {
+  return -expf(A_log) * softplus(a + dt_bias);
+}
+
+__device__ __forceinline__ float beta_gate(float b) { return 1.0f / (1.0f + expf(-b)); }
+
+// The factor that normalises a vector whose squares sum to `sum_sq` (1 without normalisation).
+__device__ __forceinline__ float key_scale(float sum_sq, bool use_qk_l2norm) {
+  return use_qk_l2norm ? __frsqrt_rn(sum_sq + kL2NormEps) : 1.0f;
+}
+
+// One element of a gate input (a or b): the activation dtype or fp32.
+__device__ __forceinline__ float load_gate_input(const void* base, DType dtype, int64_t offset) {
+  switch (dtype) {
+    case DType::kFloat32: return __ldg(static_cast<const float*>(base) + offset);
+    case DType::kBFloat16: return __bfloat162float(__ldg(static_cast<const __nv_bfloat16*>(base) + offset));
+    default: return __half2float(__ldg(static_cast<const __half*>(base) + offset));
+  }
+}
+
+}  // namespace gdn
+}  // namespace replayssm
