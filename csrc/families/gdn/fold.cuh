@@ -14,8 +14,8 @@
 //     c_tj = e^{Lambda_t - Lambda_j} kn_j . kn_t          (shared by all rows v)
 // The state rows do not interact: the CTA takes them in passes of 32 (a row over 8 lanes, K/8 elements
 // a lane), and per pass each row's dot products with kn_t, its recurrence (the row's 8 lanes alike) and
-// its fold, from the row in registers: about K/8 + K/8 floats a thread (the row, the next pass's row in
-// flight), so the routine fits the step's 64 registers.
+// its fold, from the row in registers: K/8 floats a thread (the next pass's rows come in by cp.async
+// meanwhile), so the routine fits the step's 64 registers.
 // Decays: e^{Lambda_t} from prefix sums; e^{Lambda_t - Lambda_j} = exp(g_{j+1} + ... + g_t) from suffix
 // sums, never a difference of prefix sums (no cancellation when |Lambda| is large).
 // Exactness: fp32, no fast math; per element s = e^{Lambda} S_c, then for j = 0 .. n-1:
@@ -23,18 +23,19 @@
 //
 // ---- Interface -----------------------------------------------------------------------------------
 // The step: Fold<K, V, ckpt, copy, read, act>::head (below), all 256 threads: stages the entries,
-// reads the checkpoint tile from global memory, writes the checkpoint and the read copy, and o = S q.
+// reads the checkpoint rows (cp.async, a pass ahead), writes the checkpoint and the read copy, o = S q.
 // The fold kernel uses the pieces, in this order, all threads each:
 //   1. FoldView ws(smem, L): FoldWorkspace::bytes(L) bytes of 16-byte aligned shared memory, a raw
 //      area (the staged entries as stored) and an fp32 area.
 //   2. stage_window(ws, cache, slot, v_head, k_head, count, first_recompute): cp.async of buffer
-//      entries 0 .. count-1 (one commit group); stage_tail(ws, tail, j): an entry from elsewhere (the
-//      step's token) into entry j with plain loads.
-//   3. prepare_window(ws, n, first_recompute, use_qk_l2norm): waits for all cp.async groups, normalised
+//      entries 0 .. count-1 (one commit group); stage_tail(ws, tail, j, first_recompute): an entry
+//      from elsewhere (the step's token) into entry j with plain loads.
+//   3. prepare_entries(ws, n, first_recompute, use_qk_l2norm): waits for all cp.async groups, normalised
 //      keys, decays, U (stored u_j, or v_t to be corrected), the c_tj. Begins and ends with a CTA
 //      barrier; afterwards the raw area is free (the next item may be staged at once).
 //   4. fold_passes(ws, n, first_recompute, rows, first_rows, sink, q, o): the passes; `rows` gives a
-//      pass's rows (GlobalRows: from the checkpoint, a pass ahead; RegisterRows: a tile in registers),
+//      pass's rows (StagedRows: from the checkpoint by cp.async, a pass ahead; RegisterRows: a tile in
+//      registers),
 //      `sink` stores them (CheckpointSink: checkpoint + read copy; StateSink: materialize's output).
 //      No CTA barrier; the caller puts one before the workspace is staged again for a later fold.
 #pragma once
@@ -171,25 +172,40 @@ __device__ __forceinline__ void load_tile_shared(TileFrag<kK, kV>& f, const unsi
 // ---- Row sources and sinks of fold_passes ----------------------------------------------------------
 
 // The rows of a tile in global memory (element (v, k) at base[offset + v * row_stride + k]), fetched a
-// pass ahead: fetch issues the loads, convert waits for them.
+// pass ahead by cp.async into shared memory (`area`, kAreaBytes): each thread copies and later reads only
+// its own blocks, [block][thread] so that a warp's reads are conflict-free, so no CTA barrier is needed,
+// and the rows in flight take no registers (in registers they made the 64-register step spill at
+// K = V = 128). fetch issues the copies, convert waits for this thread's copies and reads them.
 template <int kK, int kV, DType kSrc>
-struct GlobalRows {
+struct StagedRows {
   using M = TileMap<kK, kV>;
   using V4 = Vec4<kSrc>;
-  struct Raw {
-    typename V4::Raw b[M::kBlocks];
-  };
+  static_assert(kSrc != DType::kFloat8E4M3, "checkpoints are fp32 / bf16 / fp16");
+  static constexpr int kBlockBytes = 4 * dtype_size(kSrc);  // 16 (fp32) or 8 (16-bit)
+  static constexpr size_t kAreaBytes = static_cast<size_t>(M::kBlocks) * kFoldThreads * kBlockBytes;
+  struct Raw {};
   const void* base;
   int64_t offset, row_stride;
+  unsigned char* area;
+  __device__ unsigned char* block(int b) const { return area + (b * kFoldThreads + threadIdx.x) * kBlockBytes; }
   __device__ Raw fetch(int r) const {
-    Raw raw;
+    const unsigned char* row = static_cast<const unsigned char*>(base) + (offset + M::row(r) * row_stride) * dtype_size(kSrc);
 #pragma unroll
-    for (int b = 0; b < M::kBlocks; ++b) raw.b[b] = V4::load(base, offset + M::row(r) * row_stride + M::col(b));
-    return raw;
+    for (int b = 0; b < M::kBlocks; ++b) {
+      const unsigned char* src = row + M::col(b) * dtype_size(kSrc);
+      if constexpr (kBlockBytes == 16) {
+        cp_async16(block(b), src);
+      } else {
+        cp_async8(block(b), src);
+      }
+    }
+    cp_async_commit();
+    return Raw{};
   }
-  __device__ static void convert(const Raw& raw, float (&x)[M::kBlocks][4]) {
+  __device__ void convert(const Raw&, float (&x)[M::kBlocks][4]) const {
+    cp_async_wait_all();
 #pragma unroll
-    for (int b = 0; b < M::kBlocks; ++b) V4::to_float(raw.b[b], x[b]);
+    for (int b = 0; b < M::kBlocks; ++b) V4::to_float(*reinterpret_cast<const typename V4::Raw*>(block(b)), x[b]);
   }
 };
 
@@ -210,7 +226,7 @@ struct RegisterRows {
     }
     return raw;
   }
-  __device__ static void convert(const Raw& raw, float (&x)[M::kBlocks][4]) {
+  __device__ void convert(const Raw& raw, float (&x)[M::kBlocks][4]) const {
 #pragma unroll
     for (int b = 0; b < M::kBlocks; ++b) {
 #pragma unroll
@@ -300,6 +316,9 @@ struct FoldTail {
                             // aligned); nullptr: no tail (commit / flush / materialize)
   const void* v = nullptr;  // raw value (activation dtype, V elements, 16-byte aligned)
   float g = 0.0f, beta = 0.0f;  // the token's log decay and beta (gates.cuh)
+  // The token's u (fp32, V values, 16-byte aligned), used as stored when the tail is not recomputed
+  // (first_recompute == n: a caller that computed it already); nullptr: recompute it.
+  const float* u = nullptr;
 };
 
 // ---- The fold -------------------------------------------------------------------------------------
@@ -338,15 +357,18 @@ __device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct>& ws, c
   cp_async_commit();
 }
 
-// The step's token as entry j (to be recomputed), from anywhere the generic address space reaches.
+// The step's token as entry j, from anywhere the generic address space reaches: its value to be
+// corrected (recompute: j >= first_recompute), or its u as given.
 template <int kK, int kV, DType kAct>
-__device__ __forceinline__ void stage_tail(const FoldView<kK, kV, kAct>& ws, const FoldTail& tail, int j) {
+__device__ __forceinline__ void stage_tail(const FoldView<kK, kV, kAct>& ws, const FoldTail& tail, int j, int first_recompute) {
   const int tid = static_cast<int>(threadIdx.x);
-  constexpr int kKC = kK / 8, kVC = kV / 8;
+  constexpr int kKC = kK / 8, kVC = kV / 8, kUC = kV / 4;
   if (tid < kKC) {
     reinterpret_cast<uint4*>(ws.k_raw() + j * kK)[tid] = reinterpret_cast<const uint4*>(tail.k)[tid];
-  } else if (tid >= 32 && tid - 32 < kVC) {
+  } else if (tid >= 32 && tid - 32 < kVC && j >= first_recompute) {
     reinterpret_cast<uint4*>(ws.v_raw(j))[tid - 32] = reinterpret_cast<const uint4*>(tail.v)[tid - 32];
+  } else if (tid >= 32 && tid - 32 < kUC && j < first_recompute) {
+    reinterpret_cast<float4*>(ws.u_raw(j))[tid - 32] = reinterpret_cast<const float4*>(tail.u)[tid - 32];
   } else if (tid == 64) {
     ws.g_raw()[j] = tail.g;
     ws.beta_raw()[j] = tail.beta;
@@ -370,7 +392,7 @@ __device__ __forceinline__ void suffix_after(float g0, float g1, float& after0, 
 
 // Step 3: keys, scalars, U, and the coefficients of the recomputed entries.
 template <int kK, int kV, DType kAct>
-__device__ __forceinline__ void prepare_window(const FoldView<kK, kV, kAct>& ws, int n, int first_recompute, bool l2norm) {
+__device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct>& ws, int n, int first_recompute, bool l2norm) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31;
   constexpr int kWarps = kFoldThreads / 32;
   const int L = ws.L;
@@ -436,8 +458,7 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
 #pragma unroll
   for (int r = 0; r < M::R; ++r) {
     float x[M::kBlocks][4];
-    Rows::convert(next, x);
-    if (r + 1 < M::R) next = rows.fetch(r + 1);  // in flight during this pass
+    rows.convert(next, x);
     const int v = M::row(r);
     float* u_col = ws.U() + v;
     // u_t for t >= first_recompute, in order: every lane of the row alike, lane 0 stores it.
@@ -458,6 +479,9 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
 #pragma unroll
       for (int k = 0; k < 4; ++k) x[b][k] *= decay;
     }
+    // The next pass's rows, in flight during this fold and its stores; fetched only now that every
+    // value of this pass's rows has been used (a staged source reuses the same shared memory).
+    if (r + 1 < M::R) next = rows.fetch(r + 1);
 #pragma unroll 1
     for (int j = 0; j < n; ++j) {
       const float cj = u_col[j * kV] * ws.rel()[j];
@@ -483,13 +507,18 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 struct Fold {
   static constexpr int kThreads = kFoldThreads;
-  // Dynamic shared memory the routine needs (16-byte aligned base), for buffer length L.
-  __host__ __device__ static constexpr size_t workspace_bytes(int buffer_len) { return FoldWorkspace<kK, kV>::bytes(buffer_len); }
+  using Rows = StagedRows<kK, kV, kCkpt>;
+  // Dynamic shared memory the routine needs (16-byte aligned base), for buffer length L: fold.cuh's
+  // workspace, then the checkpoint rows in flight (4-16 KB).
+  __host__ __device__ static constexpr size_t workspace_bytes(int buffer_len) {
+    return FoldWorkspace<kK, kV>::bytes(buffer_len) + Rows::kAreaBytes;
+  }
 
   // Called by all 256 threads (none has exited); has CTA barriers and ends with one, so `o` is visible.
   // Folds entries 0..n-1 of (slot, hv): entries 0..n-2 from the buffers and entry n-1 from `tail` when
   // tail.k != nullptr, else entries 0..n-1 from the buffers. u_j from u_buf for j < first_recompute,
-  // recomputed in order from the full-precision checkpoint for j >= it (the tail's must be). Reads the
+  // recomputed in order from the full-precision checkpoint for j >= it (the tail's u is recomputed, or
+  // tail.u with first_recompute == n: the step's replay computed it from the checkpoint). Reads the
   // checkpoint tile from global memory (a pass ahead), writes the checkpoint (its dtype) and refreshes
   // the read copy (kCopy). If q != nullptr (shared memory, K fp32: the token's query, normalised and
   // scaled), o[v] = S_new[v] . q (shared memory, V fp32) from the folded fp32 state, before its storage
@@ -498,12 +527,13 @@ struct Fold {
                               const float* q, float* o, unsigned char* workspace) {
     const GdnCache& c = p.cache;
     const FoldView<kK, kV, kAct> ws(workspace, c.buffer_len);
+    const Rows rows{c.checkpoint, slot * c.ck_slot_stride + hv * c.ck_head_stride, c.ck_row_stride,
+                    workspace + FoldWorkspace<kK, kV>::bytes(c.buffer_len)};
+    const auto first_rows = rows.fetch(0);  // in flight during the staging and the preparation
     const bool has_tail = tail.k != nullptr;
     stage_window(ws, c, slot, hv, hv / (p.v_heads / p.heads), has_tail ? n - 1 : n, first_recompute);
-    if (has_tail) stage_tail(ws, tail, n - 1);
-    const GlobalRows<kK, kV, kCkpt> rows{c.checkpoint, slot * c.ck_slot_stride + hv * c.ck_head_stride, c.ck_row_stride};
-    const auto first_rows = rows.fetch(0);  // in flight during the staging and the preparation
-    prepare_window(ws, n, first_recompute, p.tokens.use_qk_l2norm);
+    if (has_tail) stage_tail(ws, tail, n - 1, first_recompute);
+    prepare_entries(ws, n, first_recompute, p.tokens.use_qk_l2norm);
     fold_passes(ws, n, first_recompute, rows, first_rows, CheckpointSink<kK, kV, kCkpt, kCopy, kRead, false>{c, slot, hv}, q, o);
     __syncthreads();
   }

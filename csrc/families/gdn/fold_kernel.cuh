@@ -17,7 +17,7 @@
 // the next `stages` items by bulk copy into a ring of shared-memory stages (a stage is refilled as soon
 // as its tile is in registers, so one stage already keeps a tile in flight beside the one folding), and
 // the next item's buffer entries by cp.async into the workspace's raw area right after this item's
-// prepare_window has converted its own. The whole tile in registers (128 of them, two CTAs per SM),
+// prepare_entries has converted its own. The whole tile in registers (128 of them, two CTAs per SM),
 // fold.cuh's passes take its rows from there. The checkpoint is stored with the streaming cache operator
 // (nothing reads it in the next kernel). Byte model per item: the tile read once and written once
 // (V K ckpt bytes each), plus n entries of k (K act), v or u (V act or fp32), g and beta, and the read
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(cons
       }
       const int n = rows.n[ri];
       const int first_recompute = recompute ? 0 : n;
-      prepare_window(ws, n, first_recompute, l2norm);
+      prepare_entries(ws, n, first_recompute, l2norm);
       const int k_next = next_tile_item(k + grid);
       if (k_next < items) stage_item(k_next);  // the raw area is free now
 
