@@ -67,7 +67,24 @@
     "stagger_cursors(Tensor(a!)[] buffers, Tensor(b!) num_committed, Tensor? slots, int pad_slot_id, " \
     "int period) -> ()")                                                                          \
   X(copy_slots,                                                                                    \
-    "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()")
+    "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()") \
+  X(gdn_verify,                                                                                    \
+    "gdn_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) k_buf, "      \
+    "Tensor(b!) v_buf, Tensor(c!) g_buf, Tensor(d!) beta_buf, Tensor(e!) u_buf, "                  \
+    "Tensor num_committed, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, " \
+    "Tensor(f!) out, float? scale, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()")       \
+  X(gdn_commit,                                                                                    \
+    "gdn_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
+    "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
+    "Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+  X(gdn_flush,                                                                                     \
+    "gdn_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
+    "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
+    "bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()")                                  \
+  X(gdn_materialize,                                                                               \
+    "gdn_materialize(Tensor checkpoint, Tensor k_buf, Tensor v_buf, Tensor g_buf, Tensor beta_buf, " \
+    "Tensor u_buf, Tensor num_committed, Tensor(a!) out, bool use_qk_l2norm, Tensor? slots, "       \
+    "int pad_slot_id) -> ()")
 
 namespace replayssm {
 
@@ -152,5 +169,33 @@ void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, co
 
 void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const at::Tensor& dst_slots,
                 int64_t pad_slot_id);
+
+// Gated DeltaNet speculative ops (families/gdn/spec_api.cpp). commit and flush read the buffers (the
+// fold recomputes u in registers and shared memory, never into u_buf) and write the checkpoint, the
+// read copy and the cursors.
+void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+                const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
+                const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void gdn_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+                const at::Tensor& num_committed, const at::Tensor& num_accepted, int64_t max_draft_tokens,
+                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void gdn_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+               const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+               const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+               const at::Tensor& num_committed, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+               int64_t pad_slot_id);
+
+void gdn_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                     const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+                     const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
+                     const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
 
 }  // namespace replayssm

@@ -37,6 +37,40 @@ __device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, 
   store4<kRead>(p.read_copy, rc, v);
 }
 
+// store_read_copy4 for a thread that holds kBlocks 4-element blocks of the row (columns col_of(b) ..
+// col_of(b) + 3, values s[b] before the checkpoint's storage rounding), the row over kLanes lanes: the
+// fp8 row maximum is taken over all blocks of all the row's lanes, then each block is one whole-vector
+// store. Bitwise make_read_copy's rule, as store_read_copy4. The stored values are rounded again per
+// block rather than held for the whole row (registers: the callers keep whole tiles). Every lane of
+// the warp calls it.
+template <DType kCkpt, DType kRead, int kLanes, int kBlocks, class Params, class ColOf>
+__device__ __forceinline__ void store_read_copy_blocks(const Params& p, int64_t slot, int head, int row, ColOf col_of,
+                                                       const float (&s)[kBlocks][4]) {
+  const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + row * p.rc_row_stride;
+  float inv = 1.0f;
+  if constexpr (kRead == DType::kFloat8E4M3) {
+    uint32_t bits = 0;
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) bits = max(bits, abs_bits(Vec4<kCkpt>::round_trip(s[b][k])));
+    }
+    const float amax = __uint_as_float(row_max_bits<kLanes>(bits));
+    inv = fp8_inverse_scale(amax);
+    if (threadIdx.x % kLanes == 0) p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + row] = fp8_scale(amax);
+  }
+#pragma unroll
+  for (int b = 0; b < kBlocks; ++b) {
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      v[k] = Vec4<kCkpt>::round_trip(s[b][k]);
+      if constexpr (kRead == DType::kFloat8E4M3) v[k] = fp8_scaled(v[k], inv);
+    }
+    store4<kRead>(p.read_copy, rc + col_of(b), v);
+  }
+}
+
 // The fp8 read copy of kRows rows of a thread (its 4 columns col0.. of rows row_of(q), values s[q]),
 // bitwise what store_read_copy4 writes row by row, with the rows' maxima reduced together: a
 // reduce-scatter over a row's kLanes lanes (reduce_scatter_rows) leaves row q's maximum in lanes

@@ -110,6 +110,17 @@ __device__ __forceinline__ void cp_async16(void* smem_dst, const void* global_sr
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(smem_dst)), "l"(global_src)
                : "memory");
 }
+// The same for one 4-byte element (scalars per buffer entry, whose rows need not be 16-byte aligned);
+// the .ca form, the only one that takes fewer than 16 bytes.
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* global_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address(smem_dst)), "l"(global_src)
+               : "memory");
+}
+// The same for 8 bytes (8-byte aligned).
+__device__ __forceinline__ void cp_async8(void* smem_dst, const void* global_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_address(smem_dst)), "l"(global_src)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -24,6 +24,18 @@ __device__ __forceinline__ float warp_inclusive_sum(float v) {
   return v;
 }
 
+// Inclusive suffix sum over the 32 lanes of a warp: lane l gets v_l + ... + v_31 (all lanes call). A
+// sum of the later entries of a sequence without the cancellation of a difference of prefix sums.
+__device__ __forceinline__ float warp_inclusive_suffix_sum(float v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const float other = __shfl_down_sync(0xffffffffu, v, offset);
+    if (lane + offset < 32) v += other;
+  }
+  return v;
+}
+
 // max|v| as bits, for the fp8 read copy's row maxima: for non-negative floats the unsigned order of
 // the bit patterns is the float order, +Inf above every finite value and every NaN above +Inf, so an
 // unsigned max of abs_bits(v) is max|v|, and a NaN whenever one is (torch.amax's rule, max_keep_nan's

@@ -1,0 +1,41 @@
+// The cursor kernel of commit and flush (fold_cursor.h).
+#include "cache/fold_cursor.h"
+#include "cache/fold_rows.cuh"
+
+namespace replayssm {
+namespace {
+
+__global__ void move_cursors_kernel(const CursorMoveParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row == 0 && p.rounding_seed != nullptr) p.rounding_seed[1] += 1;
+  if (row >= p.batch) return;
+  const int64_t slot = resolve_slot(p, row);
+  if (slot < 0) return;
+  const int L = p.buffer_len;
+  const int w = p.num_committed[slot];
+  if (w < 0 || w > L) return;
+  if (p.mode == kFoldFlush) {
+    if (w > 0) p.num_committed[slot] = 0;
+    return;
+  }
+  const int64_t accepted = load_index(p.num_accepted, p.num_accepted_dtype, row, p.num_accepted_stride);
+  const int n = cursor_after_accept(w, accepted, L);
+  p.num_committed[slot] = n + p.max_draft_tokens > L ? 0 : n;
+}
+
+}  // namespace
+
+cudaError_t launch_move_cursors(const CursorMoveParams& p, cudaStream_t stream) {
+  if (p.num_committed == nullptr || p.batch < 0 || (p.mode != kFoldCommit && p.mode != kFoldFlush) ||
+      (p.mode == kFoldCommit && p.num_accepted == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.batch == 0 && p.rounding_seed == nullptr) return cudaSuccess;
+  constexpr int kRowsPerBlock = 256;
+  const int64_t rows = p.batch > 0 ? p.batch : 1;
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  move_cursors_kernel<<<static_cast<unsigned>(blocks), kRowsPerBlock, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace replayssm

@@ -1,0 +1,40 @@
+// The cursor move of commit and flush, for every family: one thread per row, launched after the fold
+// kernel (which read the cursors as they were), so it is the only writer of the cursors in the op.
+// Stream order does what a step's cursor tickets do, with no atomics, and a CUDA graph captures both
+// launches like one. Host-safe header.
+//
+// Commit: num_committed[slot] = n, or 0 where the row folded (fold_rows.cuh's rule, n = the cursor
+// after accepting). Flush: 0 where the slot folded (w > 0). Pad rows, out-of-range slots and cursors
+// outside [0, L] are left alone. A given rounding seed's offset ([seed, offset], int64) advances by one
+// (every fold CTA has read it by then), so stochastic rounding costs no launch of its own.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "common/dtype.h"
+
+namespace replayssm {
+
+struct CursorMoveParams {
+  int32_t* num_committed;  // (num_slots,)
+  int32_t mode;            // kFoldCommit or kFoldFlush (fold_rows.cuh)
+  const void* num_accepted;  // commit: (batch,) int32 / int64
+  DType num_accepted_dtype;
+  int64_t num_accepted_stride;
+  const void* slots;  // nullptr: row r uses slot r
+  DType slots_dtype;
+  int64_t slots_stride;
+  int64_t pad_slot_id;
+  int64_t num_slots;
+  int32_t batch;
+  int32_t buffer_len;
+  int32_t max_draft_tokens;  // commit
+  int64_t* rounding_seed;    // nullptr: none
+};
+
+// Launches on `stream` (nothing for batch 0 without a seed); returns the launch status.
+cudaError_t launch_move_cursors(const CursorMoveParams& params, cudaStream_t stream);
+
+}  // namespace replayssm

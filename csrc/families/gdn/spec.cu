@@ -1,0 +1,80 @@
+// Gated DeltaNet speculative decoding: run-time choice of the compiled (K, V) instantiation of the
+// verify and fold kernels (verify_kernel.cuh, fold_kernel.cuh), and the cursor kernel that commit and
+// flush launch after their fold (cache/fold_cursor.h, the same for every family).
+#include <type_traits>
+
+#include "cache/fold_cursor.h"
+#include "families/gdn/params.h"
+#include "families/gdn/variants.h"
+
+namespace replayssm {
+namespace gdn {
+template <int kK, int kV>
+cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream, int forced_heads_per_cta);
+template <int kK, int kV>
+cudaError_t launch_fold_shape(const GdnParams& p, cudaStream_t stream);
+
+namespace {
+
+template <class Launcher>
+cudaError_t dispatch_shape(const GdnParams& p, Launcher launch) {
+  return with_shape(p.head_k_dim, p.head_v_dim, cudaErrorInvalidValue, launch);
+}
+
+bool common_params_ok(const GdnParams& p) {
+  const GdnCache& c = p.cache;
+  return p.heads >= 1 && p.v_heads >= 1 && p.v_heads % p.heads == 0 && p.batch >= 0 &&
+         static_cast<int64_t>(p.batch) * p.v_heads <= INT32_MAX && c.buffer_len >= 1 &&
+         c.buffer_len <= kGdnMaxBufferLen && c.num_committed != nullptr && c.checkpoint != nullptr &&
+         (c.read_copy == nullptr || c.read_copy_dtype != DType::kFloat8E4M3 || c.read_scale != nullptr);
+}
+
+}  // namespace
+}  // namespace gdn
+
+cudaError_t launch_gdn_verify(const GdnParams& p, cudaStream_t stream) {
+  if (p.batch == 0) return cudaSuccess;
+  const int T = p.tokens.num_tokens;
+  if (!gdn::common_params_ok(p) || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
+    return cudaErrorInvalidValue;
+  }
+  return gdn::dispatch_shape(p, [&](auto K, auto V) {
+    // 0: verify_launch.cuh's rule for the v-heads per CTA (the launch overrides' verify_heads_per_cta
+    // is the value to pass where the build has them).
+    return gdn::launch_verify_shape<decltype(K)::value, decltype(V)::value>(p, stream, 0);
+  });
+}
+
+cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
+  const bool commit = p.mode == GdnFoldMode::kCommit;
+  const bool materialize = p.mode == GdnFoldMode::kMaterialize;
+  if (p.batch == 0) return cudaSuccess;
+  if (!gdn::common_params_ok(p)) return cudaErrorInvalidValue;
+  if ((commit && (p.num_accepted == nullptr || p.cache.max_draft_tokens < 1 ||
+                  p.cache.max_draft_tokens > p.cache.buffer_len)) ||
+      (materialize && (p.state_out == nullptr || p.cache.read_copy != nullptr))) {
+    return cudaErrorInvalidValue;
+  }
+  cudaError_t err = gdn::dispatch_shape(p, [&](auto K, auto V) {
+    return gdn::launch_fold_shape<decltype(K)::value, decltype(V)::value>(p, stream);
+  });
+  if (err != cudaSuccess || materialize) return err;
+  CursorMoveParams cm{};
+  cm.num_committed = p.cache.num_committed;
+  cm.mode = static_cast<int32_t>(p.mode);
+  cm.num_accepted = p.num_accepted;
+  cm.num_accepted_dtype = p.num_accepted_dtype;
+  cm.num_accepted_stride = p.num_accepted_stride;
+  cm.slots = p.slots;
+  cm.slots_dtype = p.slots_dtype;
+  cm.slots_stride = p.slots_stride;
+  cm.pad_slot_id = p.pad_slot_id;
+  cm.num_slots = p.num_slots;
+  cm.batch = p.batch;
+  cm.buffer_len = p.cache.buffer_len;
+  cm.max_draft_tokens = p.cache.max_draft_tokens;
+  cm.rounding_seed = nullptr;
+  return launch_move_cursors(cm, stream);
+}
+
+}  // namespace replayssm
