@@ -1,8 +1,11 @@
-// Host side of the Mamba-2 fold (commit, flush, materialize): the persistent grid's size, the ring's
-// stages, and the dtype dispatch of one (P, N) shape (instantiations/fold_p<P>_n<N>.cu).
+// Host side of the Mamba-2 fold (commit, flush, materialize): the launch its plan
+// (launch/mamba2_policy.h) chooses, and the dtype dispatch of one (P, N) shape
+// (instantiations/fold_p<P>_n<N>.cu).
 #pragma once
 
+#include "common/device_info.h"
 #include "families/mamba2/fold_kernel.cuh"
+#include "launch/mamba2_policy.h"
 
 namespace replayssm {
 namespace mamba2_spec {
@@ -11,26 +14,25 @@ template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool
 cudaError_t launch_fold_kernel(const Mamba2SpecParams& p, cudaStream_t stream) {
   auto kernel = fold_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>;
   using Layout = FoldLayout<kP, kN, kCkpt, kAct>;
-  int device = 0, sms = 0, max_smem = 0, ctas_per_sm = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  static_assert(Layout::kStages >= 2 && Layout::kStages <= launch::kMaxRingStages, "the plan takes 2 or the compiled depth");
+  launch::DeviceInfo device;
+  cudaError_t err = current_device_info(&device);
   if (err != cudaSuccess) return err;
-  Mamba2SpecParams params = p;
-  params.ring_stages = Layout::kStages;
-  auto fits = [&](int stages) {
-    return Layout::bytes_with(stages, p.buffer_len) + sizeof(FoldRows) <= static_cast<size_t>(max_smem);
-  };
-  if (!fits(params.ring_stages)) params.ring_stages = 2;
-  if (!fits(params.ring_stages)) return cudaErrorInvalidValue;
-  const size_t smem = Layout::bytes_with(params.ring_stages, p.buffer_len);
+  launch::RingBytes ring;
+  ring.compiled_stages = Layout::kStages;
+  ring.compiled_ctas_per_sm = Layout::kCtasPerSm;
+  for (int s = 1; s <= Layout::kStages; ++s) ring.dynamic_bytes[s] = Layout::bytes_with(s, p.buffer_len);
+  ring.static_bytes = sizeof(FoldRows);
+  const int stages = launch::plan_mamba2_fold_stages(ring, device);
+  if (stages < 1) return cudaErrorInvalidValue;
+  const size_t smem = ring.dynamic_bytes[stages];
+  int ctas_per_sm = 0;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kThreads, smem);
   if (err != cudaSuccess) return err;
-  // One wave of persistent CTAs, never more than there are (row, head) items.
-  const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
-  const int64_t wave = static_cast<int64_t>(sms) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-  kernel<<<static_cast<unsigned>(items < wave ? items : wave), kThreads, smem, stream>>>(params);
+  const launch::Mamba2FoldPlan plan =
+      launch::plan_mamba2_fold(launch::Mamba2FoldProblem{p.batch, p.heads}, stages, ctas_per_sm, device);
+  kernel<<<static_cast<unsigned>(plan.grid), kThreads, smem, stream>>>(p, Mamba2FoldLaunch{plan.ring_stages});
   return cudaGetLastError();
 }
 
