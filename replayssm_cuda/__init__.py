@@ -8,6 +8,7 @@ functional ops live in `replayssm_cuda.ops` and their PyTorch specification in
 from . import ops, reference
 from ._extension import build_info, is_compiled
 from .cache import DeltaRuleWeights, GDNCache, KDACache, Mamba2Cache, Mamba2Weights
+from .launch import get_launch_overrides, launch_overrides
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,5 @@
-// Registers the ops of api/ops.h with torch.library and exposes build facts to Python.
+// Registers the ops of api/ops.h with torch.library and exposes build facts and the launch overrides
+// to Python.
 //
 // Importing replayssm_cuda._C runs the TORCH_LIBRARY blocks below, which define torch.ops.replayssm.*
 // and attach the CUDA kernels.
@@ -10,6 +11,7 @@
 #include <torch/extension.h>
 
 #include "api/ops.h"
+#include "api/python_api.h"
 
 #define REPLAYSSM_STR_(x) #x
 #define REPLAYSSM_STR(x) REPLAYSSM_STR_(x)
@@ -74,4 +76,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "replayssm_cuda compiled ops (torch.ops.replayssm.*) and build facts";
   m.def("build_info", &build_info, "dict(version, cuda_version, archs) of this build");
   m.def("compiled_ops", &compiled_ops, "names of the torch.ops.replayssm ops that have a CUDA kernel");
+  replayssm::register_launch_api(m);
 }
