@@ -28,8 +28,7 @@
 
 namespace replayssm {
 
-// The (head_dim, state_dim) pairs compiled; the API layer rejects others with this list in the message.
-#define REPLAYSSM_MAMBA2_SHAPES "(P, N) in {64, 80, 128} x {64, 128}"
+// The compiled (head_dim, state_dim) shapes and dtypes: variants.h.
 constexpr int kMamba2MaxBufferLen = 64;
 
 struct Mamba2Params {

@@ -4,6 +4,7 @@
 
 #include "common/device_info.h"
 #include "families/mamba2/step_kernel.cuh"
+#include "families/mamba2/variants.h"
 #include "launch/mamba2_policy.h"
 
 namespace replayssm {
@@ -83,32 +84,18 @@ cudaError_t launch_step(const Mamba2Params& p, cudaStream_t stream) {
   return launch_step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, false, kTf32Replay>(p, stream);
 }
 
-template <int kP, int kN, DType kAct>
-cudaError_t dispatch_state(const Mamba2Params& p, cudaStream_t stream) {
-  const bool copy = p.read_copy != nullptr;
-  const DType ck = p.checkpoint_dtype, rc = p.read_copy_dtype;
-#define REPLAYSSM_STEP_CASE(CKPT, COPY, READ)                              \
-  if (ck == DType::CKPT && copy == COPY && (!COPY || rc == DType::READ)) \
-    return launch_step<kP, kN, DType::CKPT, COPY, DType::READ, kAct>(p, stream);
-  REPLAYSSM_STEP_CASE(kFloat32, false, kFloat32)
-  REPLAYSSM_STEP_CASE(kFloat32, true, kBFloat16)
-  REPLAYSSM_STEP_CASE(kFloat32, true, kFloat16)
-  REPLAYSSM_STEP_CASE(kFloat32, true, kFloat8E4M3)
-  REPLAYSSM_STEP_CASE(kBFloat16, false, kBFloat16)
-  REPLAYSSM_STEP_CASE(kBFloat16, true, kFloat8E4M3)
-  REPLAYSSM_STEP_CASE(kFloat16, false, kFloat16)
-  REPLAYSSM_STEP_CASE(kFloat16, true, kFloat8E4M3)
-#undef REPLAYSSM_STEP_CASE
-  return cudaErrorInvalidValue;
-}
-
-// All dtype combinations of one (P, N), the ordered step's kernels with them; defined here,
-// instantiated once per shape file (mamba2_step_p<P>_n<N>.cu).
+// Every (checkpoint, read copy) pair and activation dtype of the variants table for one (P, N), the
+// ordered and two-group kernels with them; defined here, instantiated once per shape file
+// (instantiations/step_p<P>_n<N>.cu, written by tools/generate_instantiations.py).
 template <int kP, int kN>
 cudaError_t launch_step_shape(const Mamba2Params& p, cudaStream_t stream) {
-  if (p.act_dtype == DType::kBFloat16) return dispatch_state<kP, kN, DType::kBFloat16>(p, stream);
-  if (p.act_dtype == DType::kFloat16) return dispatch_state<kP, kN, DType::kFloat16>(p, stream);
-  return cudaErrorInvalidValue;
+  return REPLAYSSM_MAMBA2_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+    return REPLAYSSM_MAMBA2_REPLAY_PAIR_SWITCH(p.checkpoint_dtype, p.read_copy != nullptr, p.read_copy_dtype,
+                                               [&](auto ckpt, auto copy, auto read) {
+      return launch_step<kP, kN, decltype(ckpt)::value, decltype(copy)::value, decltype(read)::value,
+                         decltype(act)::value>(p, stream);
+    });
+  });
 }
 
 }  // namespace mamba2

@@ -16,6 +16,7 @@
 #include "diag/cta_timeline.cuh"
 #include "families/mamba2/params.h"
 #include "families/mamba2/tile.cuh"
+#include "families/mamba2/variants.h"
 #include "common/stochastic_rounding.cuh"
 #include "launch/mamba2_policy.h"
 
@@ -324,31 +325,17 @@ cudaError_t launch(const Mamba2Params& p, cudaStream_t stream) {
   return launch_kernel<kP, kN, kState, kAct, false>(p, stream);
 }
 
-template <int kP, int kN>
-cudaError_t dispatch_dtypes(const Mamba2Params& p, cudaStream_t stream) {
-#define REPLAYSSM_UPDATE_CASE(STATE, ACT) \
-  if (p.checkpoint_dtype == DType::STATE && p.act_dtype == DType::ACT) return launch<kP, kN, DType::STATE, DType::ACT>(p, stream);
-  REPLAYSSM_UPDATE_CASE(kFloat32, kBFloat16)
-  REPLAYSSM_UPDATE_CASE(kFloat32, kFloat16)
-  REPLAYSSM_UPDATE_CASE(kBFloat16, kBFloat16)
-  REPLAYSSM_UPDATE_CASE(kBFloat16, kFloat16)
-  REPLAYSSM_UPDATE_CASE(kFloat16, kBFloat16)
-  REPLAYSSM_UPDATE_CASE(kFloat16, kFloat16)
-#undef REPLAYSSM_UPDATE_CASE
-  return cudaErrorInvalidValue;
-}
-
-cudaError_t dispatch_shape(const Mamba2Params& p, cudaStream_t stream) {
+// The variants table's shapes x state dtypes x activation dtypes.
+cudaError_t dispatch(const Mamba2Params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   if (p.heads < 1 || p.groups < 1 || p.heads % p.groups != 0) return cudaErrorInvalidValue;
-  const int P = p.head_dim, N = p.state_dim;
-  if (P == 64 && N == 64) return dispatch_dtypes<64, 64>(p, stream);
-  if (P == 64 && N == 128) return dispatch_dtypes<64, 128>(p, stream);
-  if (P == 80 && N == 64) return dispatch_dtypes<80, 64>(p, stream);
-  if (P == 80 && N == 128) return dispatch_dtypes<80, 128>(p, stream);
-  if (P == 128 && N == 64) return dispatch_dtypes<128, 64>(p, stream);
-  if (P == 128 && N == 128) return dispatch_dtypes<128, 128>(p, stream);
-  return cudaErrorInvalidValue;
+  return REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
+    return REPLAYSSM_MAMBA2_STATE_SWITCH(p.checkpoint_dtype, [&](auto state) {
+      return REPLAYSSM_MAMBA2_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+        return launch<decltype(P)::value, decltype(N)::value, decltype(state)::value, decltype(act)::value>(p, stream);
+      });
+    });
+  });
 }
 
 }  // namespace
@@ -356,7 +343,7 @@ cudaError_t dispatch_shape(const Mamba2Params& p, cudaStream_t stream) {
 
 cudaError_t launch_mamba2_update(const Mamba2Params& p, cudaStream_t stream) {
   if (p.rounding_seed != nullptr && p.checkpoint_dtype == DType::kFloat32) return cudaErrorInvalidValue;
-  const cudaError_t err = mamba2::dispatch_shape(p, stream);
+  const cudaError_t err = mamba2::dispatch(p, stream);
   // Every launch with a seed moves the offset, even one with no rows: the reference does the same.
   if (err != cudaSuccess || p.rounding_seed == nullptr) return err;
   return launch_rounding_offset_advance(p.rounding_seed, stream);

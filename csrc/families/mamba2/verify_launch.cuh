@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common/device_info.h"
+#include "families/mamba2/variants.h"
 #include "families/mamba2/verify_kernel.cuh"
 #include "launch/mamba2_policy.h"
 
@@ -37,24 +38,18 @@ cudaError_t launch_verify(const Mamba2SpecParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int kP, int kN, DType kAct>
-cudaError_t dispatch_verify_state(const Mamba2SpecParams& p, cudaStream_t stream) {
-  const DType src = p.read_copy != nullptr ? p.read_copy_dtype : p.checkpoint_dtype;
-  switch (src) {
-    case DType::kFloat32: return launch_verify<kP, kN, DType::kFloat32, kAct>(p, stream);
-    case DType::kBFloat16: return launch_verify<kP, kN, DType::kBFloat16, kAct>(p, stream);
-    case DType::kFloat16: return launch_verify<kP, kN, DType::kFloat16, kAct>(p, stream);
-    case DType::kFloat8E4M3: return launch_verify<kP, kN, DType::kFloat8E4M3, kAct>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
-// All dtype combinations of one (P, N); instantiated once per shape file.
+// Every (checkpoint, read copy) pair and activation dtype of the variants table for one (P, N): the
+// kernel reads the copy where there is one, else the checkpoint. Instantiated once per shape file
+// (instantiations/verify_p<P>_n<N>.cu, written by tools/generate_instantiations.py).
 template <int kP, int kN>
 cudaError_t launch_verify_shape(const Mamba2SpecParams& p, cudaStream_t stream) {
-  if (p.act_dtype == DType::kBFloat16) return dispatch_verify_state<kP, kN, DType::kBFloat16>(p, stream);
-  if (p.act_dtype == DType::kFloat16) return dispatch_verify_state<kP, kN, DType::kFloat16>(p, stream);
-  return cudaErrorInvalidValue;
+  return REPLAYSSM_MAMBA2_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+    return REPLAYSSM_MAMBA2_REPLAY_PAIR_SWITCH(p.checkpoint_dtype, p.read_copy != nullptr, p.read_copy_dtype,
+                                               [&](auto ckpt, auto copy, auto read) {
+      constexpr DType kSrc = decltype(copy)::value ? decltype(read)::value : decltype(ckpt)::value;
+      return launch_verify<kP, kN, kSrc, decltype(act)::value>(p, stream);
+    });
+  });
 }
 
 }  // namespace mamba2_spec
