@@ -9,4 +9,7 @@ namespace replayssm {
 // _C.get_launch_overrides / set_launch_overrides / describe_launch_overrides (launch_api.cpp).
 void register_launch_api(pybind11::module_& m);
 
+// _C.capabilities (capabilities.cpp).
+void register_capabilities(pybind11::module_& m);
+
 }  // namespace replayssm

@@ -1,5 +1,5 @@
-// Registers the ops of api/ops.h with torch.library and exposes build facts and the launch overrides
-// to Python.
+// Registers the ops of api/ops.h with torch.library and exposes build facts, the launch overrides and
+// the capabilities to Python.
 //
 // Importing replayssm_cuda._C runs the TORCH_LIBRARY blocks below, which define torch.ops.replayssm.*
 // and attach the CUDA kernels.
@@ -77,4 +77,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("build_info", &build_info, "dict(version, cuda_version, archs) of this build");
   m.def("compiled_ops", &compiled_ops, "names of the torch.ops.replayssm ops that have a CUDA kernel");
   replayssm::register_launch_api(m);
+  replayssm::register_capabilities(m);
 }
