@@ -4,21 +4,10 @@
 
 #include <algorithm>
 
+#include "launch/waves.h"
+
 namespace replayssm {
 namespace launch {
-namespace {
-
-// CTAs the GPU holds at once.
-int64_t resident_ctas(int sm_count, int ctas_per_sm) {
-  return static_cast<int64_t>(sm_count) * (ctas_per_sm > 0 ? ctas_per_sm : 1);
-}
-
-// The share of the CTA slots of their waves (rounded up) that `ctas` CTAs use, in percent.
-int64_t slots_used(int64_t ctas, int64_t resident) {
-  return 100 * ctas / (((ctas + resident - 1) / resident) * resident);
-}
-
-}  // namespace
 
 // The base rule (`waves`): as many of a group's heads as keep `waves` waves of CTAs. Every CTA pays a
 // set-up of a few DRAM round trips, so fewer, larger CTAs win where the waves stay full; small batches
@@ -27,12 +16,7 @@ int64_t slots_used(int64_t ctas, int64_t resident) {
 int mamba2_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, int sm_count,
                          const HeadsRules& rules, int forced) {
   const int heads_per_group = heads / groups;
-  if (forced >= 1) {
-    for (int d = forced < heads_per_group ? forced : heads_per_group; d > 1; --d) {
-      if (heads_per_group % d == 0) return d;
-    }
-    return 1;
-  }
+  if (forced >= 1) return largest_divisor_at_most(heads_per_group, forced);
   const int64_t resident = resident_ctas(sm_count, ctas_per_sm);
   const int64_t group_ctas = batch * groups;
   // one_wave: where whole groups fill every SM in a single wave, splitting them only adds set-ups and a
@@ -220,7 +204,8 @@ Mamba2StepPlan plan_mamba2_step(const Mamba2StepProblem& problem, int ctas_per_s
 int plan_mamba2_verify_stages(const RingBytes& ring, const DeviceInfo& device) {
   auto bytes = [&](int stages) { return ring.dynamic_bytes[stages] + ring.static_bytes; };
   const size_t optin = static_cast<size_t>(device.smem_per_block_optin);
-  const size_t per_cta = static_cast<size_t>(device.smem_per_sm / ring.compiled_ctas_per_sm - 1024);
+  const int ctas = ring.compiled_ctas_per_sm > 0 ? ring.compiled_ctas_per_sm : 1;
+  const size_t per_cta = static_cast<size_t>(device.smem_per_sm / ctas - 1024);
   int stages = ring.compiled_stages;
   while (stages > 2 && bytes(stages) > per_cta) --stages;
   while (stages > 1 && bytes(stages) > optin) --stages;
