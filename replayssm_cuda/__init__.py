@@ -10,6 +10,7 @@ from . import _extension, _library  # noqa: F401  (_C's CUDA kernels, then the t
 from . import ops, reference
 from ._extension import build_info, capabilities, is_compiled
 from .cache import DeltaRuleWeights, GDNCache, KDACache, Mamba2Cache, Mamba2Weights
+from .launch import get_launch_overrides, launch_overrides
 
 __version__ = "0.1.0"
 

@@ -118,7 +118,7 @@ with launch_overrides(step_heads_per_cta=64):
         x, dt, B, C, z = inputs(rows.numel())
         ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z,
                         dt_bias, True, 1, rows, -1, staggered_flush=True, backend="cuda")
-# The fold split (staggered_flush, a read copy, one wave of CTAs; choose_fold_split): on the H200, 24 rows
+# The fold split (staggered_flush, a read copy, one wave of CTAs; mamba2_fold_split): on the H200, 24 rows
 # of 64 heads in 2 groups at L = 4 take 8-head replay CTAs and put the first 6 folding rows' heads in
 # CTAs of two (helper rows first in the grid), in staggered phases with a pad row, on super120b's tile.
 H4, G4, S4 = 64, 2, 30

@@ -17,6 +17,8 @@
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
 
+#include "common/dispatch.h"
+
 namespace replayssm::checks {
 
 inline std::string piece(const std::string& s) { return s; }
@@ -145,7 +147,11 @@ inline void no_overlap(const char* op, const char* name, const at::Tensor& t, co
               cat(op, ": ", name, " must not share memory with ", other_name, ", got overlapping tensors"));
 }
 
+// A launcher's status: a variant no kernel was compiled for (the launcher's dispatch recorded which,
+// common/dispatch.h) or a CUDA error.
 inline void launched(const char* op, cudaError_t err) {
+  const std::string unsupported = take_unsupported_dispatch();
+  TORCH_CHECK(err != cudaErrorInvalidValue || unsupported.empty(), cat(op, ": no compiled kernel for ", unsupported));
   TORCH_CHECK(err == cudaSuccess, cat(op, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
 }
 

@@ -1,4 +1,5 @@
-// Registers the CUDA kernels of the ops in api/ops.h with torch.library and exposes build facts to Python.
+// Registers the CUDA kernels of the ops in api/ops.h with torch.library and exposes build facts, the
+// launch overrides and the capabilities to Python.
 //
 // The schemas of torch.ops.replayssm.* are defined in Python (replayssm_cuda/_schemas.py, through
 // replayssm_cuda/_library.py), so that a pure-Python install has the same ops, with the checked PyTorch
@@ -14,6 +15,7 @@
 #include <torch/extension.h>
 
 #include "api/ops.h"
+#include "api/python_api.h"
 
 #define REPLAYSSM_STR_(x) #x
 #define REPLAYSSM_STR(x) REPLAYSSM_STR_(x)
@@ -64,4 +66,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "replayssm_cuda compiled ops (torch.ops.replayssm.*) and build facts";
   m.def("build_info", &build_info, "dict(version, cuda_version, archs) of this build");
   m.def("compiled_ops", &compiled_ops, "names of the torch.ops.replayssm ops that have a CUDA kernel");
+  replayssm::register_launch_api(m);
+  replayssm::register_capabilities(m);
 }

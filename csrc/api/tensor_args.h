@@ -16,7 +16,8 @@
 
 namespace replayssm {
 
-// The kernels' name for a dtype the checks already admitted.
+// The kernels' name for a dtype the checks already admitted; any other is a bug in the checks, and
+// throws rather than reaching a kernel as another type.
 inline DType kernel_dtype(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return DType::kFloat32;
@@ -24,8 +25,30 @@ inline DType kernel_dtype(at::ScalarType t) {
     case at::kHalf: return DType::kFloat16;
     case at::kFloat8_e4m3fn: return DType::kFloat8E4M3;
     case at::kInt: return DType::kInt32;
-    default: return DType::kInt64;
+    case at::kLong: return DType::kInt64;
+    default: break;
   }
+  TORCH_CHECK(false, checks::cat("replayssm: no kernel takes a tensor of dtype ", checks::dtype_str(t),
+                                 " (float32, bfloat16, float16, float8_e4m3fn, int32 or int64)"));
+}
+
+// torch's name for a kernel dtype (the variants tables list DTypes).
+inline at::ScalarType torch_dtype(DType t) {
+  switch (t) {
+    case DType::kFloat32: return at::kFloat;
+    case DType::kBFloat16: return at::kBFloat16;
+    case DType::kFloat16: return at::kHalf;
+    case DType::kFloat8E4M3: return at::kFloat8_e4m3fn;
+    case DType::kInt32: return at::kInt;
+    case DType::kInt64: return at::kLong;
+  }
+  TORCH_CHECK(false, checks::cat("replayssm: unknown kernel dtype ", static_cast<int>(t)));
+}
+
+inline std::vector<at::ScalarType> torch_dtypes(const std::vector<DType>& dtypes) {
+  std::vector<at::ScalarType> out;
+  for (DType t : dtypes) out.push_back(torch_dtype(t));
+  return out;
 }
 
 // One tensor argument: CUDA, on the device of `device_ref`, the expected shape (-1: any), one of

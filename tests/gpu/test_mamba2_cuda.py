@@ -111,15 +111,15 @@ def test_update_matches_reference(dims, state_dtype, act):
 
 
 # The update's persistent CTAs walk the (row, head) items through a ring of S tiles; at these batches the
-# launcher gives each CTA one or two items, so few CTAs (REPLAYSSM_UPDATE_CTAS) and few stages
-# (REPLAYSSM_UPDATE_STAGES) are forced to wrap the ring many times (pad items included), with items past
-# the first S rounds claimed from the launch's counter or, with REPLAYSSM_UPDATE_CLAIMS=0, in fixed
-# shares. Every launch shape, a slot-strided pool, a row-padded pool (one bulk copy per state row) and a
-# CUDA-graph replay (the counter's zeroing captured with it) must give the bits of the default launch on
-# a contiguous state: an item skipped or updated twice would show.
+# launcher gives each CTA one or two items, so few CTAs (the update_ctas override) and few stages
+# (update_stages) are forced to wrap the ring many times (pad items included), with items past the first
+# S rounds claimed from the launch's counter or, with update_claims = 0, in fixed shares. Every launch
+# shape, a slot-strided pool, a row-padded pool (one bulk copy per state row) and a CUDA-graph replay (the
+# counter's zeroing captured with it) must give the bits of the default launch on a contiguous state: an
+# item skipped or updated twice would show.
 @pytest.mark.parametrize("dims", [NANO4B, SUPER120B, ODD], ids=["nano4b", "super120b", "odd"])
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
-def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype, monkeypatch):
+def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype, set_overrides):
     layer = Layer(dims, seed=7)
     num_slots = 6
     init = layer.states(num_slots).to("cuda", state_dtype)
@@ -138,11 +138,8 @@ def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype
     want_state = init.clone()
     want_out = run(want_state)
     assert all(torch.count_nonzero(o[[1, 4]]) == 0 for o in want_out), "pad and out-of-range rows get zero output"
-    for (ctas, stages), claims in itertools.product([("1", "1"), ("3", "2"), ("5", "3"), ("2", "8"), ("64", "2")],
-                                                    ["1", "0"]):
-        monkeypatch.setenv("REPLAYSSM_UPDATE_CTAS", ctas)
-        monkeypatch.setenv("REPLAYSSM_UPDATE_STAGES", stages)
-        monkeypatch.setenv("REPLAYSSM_UPDATE_CLAIMS", claims)
+    for (ctas, stages), claims in itertools.product([(1, 1), (3, 2), (5, 3), (2, 8), (64, 2)], [1, 0]):
+        set_overrides(update_ctas=ctas, update_stages=stages, update_claims=claims)
         slot_pool = torch.zeros(num_slots, 2, *init.shape[1:], device="cuda", dtype=state_dtype)
         row_pool = torch.zeros(*init.shape[:3], 2 * layer.N, device="cuda", dtype=state_dtype)
         for state in (init.clone(), slot_pool[:, 1], row_pool[..., :layer.N]):
@@ -152,9 +149,7 @@ def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype
             assert all(torch.equal(bits(a), bits(b)) for a, b in zip(out, want_out)), where
             assert torch.equal(bits(state), bits(want_state)), where
         assert torch.count_nonzero(slot_pool[:, 0]) == 0 and torch.count_nonzero(row_pool[..., layer.N:]) == 0
-    monkeypatch.delenv("REPLAYSSM_UPDATE_CTAS")
-    monkeypatch.delenv("REPLAYSSM_UPDATE_STAGES")
-    monkeypatch.delenv("REPLAYSSM_UPDATE_CLAIMS")
+    set_overrides(update_ctas=None, update_stages=None, update_claims=None)
 
     state = init.clone()
     static_in = [t.clone() for t in steps[0]]
@@ -171,11 +166,11 @@ def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype
     assert torch.equal(bits(state), bits(want_state))
 
 
-# At a decode batch every SM runs two CTAs that claim items concurrently (REPLAYSSM_UPDATE_CLAIMS=1,
+# At a decode batch every SM runs two CTAs that claim items concurrently (update_claims = 1,
 # which the launcher's rule also takes at this batch): the same bits as fixed shares, and the
 # reference's values.
 @pytest.mark.parametrize("dims", [NANO4B, SUPER120B], ids=["nano4b", "super120b"])
-def test_update_claimed_items_match_fixed_shares_at_full_occupancy(dims, monkeypatch):
+def test_update_claimed_items_match_fixed_shares_at_full_occupancy(dims, set_overrides):
     layer = Layer(dims, seed=11)
     batch, num_slots = 40, 48
     init = layer.states(num_slots).to("cuda", torch.float32)
@@ -187,13 +182,13 @@ def test_update_claimed_items_match_fixed_shares_at_full_occupancy(dims, monkeyp
     x, dt, B, C, z = [t.cuda() for t in layer.inputs(batch)]
 
     def run(claims):
-        monkeypatch.setenv("REPLAYSSM_UPDATE_CLAIMS", claims)
+        set_overrides(update_claims=claims)
         state, out = init.clone(), torch.full_like(x, float("nan"))
         ops.mamba2_update(state, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, True, slots, -1, backend="cuda")
         return state, out
 
-    claimed, fixed = run("1"), run("0")
-    monkeypatch.delenv("REPLAYSSM_UPDATE_CLAIMS")
+    claimed, fixed = run(1), run(0)
+    set_overrides(update_claims=None)
     assert torch.equal(bits(claimed[0]), bits(fixed[0])) and torch.equal(bits(claimed[1]), bits(fixed[1]))
     w_ref = layer.weights("cpu", torch.float64)
     ref_state = init.double().cpu()
@@ -227,11 +222,11 @@ STEP_CONFIGS = [
 
 # A step CTA pipelines several heads of a group; at these small batches the launcher would give each
 # CTA one head, so the multi-head path (ring refills, x windows two heads ahead) is forced as well.
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("dims,ck,rc,L,T", STEP_CONFIGS)
-def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T, heads_per_cta, monkeypatch):
+def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, T, heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(dims, seed=L)
     num_slots, batch = 6, 4
     gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=T, checkpoint_dtype=ck, read_copy_dtype=rc)
@@ -279,11 +274,11 @@ COPY_FOLDS = [
 ]
 
 
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("dims,act,rc,L", COPY_FOLDS)
-def test_fold_with_a_read_copy_is_the_plain_fold_and_refreshes_the_copy(dims, act, rc, L, heads_per_cta, monkeypatch):
+def test_fold_with_a_read_copy_is_the_plain_fold_and_refreshes_the_copy(dims, act, rc, L, heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(dims, act=act, seed=L + 1)
     num_slots, batch = 5, 3
     slots = torch.tensor([4, 0, 2], dtype=torch.int64)
@@ -362,12 +357,12 @@ REPLAY_SOURCES = [
 ]
 
 
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("rc,act", REPLAY_SOURCES, ids=["bf16-bf16", "fp8-bf16", "fp8-fp16", "fp16-fp16", "bf16-fp16"])
 @pytest.mark.parametrize("dims", [NANO4B, SUPER120B, SMALL, (16, 64, 64, 4)], ids=["nano4b", "super120b", "small", "p64n64"])
-def test_replay_step_matches_reference_on_the_same_read_copy(dims, rc, act, heads_per_cta, monkeypatch):
+def test_replay_step_matches_reference_on_the_same_read_copy(dims, rc, act, heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(dims, act=act, seed=11)
     H, P, N, G = dims
     num_slots, batch, L = 5, 4, 16
@@ -412,12 +407,12 @@ def test_replay_step_matches_reference_on_the_same_read_copy(dims, rc, act, head
 TF32_REPLAY_DIMS = [NANO4B, SUPER120B, ODD, SMALL, WIDE, (16, 64, 64, 4)]
 
 
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("act", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("dims", TF32_REPLAY_DIMS, ids=["nano4b", "super120b", "odd", "small", "wide", "p64n64"])
-def test_tf32_replay_matches_the_reference(dims, act, heads_per_cta, monkeypatch):
+def test_tf32_replay_matches_the_reference(dims, act, heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(dims, act=act, seed=21)
     num_slots, L = 5, 8
     slots = torch.tensor([3, -1, 0, 4], dtype=torch.int64)
@@ -441,7 +436,7 @@ def test_tf32_replay_matches_the_reference(dims, act, heads_per_cta, monkeypatch
     assert rel_err(cache.checkpoint, ref.checkpoint) < 2e-5
 
 
-# The read copies' CTAs of two whole groups (choose_two_group_ctas; REPLAYSSM_STEP_GROUPS_PER_CTA = 2
+# The read copies' CTAs of two whole groups (mamba2_two_group_ctas; the step_groups_per_cta override = 2
 # forces them at any batch, 1 turns them off): a CTA switches B's window, the window dots and C's
 # fragments at its second group's first head, in the replay and in the fold. With and without, over fold
 # cycles, both tensor-core copies, odd group sizes (3 heads) and N = 64: everything bit for bit (each
@@ -449,7 +444,7 @@ def test_tf32_replay_matches_the_reference(dims, act, heads_per_cta, monkeypatch
 # grids show which kernel ran: G / 2 CTAs a row with them, at least G without.
 @pytest.mark.parametrize("source", ["bf16", "fp8"])
 @pytest.mark.parametrize("dims", [NANO4B, SUPER120B, ODD, SMALL], ids=["nano4b", "super120b", "odd", "small"])
-def test_step_two_group_ctas_are_bitwise_one_group_ctas(dims, source, monkeypatch):
+def test_step_two_group_ctas_are_bitwise_one_group_ctas(dims, source, set_overrides):
     rc = {"bf16": torch.bfloat16, "fp8": FP8}[source]
     layer = Layer(dims, seed=31)
     num_slots, L = 8, 5
@@ -464,7 +459,7 @@ def test_step_two_group_ctas_are_bitwise_one_group_ctas(dims, source, monkeypatc
         x, dt, B, C, z = (t.cuda() for t in layer.inputs(slots.numel()))
         outs = {}
         for knob, cache in caches.items():
-            monkeypatch.setenv("REPLAYSSM_STEP_GROUPS_PER_CTA", knob)
+            set_overrides(step_groups_per_cta=int(knob))
             out = torch.full((slots.numel(), layer.H, layer.P), float("nan"), dtype=layer.act, device="cuda")
             grids = step_grids(lambda: cuda_step(cache, x, dt, B, C, z, slots.cuda(), out))
             assert len(grids) == 1, grids
@@ -483,10 +478,10 @@ def test_step_two_group_ctas_are_bitwise_one_group_ctas(dims, source, monkeypatc
 
 # Sources: an fp8 read copy and an fp32 checkpoint (tf32), both on tensor cores.
 @pytest.mark.parametrize("source", ["fp8", "tf32"])
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
-def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, source, monkeypatch):
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
+def test_step_cuda_graph_replay_is_bitwise_eager(heads_per_cta, source, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(NANO4B, seed=3)
     caches = [gpu_cache(layer, 4, buffer_len=4, read_copy_dtype=FP8 if source == "fp8" else None) for _ in range(2)]
     init = layer.states(4).cuda().float()
@@ -597,8 +592,8 @@ def cuda_kernels_run(fn):
 
 # Where the order pass runs (the launcher's rule, 132 SMs): with the hint and a read copy, or without one
 # on tensor cores, at nano4b batch 40 (2 heads per CTA, 1,920 CTAs); not without the hint, nor at batch 1 (one wave: every CTA starts at once), nor with one
-# head per CTA, nor with REPLAYSSM_STEP_ORDER=0.
-def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
+# head per CTA, nor with the step_order override = 0.
+def test_step_order_pass_runs_only_where_the_launcher_rule_says(set_overrides):
     layer = Layer(NANO4B, seed=2)
     caches = {rc: gpu_cache(layer, 40, buffer_len=4, read_copy_dtype=rc, staggered_flush=True) for rc in (None, FP8)}
     for c in caches.values():
@@ -615,11 +610,11 @@ def test_step_order_pass_runs_only_where_the_launcher_rule_says(monkeypatch):
     assert not order_pass_ran(40, False)
     assert order_pass_ran(40, True, rc=None)
     assert not order_pass_ran(1, True)
-    monkeypatch.setenv("REPLAYSSM_STEP_ORDER", "0")
+    set_overrides(step_order=0)
     assert not order_pass_ran(40, True)
     assert not order_pass_ran(40, True, rc=None)
-    monkeypatch.delenv("REPLAYSSM_STEP_ORDER")
-    monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", "1")
+    set_overrides(step_order=None)
+    set_overrides(step_heads_per_cta=1)
     assert not order_pass_ran(40, True)
 
 
@@ -636,6 +631,32 @@ def step_grids(fn):
     return [tuple(e["args"]["grid"]) for e in events if e.get("cat") == "kernel" and "step_kernel" in e["name"]]
 
 
+# The launch overrides' Python hook (replayssm_cuda.launch_overrides over _C.set_launch_overrides): what
+# it sets is what the next launch plans with, every field is checked, and the previous overrides come
+# back on exit. nano4b, fp32 checkpoint, batch 8: 4 heads a CTA are 24 CTAs a row, whole groups 8.
+def test_launch_overrides_reach_the_launch():
+    from replayssm_cuda import _extension, get_launch_overrides, launch_overrides
+
+    before = get_launch_overrides()
+    with pytest.raises(ValueError, match="unknown field step_heads"):
+        _extension._C.set_launch_overrides({"step_heads": 2})
+    with pytest.raises(ValueError, match=r"step_groups_per_cta must be in \[0, 2\]"):
+        with launch_overrides(step_groups_per_cta=3):
+            pass
+    with pytest.raises(ValueError, match="step_order must be an int or None, got str"):
+        _extension._C.set_launch_overrides({"step_order": "1"})
+    assert get_launch_overrides() == before
+    layer = Layer(NANO4B, seed=4)
+    cache = gpu_cache(layer, 8, buffer_len=4)
+    inputs = [t.cuda() for t in layer.inputs(8)]
+    slots = torch.arange(8, device="cuda")
+    for heads_per_cta, ctas_per_row in [(4, 24), (12, 8), (5, 24)]:
+        with launch_overrides(step_heads_per_cta=heads_per_cta) as now:
+            assert now["step_heads_per_cta"] == heads_per_cta
+            assert step_grids(lambda: cuda_step(cache, *inputs, slots)) == [(ctas_per_row, 8, 1)]
+    assert get_launch_overrides() == before
+
+
 # Below one CTA per (row, group) per SM, the step takes the smallest part of a group whose CTAs the SMs
 # hold at once (one wave). The H200's numbers: 132 SMs; nano4b's kernels hold 2 CTAs an SM without a
 # copy (264 at once), 3 with an fp8 copy (396). Without a copy: batch 4 2 heads a CTA (192 CTAs), batch 8
@@ -647,11 +668,11 @@ H200_STEP_CTAS_PER_ROW = {(None, 1): 96, (None, 4): 48, (None, 8): 32, (None, 16
                           (FP8, 1): 96, (FP8, 4): 96, (FP8, 8): 48, (FP8, 16): 24}
 
 
-def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(monkeypatch):
+def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(set_overrides):
     props = torch.cuda.get_device_properties(0)
     if (props.major, props.minor, props.multi_processor_count) != (9, 0, 132):
         pytest.skip("the expected CTA counts are the H200's (132 SMs, sm_90 occupancy)")
-    monkeypatch.delenv("REPLAYSSM_STEP_HEADS_PER_CTA", raising=False)
+    set_overrides(step_heads_per_cta=None)
     layer = Layer(NANO4B, seed=5)
 
     def grid_x(batch, rc, hint=False):
@@ -669,12 +690,12 @@ def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(monkeypatch):
     for rc, batch, ctas_per_row in [(FP8, 64, 4), (FP8, 99, 4), (FP8, 50, 4), (FP8, 100, 8), (FP8, 49, 8),
                                     (torch.bfloat16, 64, 16), (None, 64, 16)]:
         assert grid_x(batch, rc) == ctas_per_row, (rc, batch)
-    monkeypatch.setenv("REPLAYSSM_STEP_FOLD_SPLIT", "0")
+    set_overrides(step_fold_split=0)
     assert grid_x(16, FP8, hint=True) == 96, "hint without the fold split: one head per CTA"
 
 
 # The fold split (staggered-flush hint, a read copy, whole groups of every row within one wave; see
-# choose_fold_split): replaying rows in one-wave CTAs, the first `rows` folding rows in CTAs `split`
+# mamba2_fold_split): replaying rows in one-wave CTAs, the first `rows` folding rows in CTAs `split`
 # times smaller, their other parts in helper rows at the top of the grid. Bit for bit as without the
 # hint over two cycles of staggered phases (steps with different numbers of folding rows), with pad and
 # no-room rows, then with every slot folding in the same step (more folding rows than the split serves:
@@ -686,9 +707,8 @@ def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(monkeypatch):
     (NANO4B, 20, 4, FP8, (16, 16 + 4 * 2)),                # 6-head replay, four rows of 2-head folds
     (SUPER120B, 20, 4, None, (8, 16 + 4 * 7)),             # no copy (tf32 replay, 3 CTAs an SM): as bf16
 ], ids=["super120b-b16-L16-fp8", "super120b-b16-L4-bf16", "nano4b-b16-L4-fp8", "super120b-b16-L4-no-copy"])
-def test_step_fold_split_changes_no_bits(dims, num_slots, L, rc, grid, monkeypatch):
-    monkeypatch.delenv("REPLAYSSM_STEP_HEADS_PER_CTA", raising=False)
-    monkeypatch.delenv("REPLAYSSM_STEP_FOLD_SPLIT", raising=False)
+def test_step_fold_split_changes_no_bits(dims, num_slots, L, rc, grid, set_overrides):
+    set_overrides(step_heads_per_cta=None, step_fold_split=None)
     layer = Layer(dims, seed=31)
     caches, slots = staggered_rows(layer, num_slots, L, rc, seed=9)
     props = torch.cuda.get_device_properties(0)
@@ -738,13 +758,13 @@ def test_step_order_pass_under_cuda_graph_is_bitwise_eager():
         assert torch.equal(bits(a), bits(b))
 
 
-@pytest.mark.parametrize("heads_per_cta", [None, "1"], ids=["auto", "one-head-ctas"])
-def test_step_leaves_cursors_with_no_room_as_they_were(heads_per_cta, monkeypatch):
+@pytest.mark.parametrize("heads_per_cta", [None, 1], ids=["auto", "one-head-ctas"])
+def test_step_leaves_cursors_with_no_room_as_they_were(heads_per_cta, set_overrides):
     # A cursor that leaves no room (w >= L after masking off the head tickets, so also -1 and 70000)
     # must end as it was, whatever its high bits, with the slot's state untouched and zero outputs,
     # while the other rows step as usual; at one head per CTA a slot has H CTAs drawing tickets.
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(SUPER120B, seed=7)
     cache = gpu_cache(layer, 6, buffer_len=4)
     cache.load(layer.states(6).cuda().float())

@@ -128,11 +128,11 @@ SPEC_CONFIGS = [
 # A verify CTA pipelines several heads of a group through its ring; at these small batches the launcher
 # gives each CTA one head, so the multi-head path (ring refills, x windows two heads ahead, the
 # coefficient buffers alternating by head) is forced as well.
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("dims,ck,rc,L,Tmax,act", SPEC_CONFIGS)
-def test_spec_rounds_match_reference(dims, ck, rc, L, Tmax, act, heads_per_cta, monkeypatch):
+def test_spec_rounds_match_reference(dims, ck, rc, L, Tmax, act, heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_SPEC_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(verify_heads_per_cta=heads_per_cta)
     layer = Layer(dims, act, seed=31 * L + Tmax)
     num_slots = 7
     gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=Tmax, checkpoint_dtype=ck, read_copy_dtype=rc)
@@ -202,11 +202,11 @@ def test_fp32_verify_rounds_like_the_reference(dims):
     assert worst <= 2.0 ** -10
 
 
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("rc", [None, torch.bfloat16, FP8])
-def test_flush_and_materialize_match_reference(rc, heads_per_cta, monkeypatch):
+def test_flush_and_materialize_match_reference(rc, heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_SPEC_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(verify_heads_per_cta=heads_per_cta)
     layer = Layer(SUPER120B, seed=5)
     num_slots, L, Tmax = 6, 8, 4
     gpu = gpu_cache(layer, num_slots, buffer_len=L, max_draft_tokens=Tmax, read_copy_dtype=rc)
@@ -301,10 +301,10 @@ def test_out_of_range_cursors_touch_nothing():
         assert torch.equal(t_before, bits(t[[1, 3]])), "commit/flush touched an out-of-range cursor's slot"
 
 
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
-def test_cuda_graph_verify_commit_is_bitwise_eager(heads_per_cta, monkeypatch):
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
+def test_cuda_graph_verify_commit_is_bitwise_eager(heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_SPEC_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(verify_heads_per_cta=heads_per_cta)
     layer = Layer(NANO4B, seed=3)
     T, batch = 3, 4
     caches = [gpu_cache(layer, 5, buffer_len=8, max_draft_tokens=4, read_copy_dtype=FP8) for _ in range(2)]

@@ -123,14 +123,14 @@ def test_l1_cache_step_uses_the_rounding_update():
 
 # ---- replay step: the fused fold ------------------------------------------------------------------
 
-@pytest.mark.parametrize("heads_per_cta", ["1", "64"])
+@pytest.mark.parametrize("heads_per_cta", [1, 64])
 # odd-fp8: P = 80, whose fold quantises the fp8 copy after the head's last row (from the tile in shared
 # memory, packed as stored); small-fp8: P = 128, a batch of rows at a time.
 @pytest.mark.parametrize("dims,rc", [(NANO4B, None), (ODD, None), (ODD, FP8), (SMALL, FP8)],
                          ids=["nano4b", "odd", "odd-fp8", "small-fp8"])
 @pytest.mark.parametrize("dtype", HALF16, ids=_name)
-def test_step_fold_sr_is_the_reference_rounding_of_the_kernel_value(dims, rc, dtype, heads_per_cta, monkeypatch):
-    monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+def test_step_fold_sr_is_the_reference_rounding_of_the_kernel_value(dims, rc, dtype, heads_per_cta, set_overrides):
+    set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(dims, seed=3)
     L, num_slots = 4, 6
     c16 = cache(layer, num_slots, dtype, sr=True, buffer_len=L, read_copy_dtype=rc)
@@ -189,10 +189,10 @@ def test_step_sr_vs_reference_op(dtype):
                                  "step fold vs reference op")
 
 
-@pytest.mark.parametrize("heads_per_cta", ["1", "64"])
+@pytest.mark.parametrize("heads_per_cta", [1, 64])
 @pytest.mark.parametrize("dtype", HALF16, ids=_name)
-def test_step_sr_graph_replay_is_bitwise_eager_and_seeds_repeat(dtype, heads_per_cta, monkeypatch):
-    monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+def test_step_sr_graph_replay_is_bitwise_eager_and_seeds_repeat(dtype, heads_per_cta, set_overrides):
+    set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(NANO4B, seed=6)
     caches = [cache(layer, 4, dtype, sr=True, buffer_len=4) for _ in range(2)] + [cache(layer, 4, dtype, sr=True,
                                                                                         seed=SEED + 1, buffer_len=4)]

@@ -41,11 +41,11 @@ def test_stagger_cursors_in_a_cuda_graph():
     assert not bool(buffers[0][6].any()) and bool(buffers[0][5].any())
 
 
-@pytest.mark.parametrize("heads_per_cta", [None, "64"], ids=["auto", "whole-group"])
+@pytest.mark.parametrize("heads_per_cta", [None, 64], ids=["auto", "whole-group"])
 @pytest.mark.parametrize("rc", [None, torch.bfloat16])
-def test_staggered_cuda_cache_matches_reference(rc, heads_per_cta, monkeypatch):
+def test_staggered_cuda_cache_matches_reference(rc, heads_per_cta, set_overrides):
     if heads_per_cta is not None:
-        monkeypatch.setenv("REPLAYSSM_STEP_HEADS_PER_CTA", heads_per_cta)
+        set_overrides(step_heads_per_cta=heads_per_cta)
     layer = Layer(NANO4B, seed=21)
     num_slots, L = 8, 4
     gpu = gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=rc, staggered_flush=True)

@@ -62,7 +62,7 @@ struct FoldLayout {
     return ctas > 3 ? 3 : (ctas < 1 ? 1 : ctas);
   }
   // Three stages (two tiles in flight per CTA) wherever they keep two CTAs per SM or cost none; the
-  // launch takes two where a long buffer leaves no room for the third (p.ring_stages).
+  // launch takes two where a long buffer leaves no room for the third (launch.ring_stages).
   static constexpr int kStages = ctas_with(3) >= (ctas_with(2) < 2 ? ctas_with(2) : 2) ? 3 : 2;
   static constexpr int kCtasPerSm = ctas_with(kStages);
 };
@@ -234,7 +234,7 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
 // kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
 // kernel without any rounding code.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
-__global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAct>())) fold_kernel(const Mamba2SpecParams p) {
+__global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAct>())) fold_kernel(const Mamba2SpecParams p, const Mamba2FoldLaunch launch) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   using Tile = FoldTile<kP, kN>;
   using Coef = FoldCoef<kP, kN>;
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
 
   const int L = p.buffer_len;
   const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
-  const int S = p.ring_stages;  // Layout::kStages, or 2 where L leaves no room for more
+  const int S = launch.ring_stages;  // Layout::kStages, or 2 where L leaves no room for more
   auto tile_smem = [&](int stage) { return smem_base + stage * Layout::kTileBytes; };
   float* const coef = reinterpret_cast<float*>(smem_base + Layout::coef_offset(S));
   Act* const B_rows = reinterpret_cast<Act*>(smem_base + Layout::B_offset(S, L));

@@ -15,14 +15,18 @@
 #include "api/tensor_args.h"
 #include "families/mamba2/params.h"
 #include "families/mamba2/spec_params.h"
+#include "families/mamba2/variants.h"
 
 namespace replayssm {
 namespace {
 
+// The variants table (variants.h) says what is compiled; the checks and their messages read it.
 void check_shape_supported(const char* op, int64_t P, int64_t N) {
-  const bool ok = (P == 64 || P == 80 || P == 128) && (N == 64 || N == 128);
-  TORCH_CHECK(ok, checks::cat(op, ": checkpoint (head_dim P, state_dim N) must be one of " REPLAYSSM_MAMBA2_SHAPES ", got (", P, ", ", N, ")"));
+  TORCH_CHECK(mamba2::shape_compiled(P, N), checks::cat(op, ": checkpoint (head_dim P, state_dim N) must be one of ", mamba2::shapes_text(), ", got (", P, ", ", N, ")"));
 }
+
+std::vector<at::ScalarType> checkpoint_dtypes() { return torch_dtypes(mamba2::checkpoint_dtypes()); }
+std::vector<at::ScalarType> activation_dtypes() { return torch_dtypes(mamba2::activation_dtypes()); }
 
 // The checkpoint fields, shared by every op's params struct (Mamba2Params, Mamba2SpecParams).
 template <class Params>
@@ -34,17 +38,14 @@ void fill_checkpoint(Params& p, const at::Tensor& checkpoint) {
   p.ck_row_stride = checkpoint.stride(2);
 }
 
-// The optional read copy and its fp8 scales: a 16-bit checkpoint takes only an fp8 copy.
+// The optional read copy and its fp8 scales, of a dtype the variants table pairs with the checkpoint's.
 template <class Params>
 void fill_read_copy(Params& p, const Expect& expect, const char* op, const at::Tensor& checkpoint,
                     const std::optional<at::Tensor>& read_copy, const std::optional<at::Tensor>& read_scale,
                     bool written) {
   const int64_t S = checkpoint.size(0), H = checkpoint.size(1), P = checkpoint.size(2), N = checkpoint.size(3);
   if (read_copy) {
-    const auto ck = checkpoint.scalar_type();
-    const std::vector<at::ScalarType> allowed = ck == at::kFloat
-        ? std::vector<at::ScalarType>{at::kBFloat16, at::kHalf, at::kFloat8_e4m3fn}
-        : std::vector<at::ScalarType>{at::kFloat8_e4m3fn};
+    const auto allowed = torch_dtypes(mamba2::read_copy_dtypes(kernel_dtype(checkpoint.scalar_type())));
     expect("read_copy", *read_copy, {S, H, P, N}, allowed, 16);
     if (written) checks::writable(op, "read_copy", *read_copy);
     p.read_copy = read_copy->data_ptr();
@@ -130,8 +131,7 @@ void fill_inputs(Mamba2Params& p, const Expect& expect, const char* op, int64_t 
                  const at::Tensor& C, const at::Tensor& out, const std::optional<at::Tensor>& D,
                  const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
                  const std::optional<at::Tensor>& slots, int64_t pad_slot_id, int64_t num_slots) {
-  const std::vector<at::ScalarType> act{at::kBFloat16, at::kHalf};
-  expect("x", x, {-1, H, P}, act, 16);
+  expect("x", x, {-1, H, P}, activation_dtypes(), 16);
   const int64_t batch = x.size(0);
   TORCH_CHECK(batch <= 65535, checks::cat(op, ": batch (x.size(0)) must be <= 65535, got ", batch));
   const auto a = x.scalar_type();
@@ -191,8 +191,7 @@ template <class Params>
 void launch_checked(const char* op, const at::Tensor& on, cudaError_t (*launcher)(const Params&, cudaStream_t),
                     const Params& p) {
   const c10::cuda::CUDAGuard device_guard(on.device());
-  const cudaError_t err = launcher(p, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, checks::cat(op, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
+  checks::launched(op, launcher(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
 }  // namespace
@@ -204,7 +203,7 @@ void mamba2_update(const at::Tensor& state, const at::Tensor& x, const at::Tenso
                    const std::optional<at::Tensor>& rounding_seed) {
   constexpr const char* op = "mamba2_update";
   const Expect expect{op, state};
-  expect("state", state, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
+  expect("state", state, {-1, -1, -1, -1}, torch_dtypes(mamba2::state_dtypes()), 16);
   checks::writable(op, "state", state);
   const int64_t H = state.size(1), P = state.size(2), N = state.size(3);
   check_shape_supported(op, P, N);
@@ -234,7 +233,7 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
                  const std::optional<at::Tensor>& rounding_seed, bool staggered_flush) {
   constexpr const char* op = "mamba2_step";
   const Expect expect{op, checkpoint};
-  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
+  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, checkpoint_dtypes(), 16);
   checks::writable(op, "checkpoint", checkpoint);
   const int64_t S = checkpoint.size(0), H = checkpoint.size(1), P = checkpoint.size(2), N = checkpoint.size(3);
   check_shape_supported(op, P, N);
@@ -273,15 +272,14 @@ void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>
                    const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
   constexpr const char* op = "mamba2_verify";
   const Expect expect{op, checkpoint};
-  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
+  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, checkpoint_dtypes(), 16);
   const int64_t S = checkpoint.size(0), H = checkpoint.size(1), P = checkpoint.size(2), N = checkpoint.size(3);
   check_shape_supported(op, P, N);
   Mamba2SpecParams p{};
   fill_checkpoint(p, checkpoint);
   fill_read_copy(p, expect, op, checkpoint, read_copy, read_scale, /*written=*/false);
 
-  const std::vector<at::ScalarType> acts{at::kBFloat16, at::kHalf};
-  expect("x", x, {-1, -1, H, P}, acts, 16);
+  expect("x", x, {-1, -1, H, P}, activation_dtypes(), 16);
   const auto act = x.scalar_type();
   const int64_t L = fill_buffers(p, expect, op, checkpoint, act, x_buf, B_buf, dt_buf, num_committed, /*written=*/true);
   const int64_t batch = x.size(0), T = x.size(1);
@@ -321,7 +319,7 @@ Mamba2SpecParams fold_params(const char* op, const Expect& expect, const at::Ten
                              const at::Tensor& x_buf, const at::Tensor& B_buf, const at::Tensor& dt_buf,
                              const at::Tensor& num_committed, const at::Tensor& A,
                              const std::optional<at::Tensor>& slots, int64_t batch, int64_t pad_slot_id) {
-  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
+  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, checkpoint_dtypes(), 16);
   if (written) checks::writable(op, "checkpoint", checkpoint);
   const int64_t S = checkpoint.size(0), H = checkpoint.size(1), P = checkpoint.size(2), N = checkpoint.size(3);
   check_shape_supported(op, P, N);
@@ -329,8 +327,7 @@ Mamba2SpecParams fold_params(const char* op, const Expect& expect, const at::Ten
   Mamba2SpecParams p{};
   fill_checkpoint(p, checkpoint);
   fill_read_copy(p, expect, op, checkpoint, read_copy, read_scale, written);
-  const std::vector<at::ScalarType> acts{at::kBFloat16, at::kHalf};
-  expect("x_buf", x_buf, {S, H, -1, P}, acts, 16);
+  expect("x_buf", x_buf, {S, H, -1, P}, activation_dtypes(), 16);
   fill_buffers(p, expect, op, checkpoint, x_buf.scalar_type(), x_buf, B_buf, dt_buf, num_committed, written);
   const int64_t G = B_buf.size(1);
   TORCH_CHECK(G >= 1 && H % G == 0, checks::cat(op, ": the number of groups (B_buf.size(1) = ", G, ") must divide the number of heads (", H, ")"));
@@ -390,7 +387,7 @@ void mamba2_materialize(const at::Tensor& checkpoint, const at::Tensor& x_buf, c
                         const at::Tensor& out, const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
   constexpr const char* op = "mamba2_materialize";
   const Expect expect{op, checkpoint};
-  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
+  expect("checkpoint", checkpoint, {-1, -1, -1, -1}, checkpoint_dtypes(), 16);
   expect("out", out, {-1, checkpoint.size(1), checkpoint.size(2), checkpoint.size(3)}, {at::kFloat}, 16);
   checks::writable(op, "out", out);
   Mamba2SpecParams p = fold_params(op, expect, checkpoint, /*written=*/false, std::nullopt, std::nullopt, x_buf,

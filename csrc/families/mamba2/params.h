@@ -28,8 +28,7 @@
 
 namespace replayssm {
 
-// The (head_dim, state_dim) pairs compiled; the API layer rejects others with this list in the message.
-#define REPLAYSSM_MAMBA2_SHAPES "(P, N) in {64, 80, 128} x {64, 128}"
+// The compiled (head_dim, state_dim) shapes and dtypes: variants.h.
 constexpr int kMamba2MaxBufferLen = 64;
 
 struct Mamba2Params {
@@ -82,7 +81,6 @@ struct Mamba2Params {
 
   int64_t num_slots;
   int32_t batch, heads, groups, head_dim, state_dim;
-  int32_t heads_per_cta;  // step: set by the launcher (the heads of one group a CTA pipelines)
   // step: the caller's slots fold at different steps (staggered flush, continuous batching), so the
   // launcher keeps CTAs small (a folding CTA must not outlast the step) and, with a read copy, may start
   // the folding rows first (row_order below); false: folds come together
@@ -92,18 +90,13 @@ struct Mamba2Params {
   // (stochastic_rounding.cuh); nullptr: round to nearest even. The launch advances the offset.
   int64_t* rounding_seed;
 
-  // step, staggered_flush: int32[2 * batch] of device memory for the order pass, or nullptr (set by the
-  // caller). Where the launcher runs the pass (mamba2_step_order.cu), CTA row y of the step takes batch
-  // row row_order[y] & ~kFineFoldRow, whose slot is row_order[batch + y] (-1: the row touches nothing).
+  // Workspaces the API layer allocates per call; the launch plan decides whether they are used.
+  // step, staggered_flush: int32[2 * batch] of device memory for the order pass, or nullptr. Where the
+  // launcher runs the pass (step_order.cu), CTA row y of the step takes batch row
+  // row_order[y] & ~kFineFoldRow, whose slot is row_order[batch + y] (-1: the row touches nothing).
   int32_t* row_order;
-  // step, set by the launcher with the order pass (choose_fold_split): the first fold_split_rows folding
-  // rows take CTAs of heads_per_cta / fold_split heads, the pass marks them with kFineFoldRow, and the
-  // grid has fold_split_rows * (fold_split - 1) helper rows first for their other CTAs. 1 / 0: no split.
-  int32_t fold_split;
-  int32_t fold_split_rows;
-
   // update: 4 bytes of device memory (int32) that the launcher may zero and hand the CTAs to claim items
-  // from, in stream order (mamba2_update.cu); nullptr: every CTA takes a fixed share.
+  // from, in stream order (update.cu); nullptr: every CTA takes a fixed share.
   int32_t* work_counter;
 
 #if REPLAYSSM_CTA_TIMELINE
@@ -112,6 +105,22 @@ struct Mamba2Params {
   int64_t* cta_timeline;
   int64_t cta_timeline_ctas;
 #endif
+};
+
+// What the launcher chose (launch/mamba2_policy.h): the kernels' second argument, beside the caller's
+// Mamba2Params.
+struct Mamba2StepLaunch {
+  int32_t heads_per_cta;  // the heads of one group a CTA pipelines (two whole groups: kTwoGroups)
+  // The ordered step's fold split: the first fold_split_rows folding rows take CTAs of heads_per_cta /
+  // fold_split heads, the order pass marks them with kFineFoldRow, and the grid has fold_split_rows *
+  // (fold_split - 1) helper rows first for their other CTAs. 1: no split.
+  int32_t fold_split;
+  int32_t fold_split_rows;
+};
+
+struct Mamba2UpdateLaunch {
+  int32_t stages;  // state tiles in each CTA's ring
+  bool claims;     // items past the first `stages` rounds are claimed from p.work_counter (zeroed first)
 };
 
 // The order pass's mark on a folding row that the fold split serves (row indices stay below 2^16).
@@ -126,8 +135,8 @@ cudaError_t launch_mamba2_step(const Mamba2Params& params, cudaStream_t stream);
 
 namespace mamba2 {
 // The order pass: fills p.row_order with the rows whose slot folds in this step first, then
-// the others, each part in batch order, and the rows' slots (mamba2_step_order.cu).
-cudaError_t launch_step_row_order(const Mamba2Params& p, cudaStream_t stream);
+// the others, each part in batch order, and the rows' slots (step_order.cu).
+cudaError_t launch_step_row_order(const Mamba2Params& p, const Mamba2StepLaunch& launch, cudaStream_t stream);
 }  // namespace mamba2
 
 }  // namespace replayssm

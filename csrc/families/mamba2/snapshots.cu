@@ -13,6 +13,7 @@
 
 #include "common/convert.cuh"
 #include "families/mamba2/tile.cuh"
+#include "families/mamba2/variants.h"
 
 namespace replayssm {
 namespace mamba2_snapshots {
@@ -232,20 +233,6 @@ cudaError_t launch(const Mamba2SnapshotsParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <int kP, int kN>
-cudaError_t dispatch_dtypes(const Mamba2SnapshotsParams& p, cudaStream_t stream) {
-#define REPLAYSSM_SNAPSHOTS_CASE(STATE, ACT) \
-  if (p.state_dtype == DType::STATE && p.act_dtype == DType::ACT) return launch<kP, kN, DType::STATE, DType::ACT>(p, stream);
-  REPLAYSSM_SNAPSHOTS_CASE(kFloat32, kBFloat16)
-  REPLAYSSM_SNAPSHOTS_CASE(kFloat32, kFloat16)
-  REPLAYSSM_SNAPSHOTS_CASE(kBFloat16, kBFloat16)
-  REPLAYSSM_SNAPSHOTS_CASE(kBFloat16, kFloat16)
-  REPLAYSSM_SNAPSHOTS_CASE(kFloat16, kBFloat16)
-  REPLAYSSM_SNAPSHOTS_CASE(kFloat16, kFloat16)
-#undef REPLAYSSM_SNAPSHOTS_CASE
-  return cudaErrorInvalidValue;
-}
-
 // The largest staging area (T = 16, P = N = 128) is 41 KB: under the 48 KB a launch gets without an
 // opt-in attribute.
 static_assert(sizeof(float) * smem_floats(kMamba2SnapshotsMaxTokens, 128, 128) <= 48 * 1024,
@@ -260,15 +247,15 @@ cudaError_t launch_mamba2_update_snapshots(const Mamba2SnapshotsParams& p, cudaS
       p.heads % p.groups != 0 || p.heads > 65535 || p.batch > 65535 || p.batch < 0) {
     return cudaErrorInvalidValue;
   }
-  const int P = p.head_dim, N = p.state_dim;
-  using namespace mamba2_snapshots;
-  if (P == 64 && N == 64) return dispatch_dtypes<64, 64>(p, stream);
-  if (P == 64 && N == 128) return dispatch_dtypes<64, 128>(p, stream);
-  if (P == 80 && N == 64) return dispatch_dtypes<80, 64>(p, stream);
-  if (P == 80 && N == 128) return dispatch_dtypes<80, 128>(p, stream);
-  if (P == 128 && N == 64) return dispatch_dtypes<128, 64>(p, stream);
-  if (P == 128 && N == 128) return dispatch_dtypes<128, 128>(p, stream);
-  return cudaErrorInvalidValue;
+  // The variants table's shapes x state dtypes x activation dtypes (the update's).
+  return REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
+    return REPLAYSSM_MAMBA2_STATE_SWITCH(p.state_dtype, [&](auto state) {
+      return REPLAYSSM_MAMBA2_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+        return mamba2_snapshots::launch<decltype(P)::value, decltype(N)::value, decltype(state)::value,
+                                        decltype(act)::value>(p, stream);
+      });
+    });
+  });
 }
 
 }  // namespace replayssm

@@ -13,6 +13,7 @@
 #include "api/ops.h"
 #include "api/tensor_args.h"
 #include "families/mamba2/snapshots.h"
+#include "families/mamba2/variants.h"
 
 namespace replayssm {
 namespace {
@@ -27,13 +28,11 @@ void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const
                              const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
                              bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
   const Expect expect{kOp, state, "state"};
-  expect("state", state, {-1, -1, -1, -1}, {at::kFloat, at::kBFloat16, at::kHalf}, 16);
+  expect("state", state, {-1, -1, -1, -1}, torch_dtypes(mamba2::state_dtypes()), 16);
   const int64_t H = state.size(1), P = state.size(2), N = state.size(3);
-  const bool shape_ok = (P == 64 || P == 80 || P == 128) && (N == 64 || N == 128);
-  TORCH_CHECK(shape_ok, checks::cat(kOp, ": state (head_dim P, state_dim N) must be one of (P, N) in {64, 80, 128} x {64, 128}, got (", P, ", ", N, ")"));
+  TORCH_CHECK(mamba2::shape_compiled(P, N), checks::cat(kOp, ": state (head_dim P, state_dim N) must be one of ", mamba2::shapes_text(), ", got (", P, ", ", N, ")"));
 
-  const std::vector<at::ScalarType> act{at::kBFloat16, at::kHalf};
-  expect("x", x, {-1, -1, H, P}, act);
+  expect("x", x, {-1, -1, H, P}, torch_dtypes(mamba2::activation_dtypes()));
   const int64_t batch = x.size(0), T = x.size(1);
   TORCH_CHECK(batch <= 65535, checks::cat(kOp, ": batch (x.size(0)) must be <= 65535, got ", batch));
   TORCH_CHECK(T >= 1 && T <= kMamba2SnapshotsMaxTokens, checks::cat(kOp, ": the number of tokens T (x.size(1)) must be in [1, ", kMamba2SnapshotsMaxTokens, "], got ", T));

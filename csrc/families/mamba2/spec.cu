@@ -1,8 +1,9 @@
 // Mamba-2 speculative decoding: run-time choice of the compiled (head_dim, state_dim) instantiation of
-// the verify and fold kernels (mamba2_verify_kernel.cuh, mamba2_fold.cuh), and the cursor kernel that
-// commit and flush launch after their fold.
-#include "families/mamba2/spec_common.cuh"
+// the verify and fold kernels (verify_launch.cuh, fold_launch.cuh; the shapes in variants.h), and the
+// cursor kernel that commit and flush launch after their fold.
 #include "common/stochastic_rounding.cuh"
+#include "families/mamba2/spec_common.cuh"
+#include "families/mamba2/variants.h"
 
 namespace replayssm {
 namespace mamba2_spec {
@@ -37,18 +38,6 @@ __global__ void cursor_kernel(const Mamba2SpecParams p) {
   p.num_committed[slot] = n + p.max_draft_tokens > L ? 0 : n;
 }
 
-template <class Launcher>
-cudaError_t dispatch_shape(const Mamba2SpecParams& p, cudaStream_t stream, Launcher launch) {
-  const int P = p.head_dim, N = p.state_dim;
-  if (P == 64 && N == 64) return launch(std::integral_constant<int, 64>{}, std::integral_constant<int, 64>{});
-  if (P == 64 && N == 128) return launch(std::integral_constant<int, 64>{}, std::integral_constant<int, 128>{});
-  if (P == 80 && N == 64) return launch(std::integral_constant<int, 80>{}, std::integral_constant<int, 64>{});
-  if (P == 80 && N == 128) return launch(std::integral_constant<int, 80>{}, std::integral_constant<int, 128>{});
-  if (P == 128 && N == 64) return launch(std::integral_constant<int, 128>{}, std::integral_constant<int, 64>{});
-  if (P == 128 && N == 128) return launch(std::integral_constant<int, 128>{}, std::integral_constant<int, 128>{});
-  return cudaErrorInvalidValue;
-}
-
 bool common_params_ok(const Mamba2SpecParams& p) {
   return p.heads >= 1 && p.groups >= 1 && p.heads % p.groups == 0 && p.heads <= 65535 && p.batch >= 0 &&
          p.buffer_len >= 1 && p.buffer_len <= kMamba2SpecMaxBufferLen && p.num_committed != nullptr;
@@ -63,7 +52,7 @@ cudaError_t launch_mamba2_verify(const Mamba2SpecParams& p, cudaStream_t stream)
       p.num_tokens > kMamba2SpecMaxDraftTokens || p.num_tokens > p.buffer_len) {
     return cudaErrorInvalidValue;
   }
-  return mamba2_spec::dispatch_shape(p, stream, [&](auto P, auto N) {
+  return REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
     return mamba2_spec::launch_verify_shape<decltype(P)::value, decltype(N)::value>(p, stream);
   });
 }
@@ -82,7 +71,7 @@ cudaError_t launch_mamba2_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
       (materialize && p.state_out == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  cudaError_t err = mamba2_spec::dispatch_shape(p, stream, [&](auto P, auto N) {
+  cudaError_t err = REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
     return mamba2_spec::launch_fold_shape<decltype(P)::value, decltype(N)::value>(p, stream);
   });
   if (err != cudaSuccess || materialize) return err;

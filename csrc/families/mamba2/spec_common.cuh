@@ -16,9 +16,6 @@ namespace mamba2_spec {
 
 constexpr int kThreads = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
-// Overrides the heads per CTA of verify: see mamba2::choose_heads_per_cta. Tests and benchmarks use it
-// to run the pipelined multi-head path at any batch.
-constexpr const char* kHeadsPerCtaKnob = "REPLAYSSM_SPEC_HEADS_PER_CTA";
 
 // 8 consecutive 16-bit activations at a 16-byte aligned address (shared or global) as floats.
 template <class Act>

@@ -106,14 +106,20 @@ struct Mamba2SpecParams {
   int64_t num_slots;
   int32_t batch, heads, groups, head_dim, state_dim;
 
-  // ---- verify: set by its launcher ----
-  int32_t heads_per_cta;  // the heads of one group a CTA pipelines
-  int32_t ring_stages;    // verify and fold: stages of the tile ring (fewer than compiled where L, T are large)
-
   // commit / flush: [seed, offset] (int64, device) for stochastic rounding of a bf16 / fp16
   // checkpoint's stores (stochastic_rounding.cuh); nullptr: round to nearest even. The cursor kernel
   // advances the offset.
   int64_t* rounding_seed;
+};
+
+// What the launcher chose (launch/mamba2_policy.h): the kernels' second argument.
+struct Mamba2VerifyLaunch {
+  int32_t heads_per_cta;  // the heads of one group a CTA pipelines
+  int32_t ring_stages;    // stages of the tile ring (fewer than compiled where L and T are large)
+};
+
+struct Mamba2FoldLaunch {
+  int32_t ring_stages;  // stages of the tile ring (2 where a long buffer leaves no room for more)
 };
 
 // Outputs of T draft tokens per row; appends their entries at positions w .. w+T-1. One launch.

@@ -1,7 +1,8 @@
 // ReplaySSM Mamba-2 step: run-time choice of the compiled (head_dim, state_dim) instantiation.
-// The kernel and its contract are in mamba2_step_kernel.cuh.
-#include "families/mamba2/params.h"
+// The kernel and its contract are in step_kernel.cuh; the shapes in variants.h.
 #include "common/stochastic_rounding.cuh"
+#include "families/mamba2/params.h"
+#include "families/mamba2/variants.h"
 
 namespace replayssm {
 namespace mamba2 {
@@ -18,14 +19,9 @@ cudaError_t dispatch_shape(const Mamba2Params& p, cudaStream_t stream) {
       p.max_draft_tokens > p.buffer_len || p.num_committed == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const int P = p.head_dim, N = p.state_dim;
-  if (P == 64 && N == 64) return mamba2::launch_step_shape<64, 64>(p, stream);
-  if (P == 64 && N == 128) return mamba2::launch_step_shape<64, 128>(p, stream);
-  if (P == 80 && N == 64) return mamba2::launch_step_shape<80, 64>(p, stream);
-  if (P == 80 && N == 128) return mamba2::launch_step_shape<80, 128>(p, stream);
-  if (P == 128 && N == 64) return mamba2::launch_step_shape<128, 64>(p, stream);
-  if (P == 128 && N == 128) return mamba2::launch_step_shape<128, 128>(p, stream);
-  return cudaErrorInvalidValue;
+  return REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
+    return mamba2::launch_step_shape<decltype(P)::value, decltype(N)::value>(p, stream);
+  });
 }
 
 }  // namespace

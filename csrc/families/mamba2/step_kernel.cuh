@@ -37,7 +37,7 @@
 // With a staggered flush (the caller's staggered_flush hint) and a read copy, a one-CTA launch before
 // the step (mamba2_step_order.cu) may list the rows whose slot folds first, and CTA row y takes the
 // row it lists (kOrdered): folding CTAs last several replay CTAs, and started late they end the step.
-// Where all CTAs fit in one wave, the launcher may instead split the folds (choose_fold_split): the pass
+// Where all CTAs fit in one wave, the launch plan may instead split the folds (mamba2_fold_split): the pass
 // marks the first folding rows, whose CTAs take a part of the replay-sized block each, the other parts
 // by helper rows at the top of the grid, so that the few folds of a staggered step run in parallel.
 //
@@ -548,7 +548,7 @@ __device__ __forceinline__ WindowGroup4 window_group4(const float* wd, const Act
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered, bool kTf32Replay,
           bool kTwoGroups = false>
 __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct, kTf32Replay>::kCtasPerSm))
-    step_kernel(const Mamba2Params p) {
+    step_kernel(const Mamba2Params p, const Mamba2StepLaunch launch) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   static_assert(!kTf32Replay || (kCkpt == DType::kFloat32 && !kCopy), "tf32 replay: fp32 checkpoint, no copy");
   static_assert(!kTwoGroups || (kCopy && !kOrdered), "two-group CTAs: the read copies' unordered step");
@@ -572,9 +572,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   int order_pos = blockIdx.y;
   int part = 0;
   if constexpr (kOrdered) {
-    if (p.fold_split > 1) {
-      const int helpers_per_row = p.fold_split - 1;
-      const int helper_rows = p.fold_split_rows * helpers_per_row;
+    if (launch.fold_split > 1) {
+      const int helpers_per_row = launch.fold_split - 1;
+      const int helper_rows = launch.fold_split_rows * helpers_per_row;
       if (static_cast<int>(blockIdx.y) < helper_rows) {
         order_pos = blockIdx.y / helpers_per_row;
         part = 1 + blockIdx.y % helpers_per_row;
@@ -604,10 +604,10 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   // heads), `group` the first. kTwoGroups is a template flag so that the kernels without it compile
   // exactly as before: a group switch in the per-head loops made the fp8-copy step 3.5-8% slower
   // (sessions 17, 22 and 30).
-  const int num_heads = fine_fold ? p.heads_per_cta / p.fold_split : p.heads_per_cta;
-  const int blocks_per_group = kTwoGroups ? 1 : heads_per_group / p.heads_per_cta;
+  const int num_heads = fine_fold ? launch.heads_per_cta / launch.fold_split : launch.heads_per_cta;
+  const int blocks_per_group = kTwoGroups ? 1 : heads_per_group / launch.heads_per_cta;
   const int group = kTwoGroups ? blockIdx.x * 2 : blockIdx.x / blocks_per_group;
-  const int head0 = group * heads_per_group + (blockIdx.x % blocks_per_group) * p.heads_per_cta + part * num_heads;
+  const int head0 = group * heads_per_group + (blockIdx.x % blocks_per_group) * launch.heads_per_cta + part * num_heads;
   // Which of the CTA's groups head head0 + i is in (0 or 1).
   auto group_of = [&](int i) { return kTwoGroups && i >= heads_per_group ? 1 : 0; };
   const int64_t slot = kOrdered ? p.row_order[p.batch + order_pos] : resolve_slot(p, row);

@@ -10,9 +10,9 @@
 //
 // The step cannot order itself: the last CTA of a slot rewrites the slot's cursor once the slot's
 // CTAs have read it, while CTAs of later rows may not have started, so only a launch before it sees
-// every cursor as the step begins. The launcher (launch_step_kernel) says where the pass runs: with a
-// read copy, more than one wave of CTAs and more than one head per CTA, or with a fold split (the first
-// folding rows in smaller CTAs than the rest: choose_fold_split), whose rows the pass marks.
+// every cursor as the step begins. The launch plan (plan_mamba2_step, launch/mamba2_policy.cpp) says
+// where the pass runs: with a read copy, more than one wave of CTAs and more than one head per CTA, or
+// with a fold split (the first folding rows in smaller CTAs than the rest), whose rows the pass marks.
 #include "families/mamba2/params.h"
 #include "families/mamba2/tile.cuh"
 
@@ -41,7 +41,7 @@ __device__ __forceinline__ int cta_exclusive_prefix(bool flag, int* warp_counts,
   return before;
 }
 
-__global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mamba2Params p) {
+__global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mamba2Params p, const Mamba2StepLaunch launch) {
   // One bit per batch row: folds in this step. A warp's 32 consecutive rows are one ballot, one word.
   __shared__ uint32_t folds[(kMaxBatch + 31) / 32];
   __shared__ int warp_counts[kOrderWarps];
@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mam
       // The slot is resolved again rather than kept from pass 1: a chunk's threads hold no state across
       // chunks, and resolving is one L2-hot load.
       const int dst = f ? next_fold + fold_rank : next_other + other_rank;
-      // The first p.fold_split_rows folding rows take the fold split's smaller CTAs (0 without one).
-      order_rows[dst] = row | (f && dst < p.fold_split_rows ? kFineFoldRow : 0);
+      // The first launch.fold_split_rows folding rows take the fold split's smaller CTAs (0 without one).
+      order_rows[dst] = row | (f && dst < launch.fold_split_rows ? kFineFoldRow : 0);
       order_slots[dst] = static_cast<int32_t>(resolve_slot(p, row));
     }
     next_fold += chunk_folds;
@@ -92,9 +92,9 @@ __global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mam
 
 }  // namespace
 
-cudaError_t launch_step_row_order(const Mamba2Params& p, cudaStream_t stream) {
+cudaError_t launch_step_row_order(const Mamba2Params& p, const Mamba2StepLaunch& launch, cudaStream_t stream) {
   if (p.row_order == nullptr || p.batch > kMaxBatch || p.num_slots > INT32_MAX) return cudaErrorInvalidValue;
-  step_row_order_kernel<<<1, kOrderThreads, 0, stream>>>(p);
+  step_row_order_kernel<<<1, kOrderThreads, 0, stream>>>(p, launch);
   return cudaGetLastError();
 }
 

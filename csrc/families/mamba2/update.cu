@@ -11,15 +11,14 @@
 // the next item (x, z, dt, B, C, A, D) are loaded one item ahead and decoded when used.
 // (v3 was one CTA per (row, head) that loaded the tile into registers, computed, stored and left: each
 // CTA's reads and writes came in two bursts, 82-86% of copy bandwidth at batch 256-512.)
-#include <algorithm>
-#include <cstdlib>
-#include <cstring>
-
 #include "common/bulk_copy.cuh"
+#include "common/device_info.h"
 #include "diag/cta_timeline.cuh"
 #include "families/mamba2/params.h"
 #include "families/mamba2/tile.cuh"
+#include "families/mamba2/variants.h"
 #include "common/stochastic_rounding.cuh"
+#include "launch/mamba2_policy.h"
 
 namespace replayssm {
 namespace mamba2 {
@@ -115,8 +114,9 @@ struct ItemOperands {
 // kRound: stochastic rounding of a 16-bit state (p.rounding_seed); false compiles without it.
 template <int kP, int kN, DType kState, DType kAct, bool kRound>
 __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kRound>::kMinCtasPerSm))
-    update_kernel(const Mamba2Params p, const int stages) {
+    update_kernel(const Mamba2Params p, const Mamba2UpdateLaunch launch) {
   static_assert(!kRound || kState != DType::kFloat32, "stochastic rounding is for 16-bit states");
+  const int stages = launch.stages;
   using Shape = TileShape<kP, kN>;
   using Tile = UpdateTile<kP, kN, kState, kRound>;
   using V = Vec4<kState>;
@@ -156,14 +156,14 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
       return p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
     };
     // This CTA's item i + 1 (-1: none), chosen as item i's copy is issued: the first S round-robin
-    // (k = blockIdx.x + i * grid), the rest claimed one at a time from p.work_counter where the launcher
-    // gave one (items S * grid, S * grid + 1, ... in claim order), else round-robin too. Claimed items
+    // (k = blockIdx.x + i * grid), the rest claimed one at a time from p.work_counter where the launch
+    // plan claims (items S * grid, S * grid + 1, ... in claim order), else round-robin too. Claimed items
     // go to the CTAs that are ready for one: CTAs stream at different rates (session 28's time lines:
     // with equal shares, half the SMs idled for the last ~11 us of a batch-64 update).
     auto item_after = [&](int i) -> int64_t {
       const int64_t j = i + 1;
-      const int64_t k = j < stages || p.work_counter == nullptr ? blockIdx.x + j * grid
-                                                                : stages * grid + atomicAdd(p.work_counter, 1);
+      const int64_t k = j < stages || !launch.claims ? blockIdx.x + j * grid
+                                                     : stages * grid + atomicAdd(p.work_counter, 1);
       return k < items ? k : -1;
     };
     int64_t k = static_cast<int64_t>(blockIdx.x) < items ? static_cast<int64_t>(blockIdx.x) : -1;
@@ -284,73 +284,36 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
 }
 
-// Ring stages of a tile of `tile_bytes`: as many (up to 4) as let two CTAs share an SM, else as many
-// (up to 4) as one CTA holds. REPLAYSSM_UPDATE_STAGES = s overrides it (capped at what fits); read at
-// every launch, a tuning and testing knob.
-int choose_stages(int tile_bytes, int smem_per_sm, int smem_per_cta) {
-  const int fit = smem_per_cta / tile_bytes;
-  if (const char* forced = std::getenv("REPLAYSSM_UPDATE_STAGES")) {
-    const int s = std::atoi(forced);
-    if (s >= 1) return std::min({s, fit, kMaxStages});
-  }
-  constexpr int kPerCtaReserve = 2048;  // the runtime's 1 KB per CTA and the static barriers, rounded up
-  const int two = (smem_per_sm / 2 - kPerCtaReserve) / tile_bytes;
-  return two >= 2 ? std::min(two, 4) : std::max(1, std::min({fit, 4, kMaxStages}));
-}
-
+// Plans the launch (launch/mamba2_policy.h: ring stages, a persistent grid, claims or fixed shares)
+// and launches it, zeroing the claims' counter first in stream order.
 template <int kP, int kN, DType kState, DType kAct, bool kRound>
 cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
   auto kernel = update_kernel<kP, kN, kState, kAct, kRound>;
-  constexpr int kTileBytes = UpdateTile<kP, kN, kState, kRound>::kBytes;
-  int device = 0, sms = 0, smem_per_sm = 0, smem_per_cta = 0, ctas_per_sm = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&smem_per_cta, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  launch::DeviceInfo device;
+  cudaError_t err = current_device_info(&device);
   if (err != cudaSuccess) return err;
-  const int stages = choose_stages(kTileBytes, smem_per_sm, smem_per_cta - 4 * kMaxStages * 8);
+  launch::Mamba2UpdateProblem problem;
+  problem.batch = p.batch;
+  problem.heads = p.heads;
+  problem.tile_bytes = UpdateTile<kP, kN, kState, kRound>::kBytes;
+  problem.max_stages = kMaxStages;
+  problem.static_bytes = 4 * kMaxStages * 8;  // full, id_ready, item_of: 3 x 8 bytes a stage, rounded up
+  problem.work_counter = p.work_counter != nullptr;
+  const launch::LaunchOverrides& overrides = launch::launch_overrides();
+  const int stages = launch::plan_mamba2_update_stages(problem, device, overrides);
   if (stages < 1) return cudaErrorInvalidConfiguration;
-  const size_t smem = static_cast<size_t>(stages) * kTileBytes;
+  const size_t smem = static_cast<size_t>(stages) * problem.tile_bytes;
+  int ctas_per_sm = 0;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kUpdateThreads, smem);
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
-  // One wave of CTAs (REPLAYSSM_UPDATE_CTAS = n caps it at n: a testing knob that makes small batches
-  // wrap the ring).
-  int64_t wave = static_cast<int64_t>(sms) * ctas_per_sm;
-  if (const char* forced = std::getenv("REPLAYSSM_UPDATE_CTAS")) {
-    const int64_t n = std::atoll(forced);
-    if (n >= 1 && n < wave) wave = n;
-  }
-  const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
-  Mamba2Params q = p;
-  int64_t grid = 0;
-  // Past the first S rounds, items are claimed from a counter (zeroed here, in stream order) by
-  // whichever CTA is ready for one, where the caller gave the counter's memory and the launch has at
-  // least kClaimRounds rounds of items. Otherwise every CTA takes a fixed share, the grid trimmed so
-  // that the shares differ by at most one item (a CTA with one more than the others would run its last
-  // item alone). REPLAYSSM_UPDATE_CLAIMS (read at every launch; a tuning and testing knob): 0 never
-  // claims, 1 claims wherever there is an item past the first S rounds.
-  // Why claims: CTAs stream at different rates, and with fixed shares at batch 64 the last SMs finished
-  // 12-16 us after the median one (session 28, tools/cta_timeline.py); with claims, 3-4 us. Why not
-  // always: the counter's zeroing costs a memset node, ~2 us between launches, which lost at batch 8
-  // (nano4b update 19.6 -> 21.4 us, 2.9 rounds) and won from batch 32 (71.9 -> 68.6, 11.6 rounds).
-  constexpr int64_t kClaimRounds = 8;
-  const char* forced = std::getenv("REPLAYSSM_UPDATE_CLAIMS");
-  const bool forced_off = forced != nullptr && std::strcmp(forced, "0") == 0;
-  const bool forced_on = forced != nullptr && std::strcmp(forced, "1") == 0;
-  const bool claims = p.work_counter != nullptr && !forced_off && items > stages * wave &&
-                      (forced_on || items >= kClaimRounds * wave) && items < (int64_t{1} << 30);
-  if (claims) {
-    grid = wave;
+  const launch::Mamba2UpdatePlan plan = launch::plan_mamba2_update(problem, stages, ctas_per_sm, device, overrides);
+  if (plan.claims) {
     err = cudaMemsetAsync(p.work_counter, 0, sizeof(int32_t), stream);
     if (err != cudaSuccess) return err;
-  } else {
-    const int64_t rounds = (items + wave - 1) / wave;
-    grid = (items + rounds - 1) / rounds;
-    q.work_counter = nullptr;
   }
-  kernel<<<static_cast<unsigned>(grid), kUpdateThreads, smem, stream>>>(q, stages);
+  kernel<<<static_cast<unsigned>(plan.grid), kUpdateThreads, smem, stream>>>(p, Mamba2UpdateLaunch{plan.stages, plan.claims});
   return cudaGetLastError();
 }
 
@@ -362,31 +325,17 @@ cudaError_t launch(const Mamba2Params& p, cudaStream_t stream) {
   return launch_kernel<kP, kN, kState, kAct, false>(p, stream);
 }
 
-template <int kP, int kN>
-cudaError_t dispatch_dtypes(const Mamba2Params& p, cudaStream_t stream) {
-#define REPLAYSSM_UPDATE_CASE(STATE, ACT) \
-  if (p.checkpoint_dtype == DType::STATE && p.act_dtype == DType::ACT) return launch<kP, kN, DType::STATE, DType::ACT>(p, stream);
-  REPLAYSSM_UPDATE_CASE(kFloat32, kBFloat16)
-  REPLAYSSM_UPDATE_CASE(kFloat32, kFloat16)
-  REPLAYSSM_UPDATE_CASE(kBFloat16, kBFloat16)
-  REPLAYSSM_UPDATE_CASE(kBFloat16, kFloat16)
-  REPLAYSSM_UPDATE_CASE(kFloat16, kBFloat16)
-  REPLAYSSM_UPDATE_CASE(kFloat16, kFloat16)
-#undef REPLAYSSM_UPDATE_CASE
-  return cudaErrorInvalidValue;
-}
-
-cudaError_t dispatch_shape(const Mamba2Params& p, cudaStream_t stream) {
+// The variants table's shapes x state dtypes x activation dtypes.
+cudaError_t dispatch(const Mamba2Params& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   if (p.heads < 1 || p.groups < 1 || p.heads % p.groups != 0) return cudaErrorInvalidValue;
-  const int P = p.head_dim, N = p.state_dim;
-  if (P == 64 && N == 64) return dispatch_dtypes<64, 64>(p, stream);
-  if (P == 64 && N == 128) return dispatch_dtypes<64, 128>(p, stream);
-  if (P == 80 && N == 64) return dispatch_dtypes<80, 64>(p, stream);
-  if (P == 80 && N == 128) return dispatch_dtypes<80, 128>(p, stream);
-  if (P == 128 && N == 64) return dispatch_dtypes<128, 64>(p, stream);
-  if (P == 128 && N == 128) return dispatch_dtypes<128, 128>(p, stream);
-  return cudaErrorInvalidValue;
+  return REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
+    return REPLAYSSM_MAMBA2_STATE_SWITCH(p.checkpoint_dtype, [&](auto state) {
+      return REPLAYSSM_MAMBA2_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+        return launch<decltype(P)::value, decltype(N)::value, decltype(state)::value, decltype(act)::value>(p, stream);
+      });
+    });
+  });
 }
 
 }  // namespace
@@ -394,7 +343,7 @@ cudaError_t dispatch_shape(const Mamba2Params& p, cudaStream_t stream) {
 
 cudaError_t launch_mamba2_update(const Mamba2Params& p, cudaStream_t stream) {
   if (p.rounding_seed != nullptr && p.checkpoint_dtype == DType::kFloat32) return cudaErrorInvalidValue;
-  const cudaError_t err = mamba2::dispatch_shape(p, stream);
+  const cudaError_t err = mamba2::dispatch(p, stream);
   // Every launch with a seed moves the offset, even one with no rows: the reference does the same.
   if (err != cudaSuccess || p.rounding_seed == nullptr) return err;
   return launch_rounding_offset_advance(p.rounding_seed, stream);

@@ -366,7 +366,7 @@ __device__ __forceinline__ void window_dots(const Act* B_window, const Act* C_ro
 }
 
 template <int kP, int kN, DType kSrc, DType kAct>
-__global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::kCtasPerSm)) verify_kernel(const Mamba2SpecParams p) {
+__global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::kCtasPerSm)) verify_kernel(const Mamba2SpecParams p, const Mamba2VerifyLaunch launch) {
   using Act = typename Storage<kAct>::type;
   using Layout = VerifyLayout<kP, kN, kSrc, kAct>;
   using Chunk = VerifyChunk<kN, kSrc>;
@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
 
   const int L = p.buffer_len;
   const int T = p.num_tokens;
-  const int S = p.ring_stages;
+  const int S = launch.ring_stages;
   const VerifySmem<kP, kN, kSrc, kAct> sm(smem_base, S, L, T);
   const int Tp = sm.Tp;
   const int64_t row = blockIdx.y;
@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   const int lane = tid % 32;
   const bool scalar_warp = warp == kReduceWarps;
   const int heads_per_group = p.heads / p.groups;
-  const int num_heads = p.heads_per_cta;  // this CTA's heads: head0 .. head0 + num_heads - 1, one group
+  const int num_heads = launch.heads_per_cta;  // this CTA's heads: head0 .. head0 + num_heads - 1, one group
   const int ctas_per_group = heads_per_group / num_heads;
   const int group = blockIdx.x / ctas_per_group;
   const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;

@@ -1,5 +1,6 @@
-// Instantiation of the Mamba-2 fold kernels (commit, flush, materialize) for head_dim 80, state_dim 128
-// (one file per shape so the shapes compile in parallel).
+// Mamba-2 fold kernels (commit, flush, materialize), head_dim 80, state_dim 128. One file per shape, so the
+// shapes compile in parallel. Written by tools/generate_instantiations.py from the shapes in
+// families/mamba2/variants.h: do not edit.
 #include "families/mamba2/fold_launch.cuh"
 
 namespace replayssm::mamba2_spec {

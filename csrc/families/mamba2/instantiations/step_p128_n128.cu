@@ -1,5 +1,6 @@
-// Instantiation of the Mamba-2 step kernels for head_dim 128, state_dim 128 (one file per shape so
-// the shapes compile in parallel); the ordered step (staggered flush) comes with it.
+// Mamba-2 step kernels (the ordered and two-group ones with them), head_dim 128, state_dim 128. One file
+// per shape, so the shapes compile in parallel. Written by tools/generate_instantiations.py from the shapes
+// in families/mamba2/variants.h: do not edit.
 #include "families/mamba2/step_launch.cuh"
 
 namespace replayssm::mamba2 {

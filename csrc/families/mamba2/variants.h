@@ -1,0 +1,181 @@
+// The Mamba-2 variants this build compiles: one table that the launchers dispatch through
+// (common/dispatch.h), the API checks and their messages read, tools/generate_instantiations.py writes
+// the instantiation files from (instantiations/<op>_p<P>_n<N>.cu) and _C.capabilities() reports.
+// Adding a row here is adding a variant; nothing else restates the list. Host-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "common/dispatch.h"
+#include "common/dtype.h"
+
+// ---- the tables (X-macros; one row a variant) ----
+
+// (head_dim P, state_dim N): X(P, N). Every op compiles every shape (the step, verify and the fold one
+// instantiation file each).
+#define REPLAYSSM_MAMBA2_SHAPES(X) \
+  X(64, 64)                        \
+  X(64, 128)                       \
+  X(80, 64)                        \
+  X(80, 128)                       \
+  X(128, 64)                       \
+  X(128, 128)
+
+// Activations (x, B, C, z, out, the buffers): X(dtype).
+#define REPLAYSSM_MAMBA2_ACTIVATION_DTYPES(X) \
+  X(kBFloat16)                                \
+  X(kFloat16)
+
+// The conventional update's state (mamba2_update, mamba2_update_snapshots), with any activation dtype.
+#define REPLAYSSM_MAMBA2_STATE_DTYPES(X) \
+  X(kFloat32)                            \
+  X(kBFloat16)                           \
+  X(kFloat16)
+
+// The replay ops' (step, verify, commit, flush, materialize) checkpoint and read copy, with any
+// activation dtype: X(checkpoint, has a read copy, read copy). Without a copy the third value repeats
+// the checkpoint (the kernels ignore it). A 16-bit checkpoint takes only an fp8 copy: a 16-bit copy of
+// it would save no bytes.
+#define REPLAYSSM_MAMBA2_REPLAY_PAIRS(X) \
+  X(kFloat32, false, kFloat32)           \
+  X(kFloat32, true, kBFloat16)           \
+  X(kFloat32, true, kFloat16)            \
+  X(kFloat32, true, kFloat8E4M3)         \
+  X(kBFloat16, false, kBFloat16)         \
+  X(kBFloat16, true, kFloat8E4M3)        \
+  X(kFloat16, false, kFloat16)           \
+  X(kFloat16, true, kFloat8E4M3)
+
+namespace replayssm {
+namespace mamba2 {
+
+// ---- keys and texts of the tables ----
+
+constexpr int64_t shape_key(int64_t P, int64_t N) { return (P << 32) | static_cast<uint32_t>(N); }
+
+constexpr int64_t replay_pair_key(DType checkpoint, bool copy, DType read_copy) {
+  return (static_cast<int64_t>(checkpoint) << 33) | (static_cast<int64_t>(copy) << 32) |
+         static_cast<uint32_t>(copy ? read_copy : checkpoint);
+}
+
+inline bool shape_compiled(int64_t P, int64_t N) {
+#define REPLAYSSM_MAMBA2_SHAPE_IS_(SP, SN) || (P == (SP) && N == (SN))
+  return false REPLAYSSM_MAMBA2_SHAPES(REPLAYSSM_MAMBA2_SHAPE_IS_);
+#undef REPLAYSSM_MAMBA2_SHAPE_IS_
+}
+
+// "(64, 64), (64, 128), ..."
+inline std::string shapes_text() {
+  std::string out;
+#define REPLAYSSM_MAMBA2_SHAPE_TEXT_(SP, SN) out += (out.empty() ? "(" : ", (") + std::to_string(SP) + ", " + std::to_string(SN) + ")";
+  REPLAYSSM_MAMBA2_SHAPES(REPLAYSSM_MAMBA2_SHAPE_TEXT_)
+#undef REPLAYSSM_MAMBA2_SHAPE_TEXT_
+  return out;
+}
+
+inline bool replay_pair_compiled(DType checkpoint, bool copy, DType read_copy) {
+  const int64_t key = replay_pair_key(checkpoint, copy, read_copy);
+#define REPLAYSSM_MAMBA2_PAIR_IS_(CK, COPY, RD) || key == replay_pair_key(DType::CK, COPY, DType::RD)
+  return false REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_PAIR_IS_);
+#undef REPLAYSSM_MAMBA2_PAIR_IS_
+}
+
+// "(checkpoint, read copy) = (float32, none)"
+inline std::string replay_pair_text(DType checkpoint, bool copy, DType read_copy) {
+  return std::string("(") + dtype_name(checkpoint) + ", " + (copy ? dtype_name(read_copy) : "none") + ")";
+}
+
+// "(float32, none), (float32, bfloat16), ..."
+inline std::string replay_pairs_text() {
+  std::string out;
+#define REPLAYSSM_MAMBA2_PAIR_TEXT_(CK, COPY, RD) \
+  out += (out.empty() ? "" : ", ") + replay_pair_text(DType::CK, COPY, DType::RD);
+  REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_PAIR_TEXT_)
+#undef REPLAYSSM_MAMBA2_PAIR_TEXT_
+  return out;
+}
+
+// The dtypes of the tables, in table order, each once.
+namespace variants_detail {
+inline void add_once(std::vector<DType>& list, DType t) {
+  for (DType u : list) {
+    if (u == t) return;
+  }
+  list.push_back(t);
+}
+}  // namespace variants_detail
+
+inline std::vector<DType> activation_dtypes() {
+  std::vector<DType> out;
+#define REPLAYSSM_MAMBA2_DTYPE_ADD_(NAME) variants_detail::add_once(out, DType::NAME);
+  REPLAYSSM_MAMBA2_ACTIVATION_DTYPES(REPLAYSSM_MAMBA2_DTYPE_ADD_)
+  return out;
+}
+
+inline std::vector<DType> state_dtypes() {
+  std::vector<DType> out;
+  REPLAYSSM_MAMBA2_STATE_DTYPES(REPLAYSSM_MAMBA2_DTYPE_ADD_)
+#undef REPLAYSSM_MAMBA2_DTYPE_ADD_
+  return out;
+}
+
+// The replay ops' checkpoint dtypes.
+inline std::vector<DType> checkpoint_dtypes() {
+  std::vector<DType> out;
+#define REPLAYSSM_MAMBA2_CHECKPOINT_ADD_(CK, COPY, RD) variants_detail::add_once(out, DType::CK);
+  REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_CHECKPOINT_ADD_)
+#undef REPLAYSSM_MAMBA2_CHECKPOINT_ADD_
+  return out;
+}
+
+// The read copies a checkpoint of dtype `checkpoint` may have (none: an empty list).
+inline std::vector<DType> read_copy_dtypes(DType checkpoint) {
+  std::vector<DType> out;
+#define REPLAYSSM_MAMBA2_READ_COPY_ADD_(CK, COPY, RD) \
+  if (COPY && DType::CK == checkpoint) variants_detail::add_once(out, DType::RD);
+  REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_READ_COPY_ADD_)
+#undef REPLAYSSM_MAMBA2_READ_COPY_ADD_
+  return out;
+}
+
+}  // namespace mamba2
+}  // namespace replayssm
+
+// ---- dispatch through the tables (common/dispatch.h): F gets each value as a std::integral_constant ----
+
+// F(kP, kN).
+#define REPLAYSSM_MAMBA2_SHAPE_CASE_(SP, SN)   \
+  case ::replayssm::mamba2::shape_key(SP, SN): \
+    return replayssm_dispatch_f(std::integral_constant<int, SP>{}, std::integral_constant<int, SN>{});
+#define REPLAYSSM_MAMBA2_SHAPE_SWITCH(P, N, ...)                                                           \
+  REPLAYSSM_TABLE_SWITCH(::replayssm::mamba2::shape_key(P, N), REPLAYSSM_MAMBA2_SHAPES,                   \
+                         REPLAYSSM_MAMBA2_SHAPE_CASE_,                                                    \
+                         ::replayssm::unsupported("(head_dim, state_dim) = (" + std::to_string(P) + ", " + \
+                                                      std::to_string(N) + ")",                            \
+                                                  ::replayssm::mamba2::shapes_text()),                    \
+                         __VA_ARGS__)
+
+// F(kCheckpoint, kCopy, kReadCopy): DType, bool, DType.
+#define REPLAYSSM_MAMBA2_REPLAY_PAIR_CASE_(CK, COPY, RD)                                                 \
+  case ::replayssm::mamba2::replay_pair_key(::replayssm::DType::CK, COPY, ::replayssm::DType::RD):     \
+    return replayssm_dispatch_f(std::integral_constant<::replayssm::DType, ::replayssm::DType::CK>{}, \
+                                std::integral_constant<bool, COPY>{},                                   \
+                                std::integral_constant<::replayssm::DType, ::replayssm::DType::RD>{});
+#define REPLAYSSM_MAMBA2_REPLAY_PAIR_SWITCH(CKPT, COPY, READ, ...)                                           \
+  REPLAYSSM_TABLE_SWITCH(::replayssm::mamba2::replay_pair_key(CKPT, COPY, READ),                            \
+                         REPLAYSSM_MAMBA2_REPLAY_PAIRS, REPLAYSSM_MAMBA2_REPLAY_PAIR_CASE_,                 \
+                         ::replayssm::unsupported("(checkpoint, read copy) = " +                             \
+                                                      ::replayssm::mamba2::replay_pair_text(CKPT, COPY, READ), \
+                                                  ::replayssm::mamba2::replay_pairs_text()),                \
+                         __VA_ARGS__)
+
+// F(kAct).
+#define REPLAYSSM_MAMBA2_ACTIVATION_SWITCH(ACT, ...) \
+  REPLAYSSM_DTYPE_SWITCH(ACT, "activation dtype", REPLAYSSM_MAMBA2_ACTIVATION_DTYPES, __VA_ARGS__)
+
+// F(kState).
+#define REPLAYSSM_MAMBA2_STATE_SWITCH(STATE, ...) \
+  REPLAYSSM_DTYPE_SWITCH(STATE, "state dtype", REPLAYSSM_MAMBA2_STATE_DTYPES, __VA_ARGS__)

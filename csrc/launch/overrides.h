@@ -1,0 +1,79 @@
+// Launch overrides: the fields that replace a launch rule's choice, for tests, benchmarks and tuning.
+// Host-only C++ (no CUDA, no torch). Each field is read once, the first time a launch asks for the
+// overrides, from the environment variable of its name in upper case with the prefix REPLAYSSM_
+// (step_heads_per_cta: REPLAYSSM_STEP_HEADS_PER_CTA), or set through set_launch_overrides (from
+// Python: replayssm_cuda.launch_overrides(**fields)). A variable that is not an integer in the field's
+// range is ignored (the rule decides) with one line on stderr naming it.
+//
+// The overrides are consulted when a launch is planned, so a CUDA graph keeps the launch that was
+// chosen when it was captured: changing them later does not change a captured graph.
+//
+// The rules themselves, what each override replaces and the measurements behind them:
+// docs/TUNING.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace replayssm {
+namespace launch {
+
+// X(field, variable, unset, lowest, highest, description): every override, the environment variable it
+// is read from, its "not set" value (the rule decides), the range of values it takes and what a value
+// does. One table for the struct, the environment, the Python hook and the docs.
+#define REPLAYSSM_LAUNCH_OVERRIDES(X)                                                                        \
+  X(step_heads_per_cta, "REPLAYSSM_STEP_HEADS_PER_CTA", 0, 0, 65535,                                         \
+    "mamba2_step: k heads of one group per CTA (the largest divisor of the group size <= k), and no "        \
+    "two-group CTAs (unless step_groups_per_cta = 2) nor fold split; 0: the rules")                          \
+  X(step_groups_per_cta, "REPLAYSSM_STEP_GROUPS_PER_CTA", 0, 0, 2,                                           \
+    "mamba2_step with a read copy on tensor cores: 2 two whole groups per CTA wherever the groups pair "      \
+    "up, 1 never; 0: the rule (an fp8 copy, where they fill one wave or their waves to 95%)")                \
+  X(step_order, "REPLAYSSM_STEP_ORDER", -1, -1, 1,                                                           \
+    "mamba2_step under staggered_flush (a read copy or an fp32 checkpoint): 1 the order pass (folding "      \
+    "rows first) at every launch, 0 never (nor the fold split); -1: the rule")                               \
+  X(step_fold_split, "REPLAYSSM_STEP_FOLD_SPLIT", -1, -1, 0,                                                 \
+    "mamba2_step under staggered_flush with the order pass: 0 no fold split; -1: the rule")                  \
+  X(verify_heads_per_cta, "REPLAYSSM_VERIFY_HEADS_PER_CTA", 0, 0, 65535,                                     \
+    "mamba2_verify: k heads of one group per CTA (the largest divisor of the group size <= k); 0: the rule") \
+  X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
+    "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
+  X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \
+    "mamba2_update: at most n CTAs in the persistent grid (small batches then wrap the ring); 0: one wave")  \
+  X(update_claims, "REPLAYSSM_UPDATE_CLAIMS", -1, -1, 1,                                                     \
+    "mamba2_update: 1 claim every item past each CTA's first rounds from a counter, 0 fixed shares; "        \
+    "-1: the rule (claims from 8 rounds of items on)")
+
+struct LaunchOverrides {
+#define REPLAYSSM_OVERRIDE_FIELD(name, variable, unset, lowest, highest, doc) int name = unset;
+  REPLAYSSM_LAUNCH_OVERRIDES(REPLAYSSM_OVERRIDE_FIELD)
+#undef REPLAYSSM_OVERRIDE_FIELD
+};
+
+// The overrides in force: the environment's, read the first time this is called, or the last ones set.
+const LaunchOverrides& launch_overrides();
+
+// Replaces the overrides in force (every field; an unset field lets its rule decide). A hook for tests
+// and benchmarks: call it between launches, not while another thread launches. Fields out of range are
+// the caller's error: check them with override_error first (the Python hook does).
+void set_launch_overrides(const LaunchOverrides& overrides);
+
+// The overrides the environment sets now (the first call of launch_overrides takes these).
+LaunchOverrides launch_overrides_from_environment();
+
+// One override's description, for the Python hook and the docs.
+struct OverrideField {
+  const char* name;         // the field, e.g. "step_heads_per_cta"
+  const char* environment;  // its variable, e.g. "REPLAYSSM_STEP_HEADS_PER_CTA"
+  int unset, lowest, highest;
+  const char* description;
+  int LaunchOverrides::*member;
+};
+// Every override, in the order of REPLAYSSM_LAUNCH_OVERRIDES; `count` receives their number.
+const OverrideField* override_fields(int* count);
+// The field named `name`, or nullptr.
+const OverrideField* find_override_field(const std::string& name);
+// Why `value` is not a value of `field` ("" when it is): "<field> must be in [lo, hi], got v".
+std::string override_error(const OverrideField& field, int64_t value);
+
+}  // namespace launch
+}  // namespace replayssm

@@ -1,0 +1,59 @@
+"""_C.capabilities() (csrc/api/capabilities.cpp): what the build compiled, read from the families' variants
+tables. Every shape and dtype it lists runs; a shape it does not list is refused with the list."""
+
+import pytest
+import torch
+
+from replayssm_cuda import _extension, ops
+
+
+def capabilities():
+    return _extension._C.capabilities()
+
+
+def test_capabilities_lists_every_compiled_op_once():
+    caps = capabilities()
+    assert set(caps) >= {"mamba2", "cache"}
+    listed = [op for entry in caps.values() for op in entry["ops"]]
+    assert sorted(listed) == sorted(_extension._C.compiled_ops())
+    assert all(op.startswith("mamba2_") for op in caps["mamba2"]["ops"])
+    assert caps["cache"]["ops"] == ["make_read_copy", "load", "reset", "stagger_cursors", "copy_slots"]
+    assert caps["cache"]["read_copy_max_cols"] == 256 and caps["cache"]["copy_slots_max_pairs"] == 3072
+
+
+def test_mamba2_capabilities():
+    m = capabilities()["mamba2"]
+    assert [80, 128] in m["shapes"] and [64, 128] in m["shapes"]
+    assert m["activation_dtypes"] == ["bfloat16", "float16"]
+    assert m["update_checkpoint_dtypes"] == ["float32", "bfloat16", "float16"]
+    assert ["float32", None] in m["checkpoint_read_copy"] and ["bfloat16", "float8_e4m3fn"] in m["checkpoint_read_copy"]
+    assert ["bfloat16", "float16"] not in m["checkpoint_read_copy"]
+    assert m["max_buffer_len"] == 64 and m["max_draft_tokens"] == 16
+
+
+def test_every_listed_shape_and_state_dtype_runs():
+    m = capabilities()["mamba2"]
+    H, G, batch = 2, 1, 1
+    for P, N in m["shapes"]:
+        for state_name in m["update_checkpoint_dtypes"]:
+            for act_name in m["activation_dtypes"]:
+                act, state_dtype = getattr(torch, act_name), getattr(torch, state_name)
+                state = torch.zeros(2, H, P, N, device="cuda", dtype=state_dtype)
+                x = torch.randn(batch, H, P, device="cuda").to(act)
+                B, C = (torch.randn(batch, G, N, device="cuda").to(act) for _ in range(2))
+                dt = torch.rand(batch, H, device="cuda").to(act)
+                out = torch.empty_like(x)
+                A = -torch.ones(H, device="cuda")
+                ops.mamba2_update(state, x, dt, A, B, C, out, None, None, None, True, None, -1, backend="cuda")
+                assert torch.isfinite(out.float()).all(), (P, N, state_name, act_name)
+
+
+def test_an_unlisted_shape_is_refused_with_the_list():
+    state = torch.zeros(2, 2, 96, 64, device="cuda")
+    x = torch.randn(1, 2, 96, device="cuda").bfloat16()
+    B = C = torch.randn(1, 1, 64, device="cuda").bfloat16()
+    dt = torch.rand(1, 2, device="cuda").bfloat16()
+    shapes = ", ".join(f"\\({P}, {N}\\)" for P, N in capabilities()["mamba2"]["shapes"])
+    with pytest.raises(RuntimeError, match=rf"must be one of {shapes}, got \(96, 64\)"):
+        torch.ops.replayssm.mamba2_update(state, x, dt, -torch.ones(2, device="cuda"), B, C, torch.empty_like(x),
+                                          None, None, None, True, None, -1)

@@ -1,0 +1,27 @@
+"""The per-shape instantiation files (csrc/families/<family>/instantiations/) are what
+tools/generate_instantiations.py writes from the families' variants tables: a shape added to or removed
+from a table without running the tool fails here."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_instantiation_files_match_the_variants_tables():
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "generate_instantiations.py"), "--check"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_table_shape_has_its_files():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import generate_instantiations as gen
+    finally:
+        sys.path.pop(0)
+    shapes = gen.table_shapes(ROOT / "csrc" / "families" / "mamba2" / "variants.h", "REPLAYSSM_MAMBA2_SHAPES")
+    assert (80, 128) in shapes and len(set(shapes)) == len(shapes)
+    files = {p.name for p in (ROOT / "csrc" / "families" / "mamba2" / "instantiations").glob("*.cu")}
+    assert files == {f"{op}_p{P}_n{N}.cu" for op in ("step", "verify", "fold") for P, N in shapes}

@@ -1,0 +1,425 @@
+"""The launch plans (csrc/launch/), tested without a GPU or nvcc: tests/host/launch_probe.cpp, compiled here
+with the C++ compiler alone, answers plan queries for a device given as its SM count (132: the H100 SXM and
+the H200, where the rules were measured; 114: the H100 PCIe; 148: the B200), with overrides set through the
+same hook as the Python one. The rules and their measurements: docs/TUNING.md."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def find_cxx():
+    for candidate in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    cxx = find_cxx()
+    if cxx is None:
+        pytest.skip("no C++ compiler found ($CXX, g++, c++, clang++) to build tests/host/launch_probe.cpp")
+    exe = str(tmp_path_factory.mktemp("probe") / "launch_probe")
+    launch = os.path.join(ROOT, "csrc", "launch")
+    sources = sorted(os.path.join(launch, f) for f in os.listdir(launch) if f.endswith(".cpp"))
+    build = subprocess.run([cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", os.path.join(ROOT, "csrc"),
+                            os.path.join(ROOT, "tests", "host", "launch_probe.cpp"), *sources, "-o", exe],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    # The probe reads the overrides from its environment the first time: start it with none set.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPLAYSSM_")}
+
+    def run(lines, sms=132):
+        lines = [f"device {sms}", "clear", *lines]
+        result = subprocess.run([exe], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60,
+                                env=env, check=True)
+        out = result.stdout.splitlines()
+        assert len(out) == len(lines), result.stdout
+        return out[2:], result.stderr
+
+    return run
+
+
+def answers(probe, lines, sms=132, overrides=None):
+    """The answers to `lines` (queries), after setting `overrides` ({field: value}) through the hook."""
+    sets = [f"set {k} {v}" for k, v in (overrides or {}).items()]
+    out, _ = probe([*sets, *lines], sms)
+    assert out[:len(sets)] == ["ok"] * len(sets), out
+    return out[len(sets):]
+
+
+NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
+
+# (dims, CTAs per SM, waves, one_wave, full_waves, step_heads_per_cta) -> {batch: heads per CTA}. The step
+# passes waves 2 where its replay runs on tensor cores (read copies, and the fp32 checkpoint without one:
+# 3 CTAs an SM, 2 at nano4b without a copy), 4 on CUDA cores and under the staggered-flush hint, one_wave =
+# not the hint, and full_waves = CUDA cores and not the hint; verify passes the defaults (4 waves, neither).
+CASES = [
+    # Tensor-core step. Below one CTA per (row, group) and SM (batch <= 16): the smallest part of a group
+    # whose CTAs the 396 resident slots hold; batch 17-49 whole groups in one wave; beyond, whole groups
+    # while they make 2 waves (792 CTAs), else the next divisor.
+    ((NANO4B, 3, 2, True, False, 0), {1: 1, 4: 1, 8: 2, 16: 4, 17: 12, 32: 12, 49: 12, 50: 6, 98: 6, 99: 12, 256: 12}),
+    ((SUPER120B, 3, 2, True, False, 0), {1: 1, 2: 1, 4: 2, 8: 4, 16: 8, 32: 16, 256: 16}),
+    ((THREE_PER_GROUP, 3, 2, True, False, 0), {4: 1, 16: 1, 17: 3}),
+    # The edges: CTAs exactly the resident ones (99 heads x batch 4 = 396) still one wave; batch x groups
+    # exactly the SMs (33 x 4) takes whole groups, one row fewer (32 x 4 = 128) the below-one-wave rule.
+    (((99, 9), 3, 2, True, False, 0), {4: 1, 5: 11}),
+    (((96, 4), 3, 2, True, False, 0), {32: 8, 33: 24}),
+    # CUDA-core step (264 resident): batch 8 takes 3 heads (256 CTAs), 11 4 heads (264), 34 the 4-wave
+    # rule. Past one wave at 2 CTAs an SM (full_waves), the largest part whose CTAs fill their last wave
+    # to 95%: batch 48 6 heads (768 CTAs, 2.91 waves; the 4-wave rule's 4), 64-192 whole groups
+    # (1.94-5.82 waves); batch 40 and 100 keep the 4-wave rule's 3 and 6 (no larger part fills 95%: 3.64
+    # and 3.03 waves), as do the same batches without full_waves and 3 CTAs an SM (super120b's kernels;
+    # batch 48 is one wave of whole groups there).
+    ((NANO4B, 2, 4, True, True, 0), {1: 1, 4: 2, 8: 3, 11: 4, 16: 6, 33: 12, 34: 3, 40: 3, 48: 6, 64: 12, 96: 12,
+                                     100: 6, 128: 12, 192: 12, 256: 12}),
+    ((NANO4B, 2, 4, True, False, 0), {48: 4, 64: 4, 96: 6, 128: 6}),
+    ((SUPER120B, 3, 4, True, True, 0), {48: 16, 64: 4, 96: 4, 128: 8, 192: 8}),
+    # The staggered-flush hint, and verify: four waves of the largest part, one head below them.
+    ((NANO4B, 3, 4, False, False, 0), {16: 1, 32: 1, 64: 3, 256: 12}),
+    # The override: the largest divisor of the group's 12 heads <= its value, whatever the batch; 0 leaves
+    # the rule.
+    ((NANO4B, 3, 2, True, False, 5), {1: 4, 256: 4}),
+    ((NANO4B, 3, 2, True, False, 64), {1: 12, 16: 12}),
+    ((NANO4B, 3, 2, True, False, 1), {32: 1, 256: 1}),
+    ((NANO4B, 3, 2, True, False, 0), {16: 4}),
+]
+
+
+def heads_line(batch, heads, groups, ctas_per_sm, waves, one_wave, full_waves, fill_last_wave=False, half=False):
+    return (f"heads {batch} {heads} {groups} {ctas_per_sm} {waves} {int(one_wave)} {int(full_waves)} "
+            f"{int(fill_last_wave)} {int(half)}")
+
+
+def case_id(rule):
+    (heads, groups), ctas_per_sm, waves, one_wave, full_waves, forced = rule
+    return (f"H{heads}-G{groups}-{ctas_per_sm}ctas-{waves}waves-{'one_wave' if one_wave else 'waves_only'}"
+            f"{'-full_waves' if full_waves else ''}-forced{forced}")
+
+
+@pytest.mark.parametrize("rule,expected", CASES, ids=[case_id(rule) for rule, _ in CASES])
+def test_heads_per_cta(probe, rule, expected):
+    (heads, groups), ctas_per_sm, waves, one_wave, full_waves, forced = rule
+    lines = [heads_line(b, heads, groups, ctas_per_sm, waves, one_wave, full_waves) for b in expected]
+    got = answers(probe, lines, overrides={"step_heads_per_cta": forced} if forced else None)
+    assert dict(zip(expected, map(int, got))) == expected
+
+
+# The tf32 replay without a copy (fill_last_wave; waves 2, one_wave, not full_waves): where the waves
+# rule's CTAs leave more than 5% of their waves' slots empty, half-size (or larger) CTAs that leave fewer,
+# if at most 10%. nano4b at two CTAs an SM (264 slots): batch 80 whole groups are 640 CTAs in 3 waves
+# (81% of 792 slots) -> 6 heads (1280 of 1320, 97%); 208: 1664 of 1848 (90%) -> 6 heads (3328 of 3432);
+# 96 / 128 / 192 / 256 / 512 fill 97% with whole groups and keep them; 64 keeps the waves rule's 6 heads
+# (1024 of 1056), 48 its 6 heads (768 of 792); 40 and 50: 6 heads (81%, 76%) -> 4 (91%); 56: 6 (85%) -> 3
+# (4 heads fill no more). Batch 32 (one wave of whole groups) does not reach the rule.
+# super120b at three (396 slots): 80: 8 heads (81%) -> 4 (2560 of 2772, 92%); 112: 16 (75%) -> 8 (90%);
+# 256 / 512: 16 (86%, 94%) -> 8 (94%, 99%); 64 and 128 keep theirs (8 and 16 heads: 86%, as are
+# half-size CTAs); 144 / 192 fill 97%. Every batch here that changes was measured: none slower, up to
+# 3.9% faster (docs/TUNING.md, fill_last_wave).
+FILL_CASES = [
+    ((NANO4B, 2), {32: 12, 40: 4, 48: 6, 50: 4, 56: 3, 64: 6, 80: 6, 96: 12, 112: 6, 128: 12, 144: 6, 176: 6,
+                   192: 12, 208: 6, 240: 6, 256: 12, 512: 12}),
+    ((SUPER120B, 3), {48: 16, 56: 4, 64: 8, 80: 4, 96: 8, 112: 8, 128: 16, 144: 16, 160: 8, 176: 16, 192: 16,
+                      256: 8, 512: 8}),
+]
+
+
+def tensor_step_choices(probe, rule, batches, fill_last_wave=False, half=False):
+    """{batch: heads per CTA} of the tensor-core step's rule without the hint (waves 2, one_wave) for
+    rule = ((heads, groups), CTAs per SM)."""
+    (heads, groups), ctas_per_sm = rule
+    lines = [heads_line(b, heads, groups, ctas_per_sm, 2, True, False, fill_last_wave, half) for b in batches]
+    return dict(zip(batches, map(int, answers(probe, lines))))
+
+
+@pytest.mark.parametrize("rule,expected", FILL_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in FILL_CASES])
+def test_heads_per_cta_fill_last_wave(probe, rule, expected):
+    heads = rule[0][0]
+    assert tensor_step_choices(probe, rule, list(expected), fill_last_wave=True) == expected
+    # Without it, the waves rule alone: whole groups (or 8 heads) at the batches above that change.
+    plain = tensor_step_choices(probe, rule, list(expected))
+    assert plain[80] == (12 if heads == 96 else 8) and plain[112] == (12 if heads == 96 else 16)
+
+
+# The bf16 / fp16 copies' step (half_below_four_waves; waves 2, one_wave, three CTAs an SM: 396 slots):
+# where the waves rule takes whole groups (batch 99 on at 8 groups: 792 CTAs) that make fewer than four
+# waves (batch x 8 < 1584: up to 197), half a group: 6 heads nano4b, 8 super120b; whole groups from 198 on.
+# Below 99 the waves rule's own choice (half groups at 50-98, one-wave rules below 50); 3 heads a group
+# have no divisor from 2 up to half of them, and keep whole groups.
+HALF_CASES = [
+    ((NANO4B, 3), {32: 12, 49: 12, 50: 6, 64: 6, 98: 6, 99: 6, 112: 6, 160: 6, 197: 6, 198: 12, 256: 12, 512: 12}),
+    ((SUPER120B, 3), {32: 16, 64: 8, 99: 8, 112: 8, 197: 8, 198: 16, 256: 16}),
+    ((THREE_PER_GROUP, 3), {17: 3, 112: 3}),
+]
+
+
+@pytest.mark.parametrize("rule,expected", HALF_CASES, ids=[f"H{r[0][0]}-{r[1]}ctas" for r, _ in HALF_CASES])
+def test_heads_per_cta_half_below_four_waves(probe, rule, expected):
+    heads, groups = rule[0]
+    assert tensor_step_choices(probe, rule, list(expected), half=True) == expected
+    # Without it: whole groups from batch 99 on.
+    assert tensor_step_choices(probe, rule, list(expected))[112] == heads // groups
+
+
+# The step's fold split under the staggered-flush hint (from the hint's launch: 4 waves, no one-wave rule):
+# (dims, L, CTAs per SM, overrides) -> {batch: (replay heads per CTA, split, fine rows)}; (0, 1, 0) = no
+# split. 396 resident CTAs at 3 an SM.
+SPLIT_CASES = [
+    # super120b: the hint's one-head CTAs make fewer than 3 waves (1,188) up to batch 8: no split; batch
+    # 12: 4-head replay CTAs (384) leave no room for a row of 1- or 2-head folds, so 8-head ones (192 +
+    # 112); 16: 8-head replay, one row of 1-head folds (256 + 112 = 368); 24 and 32: whole groups and two
+    # rows of 2-head folds; 40: three rows of 2-head folds do not fit (320 + 168); 50: past one wave.
+    ((SUPER120B, 16, 3, {}), {1: (0, 1, 0), 4: (0, 1, 0), 8: (0, 1, 0), 12: (8, 8, 1), 16: (8, 8, 1),
+                              24: (16, 8, 2), 32: (16, 8, 2), 40: (0, 1, 0), 50: (0, 1, 0)}),
+    # nano4b (12 heads a group): batch 12's hint launch is 1,152 CTAs (< 3 waves); batch 16's 4-head
+    # replay CTAs (384) leave no room, so 6-head ones and one-head folds (256 + 80 = 336); 40 needs folds
+    # of 3 heads (more than 2).
+    ((NANO4B, 16, 3, {}), {8: (0, 1, 0), 12: (0, 1, 0), 16: (6, 6, 1), 32: (12, 6, 2), 40: (0, 1, 0)}),
+    # A shorter buffer folds more rows per step: batch 16 at L = 4 serves 4 rows, in 2-head CTAs.
+    ((SUPER120B, 4, 3, {}), {16: (16, 8, 4)}),
+    # Either override turns it off; -1 is the rule.
+    ((SUPER120B, 16, 3, {"step_heads_per_cta": 8}), {16: (0, 1, 0)}),
+    ((SUPER120B, 16, 3, {"step_fold_split": 0}), {16: (0, 1, 0)}),
+    ((SUPER120B, 16, 3, {"step_fold_split": -1}), {16: (8, 8, 1)}),
+]
+
+
+@pytest.mark.parametrize("rule,expected", SPLIT_CASES,
+                         ids=[f"H{r[0][0]}-L{r[1]}-{r[2]}ctas-{'-'.join(f'{k}{v}' for k, v in r[3].items()) or 'rule'}"
+                              for r, _ in SPLIT_CASES])
+def test_fold_split(probe, rule, expected):
+    (heads, groups), L, ctas_per_sm, overrides = rule
+    got = answers(probe, [f"split {b} {heads} {groups} {L} {ctas_per_sm}" for b in expected], overrides=overrides)
+    assert dict(zip(expected, (tuple(map(int, line.split())) for line in got))) == expected
+
+
+# The read copies' two-group CTAs (by_rule: an fp8 copy), 8 groups at three CTAs an SM (396 slots): not
+# while whole groups fit in one wave (batch <= 49: 392 CTAs); two-group CTAs where they fit in one (50-99:
+# 200-396); past it only where they fill 95% of their waves' slots: 189-198 (756-792 of 792: batch 188's
+# 752 is 94.9%), 283-297, 377-396 (1508-1584 of 1584), 471-495; not 128 (512 of 792), 160, 256 (1024 of
+# 1188, 86%), 320, 448, 512 (2048 of 2376). Odd group counts never pair up.
+TWO_GROUP_CASES = [
+    ((8, 3, True, {}), {32: 0, 49: 0, 50: 1, 64: 1, 99: 1, 100: 0, 128: 0, 160: 0, 188: 0, 189: 1, 192: 1,
+                        198: 1, 199: 0, 256: 0, 283: 1, 297: 1, 320: 0, 376: 0, 377: 1, 384: 1, 396: 1, 448: 0,
+                        471: 1, 480: 1, 495: 1, 512: 0}),
+    # A bf16 copy: never by rule; the override forces either way.
+    ((8, 3, False, {}), {64: 0, 192: 0, 384: 0}),
+    ((8, 3, False, {"step_groups_per_cta": 2}), {64: 1, 256: 1}),
+    ((8, 3, True, {"step_groups_per_cta": 1}), {64: 0, 192: 0}),
+    # step_heads_per_cta set: the heads override decides alone.
+    ((8, 3, True, {"step_heads_per_cta": 6}), {64: 0, 192: 0}),
+    ((9, 3, True, {"step_groups_per_cta": 2}), {64: 0, 192: 0}),
+]
+
+
+@pytest.mark.parametrize("rule,expected", TWO_GROUP_CASES,
+                         ids=[f"G{r[0]}-{r[1]}ctas-fp8{int(r[2])}-{'-'.join(f'{k}{v}' for k, v in r[3].items()) or 'rule'}"
+                              for r, _ in TWO_GROUP_CASES])
+def test_two_group_ctas(probe, rule, expected):
+    groups, ctas_per_sm, by_rule, overrides = rule
+    got = answers(probe, [f"twogroup {b} {groups} {ctas_per_sm} {int(by_rule)}" for b in expected], overrides=overrides)
+    assert dict(zip(expected, map(int, got))) == expected
+
+
+# ---- whole step plans: which kernel, its CTAs and grid (the launcher launches exactly this) ----
+
+def step_plan(probe, batch, dims, copy, staggered=False, L=16, ctas_per_sm=3, fp32=True, tensor=True,
+              workspace=None, sms=132, overrides=None):
+    heads, groups = dims
+    workspace = staggered if workspace is None else workspace
+    line = (f"step {batch} {heads} {groups} {L} {ctas_per_sm} {copy} {int(fp32)} {int(tensor)} {int(staggered)} "
+            f"{int(workspace)}")
+    kernel, *numbers = answers(probe, [line], sms=sms, overrides=overrides)[0].split()
+    return (kernel, *map(int, numbers))
+
+
+def test_step_plan_lock_step(probe):
+    # fp8 copy, nano4b: one-wave rules below 50, two-group CTAs at 50-99 (whole groups in one wave), 2-wave
+    # whole groups at 256 (its two-group CTAs would fill 86% of their waves).
+    assert step_plan(probe, 32, NANO4B, "fp8") == ("plain", 12, 1, 0, 8, 32)
+    assert step_plan(probe, 64, NANO4B, "fp8") == ("two_groups", 24, 1, 0, 4, 64)
+    assert step_plan(probe, 256, NANO4B, "fp8") == ("plain", 12, 1, 0, 8, 256)
+    # bf16 copy: never two groups by rule; half groups below four waves of whole groups.
+    assert step_plan(probe, 64, NANO4B, "16") == ("plain", 6, 1, 0, 16, 64)
+    assert step_plan(probe, 112, NANO4B, "16") == ("plain", 6, 1, 0, 16, 112)
+    # The fp32 checkpoint without a copy (tf32 replay, 2 CTAs an SM at nano4b): fill_last_wave at 80.
+    assert step_plan(probe, 80, NANO4B, "none", ctas_per_sm=2) == ("plain", 6, 1, 0, 16, 80)
+    # A 16-bit checkpoint without a copy on CUDA cores (2 CTAs an SM): full_waves at 48.
+    assert step_plan(probe, 48, NANO4B, "none", ctas_per_sm=2, fp32=False, tensor=False) == ("plain", 6, 1, 0, 16, 48)
+    # The hint without its workspace, or a kernel with no ordered form (a 16-bit checkpoint without a
+    # copy), never orders.
+    assert step_plan(probe, 256, NANO4B, "fp8", staggered=True, workspace=False)[0] == "plain"
+    assert step_plan(probe, 256, NANO4B, "none", staggered=True, fp32=False, tensor=False)[0] == "plain"
+
+
+def test_step_plan_staggered(probe):
+    # The fold split (batch 16-32 at nano4b): replay CTAs of 6 heads, the folding row's in 1-head CTAs,
+    # the 5 other parts of its replay-sized blocks on helper rows first.
+    assert step_plan(probe, 16, NANO4B, "fp8", staggered=True) == ("ordered", 6, 6, 1, 16, 16 + 5)
+    assert step_plan(probe, 32, NANO4B, "fp8", staggered=True) == ("ordered", 12, 6, 2, 8, 32 + 10)
+    # Past one wave of whole groups: the order pass with the 4-wave rule's CTAs (3 heads at batch 64).
+    assert step_plan(probe, 64, NANO4B, "fp8", staggered=True) == ("ordered", 3, 1, 0, 32, 64)
+    # One head a CTA (batch 8): not ordered; the override step_order = 1 orders it anyway, 0 never.
+    assert step_plan(probe, 8, NANO4B, "fp8", staggered=True) == ("plain", 1, 1, 0, 96, 8)
+    assert step_plan(probe, 8, NANO4B, "fp8", staggered=True, overrides={"step_order": 1})[0] == "ordered"
+    assert step_plan(probe, 64, NANO4B, "fp8", staggered=True, overrides={"step_order": 0})[0] == "plain"
+    assert step_plan(probe, 16, NANO4B, "fp8", staggered=True, overrides={"step_order": 0}) == ("plain", 1, 1, 0, 96, 16)
+    # Without a copy (tf32 replay) the pass needs 3 heads a CTA: 2 at nano4b batch 32 (2 CTAs an SM) is plain.
+    assert step_plan(probe, 32, NANO4B, "none", staggered=True, ctas_per_sm=2) == ("plain", 2, 1, 0, 48, 32)
+    assert step_plan(probe, 64, NANO4B, "none", staggered=True, ctas_per_sm=2) == ("ordered", 4, 1, 0, 24, 64)
+    # No two-group CTAs under the hint, even forced.
+    assert step_plan(probe, 64, NANO4B, "fp8", staggered=True, overrides={"step_groups_per_cta": 2})[0] != "two_groups"
+
+
+def test_step_plan_other_gpus(probe):
+    # The rules count the SMs they are given. nano4b, fp8 copy: two-group CTAs where whole groups pass one
+    # wave and the pairs fit in one: batch 64 on 114 SMs (H100 PCIe: 342 resident; 256 pairs), batch 111
+    # on 148 (B200: 444 resident, 444 pairs) but not on 132 (444 pairs fill 56% of two waves' 792 slots).
+    assert step_plan(probe, 64, NANO4B, "fp8", sms=114) == ("two_groups", 24, 1, 0, 4, 64)
+    assert step_plan(probe, 111, NANO4B, "fp8", sms=148) == ("two_groups", 24, 1, 0, 4, 111)
+    assert step_plan(probe, 111, NANO4B, "fp8", sms=132) == ("plain", 12, 1, 0, 8, 111)
+    # One wave of whole groups ends at batch 42 on 114 SMs (42 x 8 = 336 <= 342), 55 on 148 (440 <= 444);
+    # on 132 SMs batch 55 takes the 2-wave rule's half groups.
+    assert step_plan(probe, 42, NANO4B, "fp8", sms=114) == ("plain", 12, 1, 0, 8, 42)
+    assert step_plan(probe, 55, NANO4B, "16", sms=148) == ("plain", 12, 1, 0, 8, 55)
+    assert step_plan(probe, 55, NANO4B, "16", sms=132) == ("plain", 6, 1, 0, 16, 55)
+
+
+# The fold split on other SM counts (nano4b, L = 16, fp8 copy, three CTAs an SM): on 114 SMs (342
+# resident) the hint's one-head launch at batch 12 already makes 3 waves (1152 >= 1026 CTAs), so it
+# splits where 132 SMs do not; on 148 (444 resident) batch 40's whole groups (320) and three rows of
+# 2-head folds (120) fit in one wave, past 132 SMs' limit.
+SPLIT_OTHER_GPUS = [
+    (114, {12: (4, 2, 1), 16: (6, 6, 1), 20: (12, 12, 2), 40: (0, 1, 0)}),
+    (132, {12: (0, 1, 0), 16: (6, 6, 1), 20: (6, 3, 2), 40: (0, 1, 0)}),
+    (148, {12: (0, 1, 0), 16: (4, 2, 1), 20: (6, 3, 2), 40: (12, 6, 3)}),
+]
+
+
+@pytest.mark.parametrize("sms,expected", SPLIT_OTHER_GPUS, ids=[f"{sms}sms" for sms, _ in SPLIT_OTHER_GPUS])
+def test_fold_split_other_gpus(probe, sms, expected):
+    got = answers(probe, [f"split {b} 96 8 16 3" for b in expected], sms=sms)
+    assert dict(zip(expected, (tuple(map(int, line.split())) for line in got))) == expected
+    # The step launches it: the ordered kernel with the helper rows of the split's parts.
+    for batch, (heads, split, rows) in expected.items():
+        plan = step_plan(probe, batch, NANO4B, "fp8", staggered=True, sms=sms)
+        if split > 1:
+            assert plan == ("ordered", heads, split, rows, 96 // heads, batch + rows * (split - 1))
+        else:
+            assert plan[2:4] == (1, 0)
+
+
+# ---- the update: ring stages, grid, claims ----
+
+def update_plan(probe, batch, heads, tile_bytes, ctas_per_sm=2, work_counter=True, sms=132, overrides=None):
+    line = f"update {batch} {heads} {tile_bytes} {int(work_counter)} {ctas_per_sm}"
+    return tuple(map(int, answers(probe, [line], sms=sms, overrides=overrides)[0].split()))
+
+
+FP32_80x128, FP32_64x128, BF16_80x128, FP32_128x128 = 80 * 128 * 4, 64 * 128 * 4, 80 * 128 * 2, 128 * 128 * 4
+
+
+def test_update_stages(probe):
+    # As many tiles (up to 4) as let two CTAs share an SM's 228 KB (2 KB reserved a CTA): 2 for fp32
+    # 80 x 128, 3 for fp32 64 x 128, 4 for bf16; where two CTAs cannot hold 2 (fp32 128 x 128), as many as
+    # one CTA holds (3 of 64 KB in 227 KB).
+    assert update_plan(probe, 64, 96, FP32_80x128)[0] == 2
+    assert update_plan(probe, 64, 128, FP32_64x128)[0] == 3
+    assert update_plan(probe, 64, 96, BF16_80x128)[0] == 4
+    assert update_plan(probe, 64, 96, FP32_128x128, ctas_per_sm=1)[0] == 3
+    # The override, capped at what fits.
+    assert update_plan(probe, 64, 96, BF16_80x128, overrides={"update_stages": 8})[0] == 8
+    assert update_plan(probe, 64, 96, FP32_128x128, ctas_per_sm=1, overrides={"update_stages": 8})[0] == 3
+    assert update_plan(probe, 64, 96, FP32_80x128, overrides={"update_stages": 1})[0] == 1
+
+
+def test_update_grid_and_claims(probe):
+    # nano4b, fp32 80 x 128 at two CTAs an SM: 264 a wave. Claims from 8 rounds of items (batch 22: 2112
+    # items), one wave of CTAs; below, fixed shares with the grid trimmed to even them (batch 8: 768 items
+    # in 3 rounds of 256; batch 21: 2016 in 8 rounds of 252).
+    assert update_plan(probe, 64, 96, FP32_80x128) == (2, 264, 1)
+    assert update_plan(probe, 22, 96, FP32_80x128) == (2, 264, 1)
+    assert update_plan(probe, 21, 96, FP32_80x128) == (2, 252, 0)
+    assert update_plan(probe, 8, 96, FP32_80x128) == (2, 256, 0)
+    # super120b (fp32 64 x 128, 3 stages): claims from batch 17 (2176 items).
+    assert update_plan(probe, 17, 128, FP32_64x128) == (3, 264, 1)
+    assert update_plan(probe, 16, 128, FP32_64x128) == (3, 256, 0)
+    # Without the counter's memory: fixed shares. The overrides: claims wherever an item lies past the
+    # first S rounds (1), never (0); a capped grid (batch 1 wraps a ring of 10 CTAs).
+    assert update_plan(probe, 64, 96, FP32_80x128, work_counter=False) == (2, 256, 0)
+    assert update_plan(probe, 8, 96, FP32_80x128, overrides={"update_claims": 1}) == (2, 264, 1)
+    assert update_plan(probe, 2, 96, FP32_80x128, overrides={"update_claims": 1}) == (2, 192, 0)
+    assert update_plan(probe, 64, 96, FP32_80x128, overrides={"update_claims": 0}) == (2, 256, 0)
+    assert update_plan(probe, 1, 96, FP32_80x128, overrides={"update_ctas": 10}) == (2, 10, 1)
+    assert update_plan(probe, 1, 96, FP32_80x128, overrides={"update_ctas": 10, "update_claims": 0}) == (2, 10, 0)
+    # Other SM counts: a wave of 296 CTAs on 148 SMs, 228 on 114.
+    assert update_plan(probe, 64, 96, FP32_80x128, sms=148) == (2, 296, 1)
+    assert update_plan(probe, 64, 96, FP32_80x128, sms=114) == (2, 228, 1)
+
+
+# ---- verify and the fold ----
+
+def test_verify_plan(probe):
+    # The base rule at four waves: nano4b batch 256 whole groups (2048 CTAs >= 4 x 396), batch 16 one head.
+    assert answers(probe, ["verify 256 96 8 3", "verify 16 96 8 3"]) == ["12 8 256", "1 96 16"]
+    assert answers(probe, ["verify 256 96 8 3"], overrides={"verify_heads_per_cta": 5}) == ["4 24 256"]
+    # The step's override leaves verify alone.
+    assert answers(probe, ["verify 256 96 8 3"], overrides={"step_heads_per_cta": 1}) == ["12 8 256"]
+
+
+def test_verify_ring(probe):
+    # Compiled 4 stages for 2 CTAs an SM (115,712 bytes a CTA): fewer stages down to 2 to keep them, then
+    # as few as the 227 KB opt-in limit demands; none where one stage does not fit.
+    ring = lambda per_stage: "verifyring 4 2 " + " ".join(str(s * per_stage + 10000) for s in range(1, 5))
+    assert answers(probe, [ring(20000), ring(30000), ring(60000), ring(120000), ring(240000)]) == ["4", "3", "2", "1", "0"]
+
+
+def test_fold_plan(probe):
+    # The compiled depth where it fits in the opt-in limit with the static row lists, else 2, else none.
+    ring = lambda per_stage: "foldring 3 1000 " + " ".join(str(s * per_stage) for s in range(1, 4))
+    assert answers(probe, [ring(70000), ring(80000), ring(120000)]) == ["3", "2", "0"]
+    # One wave of persistent CTAs, never more than the (row, head) items.
+    assert answers(probe, ["fold 256 96 3 3", "fold 2 4 3 3", "fold 256 96 2 2"]) == ["3 396", "3 8", "2 264"]
+    assert answers(probe, ["fold 256 96 3 3"], sms=148) == ["3 444"]
+
+
+# ---- the overrides: the environment (read once) and the hook ----
+
+def test_overrides_from_environment(probe):
+    out, err = probe(["env REPLAYSSM_STEP_HEADS_PER_CTA 4", "env REPLAYSSM_VERIFY_HEADS_PER_CTA 3",
+                      "env REPLAYSSM_UPDATE_CLAIMS 0", "env REPLAYSSM_STEP_HEADS_PER_CTA abc",
+                      "env REPLAYSSM_STEP_ORDER 2", "env REPLAYSSM_STEP_FOLD_SPLIT 1"])
+    fields = [dict(kv.split("=") for kv in line.split()) for line in out]
+    assert fields[0]["step_heads_per_cta"] == "4"
+    assert fields[2]["verify_heads_per_cta"] == "3" and fields[2]["update_claims"] == "0"
+    # Not an integer in the field's range: ignored (the rule decides), and said on stderr.
+    assert fields[3]["step_heads_per_cta"] == "0"
+    assert fields[4]["step_order"] == "-1" and fields[5]["step_fold_split"] == "-1"
+    assert "ignoring REPLAYSSM_STEP_HEADS_PER_CTA=abc (step_heads_per_cta must be an integer)" in err
+    assert "ignoring REPLAYSSM_STEP_ORDER=2 (step_order must be in [-1, 1]" in err
+
+
+def test_overrides_hook_checks(probe):
+    out, _ = probe(["set step_groups_per_cta 3", "set step_fold_split 1", "set update_claims -1", "set step_orders 1"])
+    assert out[0] == "error step_groups_per_cta must be in [0, 2] (0: the rule), got 3"
+    assert out[1] == "error step_fold_split must be in [-1, 0] (-1: the rule), got 1"
+    assert out[2] == "ok"
+    assert out[3] == "error unknown field step_orders"
+
+
+def test_no_getenv_outside_overrides():
+    """The environment is read in csrc/launch/overrides.cpp only: kernels, device headers and launchers
+    take their launch from the plan."""
+    readers = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "csrc")):
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, encoding="utf-8") as f:
+                if "getenv" in f.read():
+                    readers.append(os.path.relpath(path, ROOT))
+    assert readers == [os.path.join("csrc", "launch", "overrides.cpp")]
