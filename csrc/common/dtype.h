@@ -27,4 +27,17 @@ constexpr int dtype_size(DType t) {
   return 0;
 }
 
+// torch's spelling of a dtype ("float32", "bfloat16", ...), for messages and capabilities().
+constexpr const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
+    case DType::kFloat8E4M3: return "float8_e4m3fn";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+  }
+  return "an unknown dtype";
+}
+
 }  // namespace replayssm

@@ -25,17 +25,6 @@ inline void check_shape(const char* op, const char* name, int64_t K, int64_t V) 
                           gdn::shape_list(), "}, got (", K, ", ", V, ")"));
 }
 
-inline at::ScalarType torch_dtype(DType t) {
-  switch (t) {
-    case DType::kFloat32: return at::kFloat;
-    case DType::kBFloat16: return at::kBFloat16;
-    case DType::kFloat16: return at::kHalf;
-    case DType::kFloat8E4M3: return at::kFloat8_e4m3fn;
-    case DType::kInt32: return at::kInt;
-    default: return at::kLong;
-  }
-}
-
 inline std::vector<at::ScalarType> activation_dtypes() {
   std::vector<at::ScalarType> out;
 #define REPLAYSSM_GDN_X(t) out.push_back(torch_dtype(DType::t));

@@ -27,19 +27,6 @@
 
 namespace replayssm {
 
-// The Python (torch) spelling of a dtype, for messages and capabilities().
-inline const char* torch_dtype_name(DType t) {
-  switch (t) {
-    case DType::kFloat32: return "float32";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat8E4M3: return "float8_e4m3fn";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-  }
-  return "unknown";
-}
-
 namespace gdn {
 
 template <int N>
@@ -140,7 +127,7 @@ inline std::string read_copy_list(DType checkpoint) {
   std::string out;
   int n = 0;
 #define REPLAYSSM_GDN_X(ck, cp, rc) \
-  if (cp && checkpoint == DType::ck) out += (n++ ? ", " : "") + std::string(torch_dtype_name(DType::rc));
+  if (cp && checkpoint == DType::ck) out += (n++ ? ", " : "") + std::string(dtype_name(DType::rc));
   REPLAYSSM_GDN_CACHES(REPLAYSSM_GDN_X)
 #undef REPLAYSSM_GDN_X
   return out.empty() ? "none" : out;
