@@ -21,7 +21,9 @@ def test_every_table_shape_has_its_files():
         import generate_instantiations as gen
     finally:
         sys.path.pop(0)
-    shapes = gen.table_shapes(ROOT / "csrc" / "families" / "mamba2" / "variants.h", "REPLAYSSM_MAMBA2_SHAPES")
-    assert (80, 128) in shapes and len(set(shapes)) == len(shapes)
-    files = {p.name for p in (ROOT / "csrc" / "families" / "mamba2" / "instantiations").glob("*.cu")}
-    assert files == {f"{op}_p{P}_n{N}.cu" for op in ("step", "verify", "fold") for P, N in shapes}
+    for family, macro, dims, example in (("mamba2", "REPLAYSSM_MAMBA2_SHAPES", "pn", (80, 128)),
+                                         ("gdn", "REPLAYSSM_GDN_SHAPES", "kv", (128, 128))):
+        shapes = gen.table_shapes(ROOT / "csrc" / "families" / family / "variants.h", macro)
+        assert example in shapes and len(set(shapes)) == len(shapes)
+        files = {p.name for p in (ROOT / "csrc" / "families" / family / "instantiations").glob("*.cu")}
+        assert files == {f"{op}_{dims[0]}{a}_{dims[1]}{b}.cu" for op in ("step", "verify", "fold") for a, b in shapes}

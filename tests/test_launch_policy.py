@@ -388,6 +388,54 @@ def test_fold_plan(probe):
     assert answers(probe, ["fold 256 96 3 3"], sms=148) == ["3 444"]
 
 
+# ---- Gated DeltaNet (csrc/launch/gdn_policy.h) ----
+
+QWEN4B_HV, QWEN122B_HV, TP_HV = 32, 64, 16
+
+
+def test_gdn_verify_heads_per_cta(probe):
+    # Four waves of the largest divisor of HV (2 CTAs an SM, 132 SMs: 264 resident, 1056 for four waves):
+    # qwen4b batch 256 takes 4 v-heads (2048 CTAs; 8 would give 1024), batch 512 8, batch 1 one;
+    # qwen122b batch 256 8 (2048), the TP shape batch 256 2.
+    lines = ["gdnverify 256 32 2", "gdnverify 512 32 2", "gdnverify 1 32 2", "gdnverify 256 64 2", "gdnverify 256 16 2"]
+    assert answers(probe, lines) == ["4 8 256", "8 4 512", "1 32 1", "8 8 256", "2 8 256"]
+    # The SM count is an input: qwen4b batch 128 takes 4 v-heads (1024 CTAs) on 114 SMs (912 for four
+    # waves), 2 on 132 SMs (1056).
+    assert answers(probe, ["gdnverify 128 32 2"], sms=114) == ["4 8 128"]
+    assert answers(probe, ["gdnverify 128 32 2"], sms=132) == ["2 16 128"]
+    # verify_heads_per_cta (shared with mamba2_verify): the largest divisor of HV <= the value.
+    assert answers(probe, ["gdnverify 256 32 2", "gdnverify 1 32 2"], overrides={"verify_heads_per_cta": 5}) == \
+        ["4 8 256", "4 8 1"]
+    assert answers(probe, ["gdnverify 256 32 2"], overrides={"verify_heads_per_cta": 64}) == ["32 1 256"]
+    # The step's override leaves verify alone.
+    assert answers(probe, ["gdnverify 256 32 2"], overrides={"step_heads_per_cta": 1}) == ["4 8 256"]
+
+
+def test_gdn_rings(probe):
+    # The compiled depth where the CTAs an SM the launch bounds assume keep room for it (2: 115,712 bytes a
+    # CTA beside the runtime's 1 KB), fewer down to one stage, none beyond the opt-in limit; the static
+    # shared memory (the fold's row list) counts.
+    ring = lambda per_stage, static=0: (f"gdnring 4 2 {static} " +
+                                        " ".join(str(s * per_stage + 2000) for s in range(1, 5)))
+    assert answers(probe, [ring(20000), ring(30000), ring(60000), ring(120000), ring(240000)]) == \
+        ["4", "3", "1", "1", "0"]
+    assert answers(probe, [ring(28000), ring(28000, static=2336)]) == ["4", "3"]
+    # verify at K = V = 128, fp32, L = T = 1 (69,560 bytes a stage): one stage keeps two CTAs an SM.
+    assert answers(probe, ["gdnring 8 2 0 69560 135096 200632 266168 331704 397240 462776 528312"]) == ["1"]
+    # A GPU with less shared memory an SM keeps fewer stages.
+    assert answers(probe, ["device 132 200000 190000", ring(30000)])[1] == "3"
+
+
+def test_gdn_fold_update_and_step_grids(probe):
+    # The fold: one wave of persistent CTAs, never more than the (row, v-head) items.
+    assert answers(probe, ["gdnfold 256 32 4 2", "gdnfold 2 16 4 2", "gdnfold 256 64 1 1"]) == ["4 264", "4 32", "1 132"]
+    assert answers(probe, ["gdnfold 256 32 4 2"], sms=114) == ["4 228"]
+    # The update and its snapshot variant: a CTA per block of a tile's value rows; the step a CTA per
+    # (row, v-head), with or without the staggered-flush hint.
+    assert answers(probe, ["gdnupdate 8 32 4", "gdnupdate 512 64 2"]) == ["128 8", "128 512"]
+    assert answers(probe, ["gdnstep 8 32 0", "gdnstep 8 32 1"]) == ["32 8", "32 8"]
+
+
 # ---- the overrides: the environment (read once) and the hook ----
 
 def test_overrides_from_environment(probe):

@@ -3,10 +3,12 @@
     python tools/generate_instantiations.py          # (re)write them
     python tools/generate_instantiations.py --check  # exit 1 and list them where they are stale
 
-One file per op and (P, N) shape (csrc/families/<family>/instantiations/<op>_p<P>_n<N>.cu), so the
+One file per op and shape (csrc/families/<family>/instantiations/<op>_<a><A>_<b><B>.cu: step_p80_n128.cu
+for Mamba-2's (head_dim P, state_dim N), step_k128_v128.cu for GDN's (head_k_dim K, head_v_dim V)), so the
 shapes compile in parallel; the shapes are the rows of the family's shape table in
-csrc/families/<family>/variants.h (an X-macro: one `X(P, N)` a row). Files of shapes no longer in the
-table are removed. tests/test_generated_instantiations.py runs --check.
+csrc/families/<family>/variants.h (an X-macro: one `X(A, B)` a row, in the order of the launchers'
+template arguments). Files of shapes no longer in the table are removed.
+tests/test_generated_instantiations.py runs --check.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# family -> (its name in prose, its shape table's macro,
+# family -> (its name in prose, its shape table's macro, the two dims (file-name letter, name in prose),
 #            {op: (launch header, namespace, launcher, params type, what the file holds)})
 FAMILIES = {
-    "mamba2": ("Mamba-2", "REPLAYSSM_MAMBA2_SHAPES", {
+    "mamba2": ("Mamba-2", "REPLAYSSM_MAMBA2_SHAPES", (("p", "head_dim"), ("n", "state_dim")), {
         "step": ("families/mamba2/step_launch.cuh", "replayssm::mamba2", "launch_step_shape", "Mamba2Params",
                  "step kernels (the ordered and two-group ones with them)"),
         "verify": ("families/mamba2/verify_launch.cuh", "replayssm::mamba2_spec", "launch_verify_shape",
@@ -30,24 +32,31 @@ FAMILIES = {
         "fold": ("families/mamba2/fold_launch.cuh", "replayssm::mamba2_spec", "launch_fold_shape",
                  "Mamba2SpecParams", "fold kernels (commit, flush, materialize)"),
     }),
+    "gdn": ("Gated DeltaNet", "REPLAYSSM_GDN_SHAPES", (("k", "head_k_dim"), ("v", "head_v_dim")), {
+        "step": ("families/gdn/step_launch.cuh", "replayssm::gdn", "launch_step_shape", "GdnParams", "step kernels"),
+        "verify": ("families/gdn/verify_launch.cuh", "replayssm::gdn", "launch_verify_shape", "GdnParams",
+                   "verify kernels"),
+        "fold": ("families/gdn/fold_launch.cuh", "replayssm::gdn", "launch_fold_shape", "GdnParams",
+                 "fold kernels (commit, flush, materialize)"),
+    }),
 }
 
 
 def table_shapes(variants: Path, macro: str) -> list[tuple[int, int]]:
-    """The (P, N) rows of `macro` in `variants` (a header defining it as an X-macro)."""
+    """The (A, B) rows of `macro` in `variants` (a header defining it as an X-macro)."""
     text = variants.read_text()
     match = re.search(rf"#define {macro}\(X\)((?:[^\n]*\\\n)*[^\n]*)", text)
     if match is None:
         sys.exit(f"generate_instantiations: {variants} does not define {macro}(X)")
     rows = re.findall(r"X\(\s*(\d+)\s*,\s*(\d+)\s*\)", match.group(1))
     if not rows:
-        sys.exit(f"generate_instantiations: {macro} in {variants} has no X(P, N) rows")
+        sys.exit(f"generate_instantiations: {macro} in {variants} has no X(A, B) rows")
     return [(int(p), int(n)) for p, n in rows]
 
 
-def file_text(family: str, name: str, spec: tuple[str, str, str, str, str], P: int, N: int) -> str:
+def file_text(family: str, name: str, dims, spec: tuple[str, str, str, str, str], P: int, N: int) -> str:
     header, namespace, launcher, params, what = spec
-    comment = (f"{name} {what}, head_dim {P}, state_dim {N}. One file per shape, so the shapes compile in "
+    comment = (f"{name} {what}, {dims[0][1]} {P}, {dims[1][1]} {N}. One file per shape, so the shapes compile in "
                f"parallel. Written by tools/generate_instantiations.py from the shapes in "
                f"families/{family}/variants.h: do not edit.")
     return ("".join(f"// {line}\n" for line in textwrap.wrap(comment, 105)) +
@@ -59,11 +68,12 @@ def file_text(family: str, name: str, spec: tuple[str, str, str, str, str], P: i
 
 def expected_files() -> dict[Path, str]:
     files = {}
-    for family, (name, macro, ops) in FAMILIES.items():
+    for family, (name, macro, dims, ops) in FAMILIES.items():
         folder = ROOT / "csrc" / "families" / family
+        (a, _), (b, _) = dims
         for P, N in table_shapes(folder / "variants.h", macro):
             for op, spec in ops.items():
-                files[folder / "instantiations" / f"{op}_p{P}_n{N}.cu"] = file_text(family, name, spec, P, N)
+                files[folder / "instantiations" / f"{op}_{a}{P}_{b}{N}.cu"] = file_text(family, name, dims, spec, P, N)
     return files
 
 

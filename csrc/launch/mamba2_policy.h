@@ -10,6 +10,7 @@
 
 #include "launch/device_info.h"
 #include "launch/overrides.h"
+#include "launch/ring.h"
 
 namespace replayssm {
 namespace launch {
@@ -51,17 +52,6 @@ FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len
 // ---------------------------------------------------------------------------------------------------
 // Plans.
 // ---------------------------------------------------------------------------------------------------
-
-constexpr int kMaxRingStages = 8;
-
-// The shared memory of a kernel's tile ring at each depth a plan may choose (filled by its launcher
-// from the kernel's layout).
-struct RingBytes {
-  int compiled_stages = 0;      // the depth the layout was sized for (the most a plan takes)
-  int compiled_ctas_per_sm = 0;  // the CTAs per SM its launch bounds assume
-  size_t dynamic_bytes[kMaxRingStages + 1] = {};  // dynamic shared memory at 1 .. compiled_stages stages
-  size_t static_bytes = 0;      // static shared memory beside it
-};
 
 // ---- mamba2_update: a persistent grid walking the (row, head) items through a ring of state tiles ----
 

@@ -34,7 +34,8 @@ namespace launch {
   X(step_fold_split, "REPLAYSSM_STEP_FOLD_SPLIT", -1, -1, 0,                                                 \
     "mamba2_step under staggered_flush with the order pass: 0 no fold split; -1: the rule")                  \
   X(verify_heads_per_cta, "REPLAYSSM_VERIFY_HEADS_PER_CTA", 0, 0, 65535,                                     \
-    "mamba2_verify: k heads of one group per CTA (the largest divisor of the group size <= k); 0: the rule") \
+    "mamba2_verify: k heads of one group per CTA (the largest divisor of the group size <= k); gdn_verify: "  \
+    "k v-heads per CTA (the largest divisor of the v-heads <= k); 0: the rules")                              \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

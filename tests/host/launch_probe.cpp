@@ -21,6 +21,12 @@
 //   verifyring COMPILED_STAGES COMPILED_CTAS BYTES_1 .. BYTES_COMPILED  -> stages (0: none fits)
 //   foldring COMPILED_STAGES STATIC_BYTES BYTES_1 .. BYTES_COMPILED     -> stages (0: none fits)
 //   fold BATCH H STAGES CTAS                -> "ring_stages grid"
+//   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
+//   gdnstep BATCH HV STAGGERED              -> "grid_x grid_y" (plan_gdn_step)
+//   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
+//   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
+//                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
+//   gdnfold BATCH HV STAGES CTAS            -> "ring_stages grid" (plan_gdn_fold)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +34,7 @@
 #include <sstream>
 #include <string>
 
+#include "launch/gdn_policy.h"
 #include "launch/mamba2_policy.h"
 
 using namespace replayssm::launch;
@@ -172,6 +179,41 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     int stages, ctas;
     in >> problem.batch >> problem.heads >> stages >> ctas;
     const Mamba2FoldPlan plan = plan_mamba2_fold(problem, stages, ctas, device);
+    return std::to_string(plan.ring_stages) + " " + std::to_string(plan.grid);
+  }
+  if (command == "gdnupdate") {
+    GdnUpdateProblem problem;
+    in >> problem.batch >> problem.v_heads >> problem.ctas_per_head;
+    const GdnGridPlan plan = plan_gdn_update(problem);
+    return std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y);
+  }
+  if (command == "gdnstep") {
+    GdnStepProblem problem;
+    int staggered;
+    in >> problem.batch >> problem.v_heads >> staggered;
+    problem.staggered_flush = staggered != 0;
+    const GdnGridPlan plan = plan_gdn_step(problem);
+    return std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y);
+  }
+  if (command == "gdnverify") {
+    GdnVerifyProblem problem;
+    int ctas;
+    in >> problem.batch >> problem.v_heads >> ctas;
+    const GdnVerifyPlan plan = plan_gdn_verify(problem, 2, ctas, device, overrides);
+    return std::to_string(plan.heads_per_cta) + " " + std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y);
+  }
+  if (command == "gdnring") {
+    RingBytes ring;
+    in >> ring.compiled_stages >> ring.compiled_ctas_per_sm >> ring.static_bytes;
+    for (int s = 1; s <= ring.compiled_stages && s <= kMaxRingStages; ++s) in >> ring.dynamic_bytes[s];
+    const int verify = plan_gdn_verify_stages(ring, device), fold = plan_gdn_fold_stages(ring, device);
+    return verify == fold ? std::to_string(verify) : "error verify " + std::to_string(verify) + " fold " + std::to_string(fold);
+  }
+  if (command == "gdnfold") {
+    GdnFoldProblem problem;
+    int stages, ctas;
+    in >> problem.batch >> problem.v_heads >> stages >> ctas;
+    const GdnFoldPlan plan = plan_gdn_fold(problem, stages, ctas, device);
     return std::to_string(plan.ring_stages) + " " + std::to_string(plan.grid);
   }
   return "error unknown command " + command;

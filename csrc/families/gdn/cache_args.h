@@ -20,42 +20,18 @@ namespace replayssm {
 namespace gdn_api {
 
 inline void check_shape(const char* op, const char* name, int64_t K, int64_t V) {
-  TORCH_CHECK(gdn::shape_compiled(static_cast<int>(K), static_cast<int>(V)),
+  TORCH_CHECK(gdn::shape_compiled(K, V),
               checks::cat(op, ": ", name, " (head_k_dim K = size(3), head_v_dim V = size(2)) must have (K, V) in {",
-                          gdn::shape_list(), "}, got (", K, ", ", V, ")"));
+                          gdn::shapes_text(), "}, got (", K, ", ", V, ")"));
 }
 
-inline std::vector<at::ScalarType> activation_dtypes() {
-  std::vector<at::ScalarType> out;
-#define REPLAYSSM_GDN_X(t) out.push_back(torch_dtype(DType::t));
-  REPLAYSSM_GDN_ACTIVATIONS(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return out;
-}
-
-// The state dtypes of the conventional ops, and the checkpoint dtypes of the cache (the table's).
-inline std::vector<at::ScalarType> state_dtypes() {
-  std::vector<at::ScalarType> out;
-#define REPLAYSSM_GDN_X(t) out.push_back(torch_dtype(DType::t));
-  REPLAYSSM_GDN_STATES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return out;
-}
-inline std::vector<at::ScalarType> checkpoint_dtypes() {
-  std::vector<at::ScalarType> out;
-#define REPLAYSSM_GDN_X(ck, cp, rc) \
-  if (!cp) out.push_back(torch_dtype(DType::ck));
-  REPLAYSSM_GDN_CACHES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return out;
-}
+// The variants table's dtypes (variants.h), as torch dtypes: the activations, the state of the
+// conventional ops, the checkpoint of the replay ops and the read copies a checkpoint dtype takes.
+inline std::vector<at::ScalarType> activation_dtypes() { return torch_dtypes(gdn::activation_dtypes()); }
+inline std::vector<at::ScalarType> state_dtypes() { return torch_dtypes(gdn::state_dtypes()); }
+inline std::vector<at::ScalarType> checkpoint_dtypes() { return torch_dtypes(gdn::checkpoint_dtypes()); }
 inline std::vector<at::ScalarType> read_copy_dtypes(DType checkpoint) {
-  std::vector<at::ScalarType> out;
-#define REPLAYSSM_GDN_X(ck, cp, rc) \
-  if (cp && checkpoint == DType::ck) out.push_back(torch_dtype(DType::rc));
-  REPLAYSSM_GDN_CACHES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return out;
+  return torch_dtypes(gdn::read_copy_dtypes(checkpoint));
 }
 
 // The cache of one layer: checkpoint (S, HV, V, K), the optional read copy (and its fp8 scales), the

@@ -20,6 +20,7 @@
 #include "families/gdn/params.h"
 #include "families/gdn/tile.cuh"
 #include "families/gdn/variants.h"
+#include "launch/gdn_policy.h"
 
 namespace replayssm {
 namespace gdn {
@@ -157,7 +158,9 @@ __global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const Gd
 template <int kK, int kV, DType kState, DType kAct>
 cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
   using Shape = SnapshotShape<kK, kV, kState>;
-  const dim3 grid(static_cast<unsigned>(p.v_heads) * Shape::kCtasPerHead, static_cast<unsigned>(p.batch));
+  const launch::GdnGridPlan plan =
+      launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead});
+  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   snapshots_kernel<kK, kV, kState, kAct><<<grid, kSnapshotThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
@@ -171,11 +174,10 @@ cudaError_t launch_gdn_update_snapshots(const GdnParams& p, cudaStream_t stream)
       p.tokens.num_tokens < 1 || p.tokens.num_tokens > kGdnMaxDraftTokens || p.snapshots == nullptr) {
     return cudaErrorInvalidValue;
   }
-  using namespace gdn;
-  return with_shape(p.head_k_dim, p.head_v_dim, cudaErrorInvalidValue, [&](auto K, auto V) {
-    return with_state(p.cache.checkpoint_dtype, cudaErrorInvalidValue, [&](auto S) {
-      return with_activation(p.act_dtype, cudaErrorInvalidValue, [&](auto A) {
-        return launch<decltype(K)::value, decltype(V)::value, decltype(S)::value, decltype(A)::value>(p, stream);
+  return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
+    return REPLAYSSM_GDN_STATE_SWITCH(p.cache.checkpoint_dtype, [&](auto S) {
+      return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto A) {
+        return gdn::launch<decltype(K)::value, decltype(V)::value, decltype(S)::value, decltype(A)::value>(p, stream);
       });
     });
   });

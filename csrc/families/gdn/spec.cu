@@ -10,16 +10,11 @@
 namespace replayssm {
 namespace gdn {
 template <int kK, int kV>
-cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream, int forced_heads_per_cta);
+cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream);
 template <int kK, int kV>
 cudaError_t launch_fold_shape(const GdnParams& p, cudaStream_t stream);
 
 namespace {
-
-template <class Launcher>
-cudaError_t dispatch_shape(const GdnParams& p, Launcher launch) {
-  return with_shape(p.head_k_dim, p.head_v_dim, cudaErrorInvalidValue, launch);
-}
 
 bool common_params_ok(const GdnParams& p) {
   const GdnCache& c = p.cache;
@@ -38,10 +33,8 @@ cudaError_t launch_gdn_verify(const GdnParams& p, cudaStream_t stream) {
   if (!gdn::common_params_ok(p) || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
     return cudaErrorInvalidValue;
   }
-  return gdn::dispatch_shape(p, [&](auto K, auto V) {
-    // 0: verify_launch.cuh's rule for the v-heads per CTA (the launch overrides' verify_heads_per_cta
-    // is the value to pass where the build has them).
-    return gdn::launch_verify_shape<decltype(K)::value, decltype(V)::value>(p, stream, 0);
+  return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
+    return gdn::launch_verify_shape<decltype(K)::value, decltype(V)::value>(p, stream);
   });
 }
 
@@ -55,7 +48,7 @@ cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
       (materialize && (p.state_out == nullptr || p.cache.read_copy != nullptr))) {
     return cudaErrorInvalidValue;
   }
-  cudaError_t err = gdn::dispatch_shape(p, [&](auto K, auto V) {
+  cudaError_t err = REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
     return gdn::launch_fold_shape<decltype(K)::value, decltype(V)::value>(p, stream);
   });
   if (err != cudaSuccess || materialize) return err;

@@ -17,7 +17,7 @@ cudaError_t launch_gdn_step(const GdnParams& p, cudaStream_t stream) {
       c.max_draft_tokens < 1 || c.max_draft_tokens > c.buffer_len || c.num_committed == nullptr) {
     return cudaErrorInvalidValue;
   }
-  return gdn::with_shape(p.head_k_dim, p.head_v_dim, cudaErrorInvalidValue, [&](auto K, auto V) {
+  return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
     return gdn::launch_step_shape<decltype(K)::value, decltype(V)::value>(p, stream);
   });
 }

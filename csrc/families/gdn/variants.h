@@ -1,137 +1,157 @@
-// The Gated DeltaNet kernels compiled: one table per axis. The dispatch of every GDN launcher, the API
-// checks (ops_api.cpp) and capabilities() read these tables; nothing restates them. Host-safe (no CUDA).
-//
-// Adding a variant is a row here (and, for a new (K, V), an instantiation file of the step).
+// The Gated DeltaNet variants this build compiles: one table that the launchers dispatch through
+// (common/dispatch.h), the API checks and their messages read (cache_args.h), tools/
+// generate_instantiations.py writes the instantiation files from (instantiations/<op>_k<K>_v<V>.cu) and
+// _C.capabilities() reports (capabilities_api.cpp). Adding a row here is adding a variant; nothing else
+// restates the list. Host-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "common/dispatch.h"
 #include "common/dtype.h"
 
-// (K, V): head_k_dim, head_v_dim.
-#define REPLAYSSM_GDN_SHAPES(X) X(64, 64) X(64, 128) X(128, 64) X(128, 128)
+// ---- the tables (X-macros; one row a variant) ----
 
-// Activation dtypes: q, k, v, out and the k / v buffers.
-#define REPLAYSSM_GDN_ACTIVATIONS(X) X(kBFloat16) X(kFloat16)
+// (head_k_dim K, head_v_dim V): X(K, V). The state of a v-head is [V, K] (K contiguous). Every op
+// compiles every shape (the step, verify and the fold one instantiation file each).
+#define REPLAYSSM_GDN_SHAPES(X) \
+  X(64, 64)                     \
+  X(64, 128)                    \
+  X(128, 64)                    \
+  X(128, 128)
 
-// State dtypes of the conventional update and its snapshot-writing variant.
-#define REPLAYSSM_GDN_STATES(X) X(kFloat32) X(kBFloat16) X(kFloat16)
+// Activations (q, k, v, out, the k / v buffers): X(dtype).
+#define REPLAYSSM_GDN_ACTIVATION_DTYPES(X) \
+  X(kBFloat16)                             \
+  X(kFloat16)
 
-// (checkpoint, has a read copy, read copy) of the replay ops; READ repeats the checkpoint's dtype where
-// there is no copy. A 16-bit checkpoint takes only an fp8 copy (a 16-bit copy of it would be itself).
-#define REPLAYSSM_GDN_CACHES(X)                                                                        \
-  X(kFloat32, false, kFloat32) X(kFloat32, true, kBFloat16) X(kFloat32, true, kFloat16)                \
-  X(kFloat32, true, kFloat8E4M3) X(kBFloat16, false, kBFloat16) X(kBFloat16, true, kFloat8E4M3)        \
-  X(kFloat16, false, kFloat16) X(kFloat16, true, kFloat8E4M3)
+// The conventional update's state (gdn_update, gdn_update_snapshots), with any activation dtype.
+#define REPLAYSSM_GDN_STATE_DTYPES(X) \
+  X(kFloat32)                         \
+  X(kBFloat16)                        \
+  X(kFloat16)
+
+// The replay ops' (step, verify, commit, flush, materialize) checkpoint and read copy, with any
+// activation dtype: X(checkpoint, has a read copy, read copy). Without a copy the third value repeats
+// the checkpoint (the kernels ignore it). A 16-bit checkpoint takes only an fp8 copy: a 16-bit copy of
+// it would save no bytes.
+#define REPLAYSSM_GDN_REPLAY_PAIRS(X) \
+  X(kFloat32, false, kFloat32)        \
+  X(kFloat32, true, kBFloat16)        \
+  X(kFloat32, true, kFloat16)         \
+  X(kFloat32, true, kFloat8E4M3)      \
+  X(kBFloat16, false, kBFloat16)      \
+  X(kBFloat16, true, kFloat8E4M3)     \
+  X(kFloat16, false, kFloat16)        \
+  X(kFloat16, true, kFloat8E4M3)
 
 namespace replayssm {
-
 namespace gdn {
 
-template <int N>
-using IntC = std::integral_constant<int, N>;
-template <DType T>
-using DTypeC = std::integral_constant<DType, T>;
+// ---- membership and texts of the tables ----
 
-// ---- membership ---------------------------------------------------------------------------------
-
-constexpr bool shape_compiled(int K, int V) {
-#define REPLAYSSM_GDN_X(k, v) \
-  if (K == k && V == v) return true;
-  REPLAYSSM_GDN_SHAPES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return false;
+inline bool shape_compiled(int64_t K, int64_t V) {
+#define REPLAYSSM_GDN_SHAPE_IS_(SK, SV) || (K == (SK) && V == (SV))
+  return false REPLAYSSM_GDN_SHAPES(REPLAYSSM_GDN_SHAPE_IS_);
+#undef REPLAYSSM_GDN_SHAPE_IS_
 }
 
-constexpr bool activation_compiled(DType a) {
-#define REPLAYSSM_GDN_X(t) \
-  if (a == DType::t) return true;
-  REPLAYSSM_GDN_ACTIVATIONS(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return false;
-}
-
-constexpr bool state_compiled(DType s) {
-#define REPLAYSSM_GDN_X(t) \
-  if (s == DType::t) return true;
-  REPLAYSSM_GDN_STATES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return false;
-}
-
-constexpr bool cache_compiled(DType checkpoint, bool copy, DType read_copy) {
-#define REPLAYSSM_GDN_X(ck, cp, rc) \
-  if (checkpoint == DType::ck && copy == cp && (!cp || read_copy == DType::rc)) return true;
-  REPLAYSSM_GDN_CACHES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return false;
-}
-
-// ---- dispatch: f called with the compile-time value of the matching row, else `missing` ---------
-
-// f(IntC<K>, IntC<V>)
-template <class R, class F>
-R with_shape(int K, int V, R missing, F&& f) {
-#define REPLAYSSM_GDN_X(k, v) \
-  if (K == k && V == v) return f(IntC<k>{}, IntC<v>{});
-  REPLAYSSM_GDN_SHAPES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return missing;
-}
-
-// f(DTypeC<activation>)
-template <class R, class F>
-R with_activation(DType a, R missing, F&& f) {
-#define REPLAYSSM_GDN_X(t) \
-  if (a == DType::t) return f(DTypeC<DType::t>{});
-  REPLAYSSM_GDN_ACTIVATIONS(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return missing;
-}
-
-// f(DTypeC<state>)
-template <class R, class F>
-R with_state(DType s, R missing, F&& f) {
-#define REPLAYSSM_GDN_X(t) \
-  if (s == DType::t) return f(DTypeC<DType::t>{});
-  REPLAYSSM_GDN_STATES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return missing;
-}
-
-// f(DTypeC<checkpoint>, std::bool_constant<has copy>, DTypeC<read copy>)
-template <class R, class F>
-R with_cache(DType checkpoint, bool copy, DType read_copy, R missing, F&& f) {
-#define REPLAYSSM_GDN_X(ck, cp, rc)                                          \
-  if (checkpoint == DType::ck && copy == cp && (!cp || read_copy == DType::rc)) \
-    return f(DTypeC<DType::ck>{}, std::bool_constant<cp>{}, DTypeC<DType::rc>{});
-  REPLAYSSM_GDN_CACHES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return missing;
-}
-
-// ---- the tables in words, for messages ----------------------------------------------------------
-
-// "(64, 64), (64, 128), ..."
-inline std::string shape_list() {
+// "(64, 64), (64, 128), ..." as (K, V)
+inline std::string shapes_text() {
   std::string out;
-#define REPLAYSSM_GDN_X(k, v) out += (out.empty() ? "" : ", ") + std::string("(") + #k ", " #v ")";
-  REPLAYSSM_GDN_SHAPES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
+#define REPLAYSSM_GDN_SHAPE_TEXT_(SK, SV) out += (out.empty() ? "(" : ", (") + std::to_string(SK) + ", " + std::to_string(SV) + ")";
+  REPLAYSSM_GDN_SHAPES(REPLAYSSM_GDN_SHAPE_TEXT_)
+#undef REPLAYSSM_GDN_SHAPE_TEXT_
   return out;
 }
 
-// The read copies a checkpoint of dtype `checkpoint` takes: "bfloat16, float16 or float8_e4m3fn".
-inline std::string read_copy_list(DType checkpoint) {
+inline bool replay_pair_compiled(DType checkpoint, bool copy, DType read_copy) {
+  const int64_t key = replay_pair_key(checkpoint, copy, read_copy);
+#define REPLAYSSM_GDN_PAIR_IS_(CK, COPY, RD) || key == replay_pair_key(DType::CK, COPY, DType::RD)
+  return false REPLAYSSM_GDN_REPLAY_PAIRS(REPLAYSSM_GDN_PAIR_IS_);
+#undef REPLAYSSM_GDN_PAIR_IS_
+}
+
+// "(float32, none), (float32, bfloat16), ..."
+inline std::string replay_pairs_text() {
   std::string out;
-  int n = 0;
-#define REPLAYSSM_GDN_X(ck, cp, rc) \
-  if (cp && checkpoint == DType::ck) out += (n++ ? ", " : "") + std::string(dtype_name(DType::rc));
-  REPLAYSSM_GDN_CACHES(REPLAYSSM_GDN_X)
-#undef REPLAYSSM_GDN_X
-  return out.empty() ? "none" : out;
+#define REPLAYSSM_GDN_PAIR_TEXT_(CK, COPY, RD) out += (out.empty() ? "" : ", ") + replay_pair_text(DType::CK, COPY, DType::RD);
+  REPLAYSSM_GDN_REPLAY_PAIRS(REPLAYSSM_GDN_PAIR_TEXT_)
+#undef REPLAYSSM_GDN_PAIR_TEXT_
+  return out;
+}
+
+// The dtypes of the tables, in table order, each once.
+inline std::vector<DType> activation_dtypes() {
+  std::vector<DType> out;
+#define REPLAYSSM_GDN_DTYPE_ADD_(NAME) add_dtype_once(out, DType::NAME);
+  REPLAYSSM_GDN_ACTIVATION_DTYPES(REPLAYSSM_GDN_DTYPE_ADD_)
+  return out;
+}
+
+inline std::vector<DType> state_dtypes() {
+  std::vector<DType> out;
+  REPLAYSSM_GDN_STATE_DTYPES(REPLAYSSM_GDN_DTYPE_ADD_)
+#undef REPLAYSSM_GDN_DTYPE_ADD_
+  return out;
+}
+
+// The replay ops' checkpoint dtypes.
+inline std::vector<DType> checkpoint_dtypes() {
+  std::vector<DType> out;
+#define REPLAYSSM_GDN_CHECKPOINT_ADD_(CK, COPY, RD) add_dtype_once(out, DType::CK);
+  REPLAYSSM_GDN_REPLAY_PAIRS(REPLAYSSM_GDN_CHECKPOINT_ADD_)
+#undef REPLAYSSM_GDN_CHECKPOINT_ADD_
+  return out;
+}
+
+// The read copies a checkpoint of dtype `checkpoint` may have (none: an empty list).
+inline std::vector<DType> read_copy_dtypes(DType checkpoint) {
+  std::vector<DType> out;
+#define REPLAYSSM_GDN_READ_COPY_ADD_(CK, COPY, RD) \
+  if (COPY && DType::CK == checkpoint) add_dtype_once(out, DType::RD);
+  REPLAYSSM_GDN_REPLAY_PAIRS(REPLAYSSM_GDN_READ_COPY_ADD_)
+#undef REPLAYSSM_GDN_READ_COPY_ADD_
+  return out;
 }
 
 }  // namespace gdn
 }  // namespace replayssm
+
+// ---- dispatch through the tables (common/dispatch.h): F gets each value as a std::integral_constant ----
+
+// F(kK, kV).
+#define REPLAYSSM_GDN_SHAPE_CASE_(SK, SV) \
+  case ::replayssm::shape_key(SK, SV):    \
+    return replayssm_dispatch_f(std::integral_constant<int, SK>{}, std::integral_constant<int, SV>{});
+#define REPLAYSSM_GDN_SHAPE_SWITCH(K, V, ...)                                                               \
+  REPLAYSSM_TABLE_SWITCH(::replayssm::shape_key(K, V), REPLAYSSM_GDN_SHAPES, REPLAYSSM_GDN_SHAPE_CASE_,     \
+                         ::replayssm::unsupported("(head_k_dim, head_v_dim) = (" + std::to_string(K) + ", " + \
+                                                      std::to_string(V) + ")",                              \
+                                                  ::replayssm::gdn::shapes_text()),                         \
+                         __VA_ARGS__)
+
+// F(kCheckpoint, kCopy, kReadCopy): DType, bool, DType.
+#define REPLAYSSM_GDN_REPLAY_PAIR_CASE_(CK, COPY, RD)                                                     \
+  case ::replayssm::replay_pair_key(::replayssm::DType::CK, COPY, ::replayssm::DType::RD):               \
+    return replayssm_dispatch_f(std::integral_constant<::replayssm::DType, ::replayssm::DType::CK>{}, \
+                                std::integral_constant<bool, COPY>{},                                   \
+                                std::integral_constant<::replayssm::DType, ::replayssm::DType::RD>{});
+#define REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(CKPT, COPY, READ, ...)                                          \
+  REPLAYSSM_TABLE_SWITCH(::replayssm::replay_pair_key(CKPT, COPY, READ), REPLAYSSM_GDN_REPLAY_PAIRS,    \
+                         REPLAYSSM_GDN_REPLAY_PAIR_CASE_,                                               \
+                         ::replayssm::unsupported("(checkpoint, read copy) = " +                         \
+                                                      ::replayssm::replay_pair_text(CKPT, COPY, READ),   \
+                                                  ::replayssm::gdn::replay_pairs_text()),               \
+                         __VA_ARGS__)
+
+// F(kAct).
+#define REPLAYSSM_GDN_ACTIVATION_SWITCH(ACT, ...) \
+  REPLAYSSM_DTYPE_SWITCH(ACT, "activation dtype", REPLAYSSM_GDN_ACTIVATION_DTYPES, __VA_ARGS__)
+
+// F(kState).
+#define REPLAYSSM_GDN_STATE_SWITCH(STATE, ...) \
+  REPLAYSSM_DTYPE_SWITCH(STATE, "state dtype", REPLAYSSM_GDN_STATE_DTYPES, __VA_ARGS__)

@@ -1,76 +1,58 @@
-// Host side of Gated DeltaNet verify: the ring's stages, v-heads per CTA, and the dtype dispatch of one
-// (K, V) shape (instantiations/verify_k<K>_v<V>.cu).
+// Host side of Gated DeltaNet verify: the launch its plan (launch/gdn_policy.h) chooses, and the dtype
+// dispatch of one (K, V) shape (instantiations/verify_k<K>_v<V>.cu).
 #pragma once
 
+#include "common/device_info.h"
 #include "families/gdn/variants.h"
 #include "families/gdn/verify_kernel.cuh"
+#include "launch/gdn_policy.h"
 
 namespace replayssm {
 namespace gdn {
 
+// Two CTAs an SM are the target of the ring's depth (the launch bounds').
 constexpr int kVerifyCtasPerSm = 2;
 
-// V-heads per verify CTA: the most that still leave at least four waves of CTAs (each CTA pays a
-// set-up of two DRAM round trips, the slot and then the cursor, which its later v-heads do not; fewer,
-// larger CTAs trade that against the last wave's tail), among the divisors of HV. forced >= 1 (the
-// launch overrides' verify_heads_per_cta, where the build wires it) takes that many (at most HV; the
-// last CTA of a row takes what is left).
-inline int verify_heads_per_cta(int64_t batch, int v_heads, int resident_ctas, int forced) {
-  if (forced >= 1) return forced < v_heads ? forced : v_heads;
-  for (int d = v_heads; d > 1; --d) {
-    if (v_heads % d == 0 && batch * (v_heads / d) >= 4 * static_cast<int64_t>(resident_ctas)) return d;
-  }
-  return 1;
-}
-
-// The ring's stages: as many tiles (at most VerifyLayout::kMaxStages) as leave two CTAs per SM; one
-// where even that does not fit (long buffers and many drafts at K = V = 128 with an fp32 checkpoint:
-// then one CTA per SM, up to the opt-in limit). 0: nothing fits.
-template <int kK, int kV, DType kSrc>
-int verify_stages(int L, int T, int max_smem) {
-  using Layout = VerifyLayout<kK, kV, kSrc>;
-  const size_t per_cta = 228 * 1024 / kVerifyCtasPerSm - 1024;
-  int stages = Layout::kMaxStages;
-  while (stages > 1 && Layout::bytes(stages, L, T) > per_cta) --stages;
-  return Layout::bytes(stages, L, T) <= static_cast<size_t>(max_smem) ? stages : 0;
-}
-
 template <int kK, int kV, DType kSrc, DType kAct>
-cudaError_t launch_verify(const GdnParams& p, cudaStream_t stream, int forced_heads_per_cta) {
+cudaError_t launch_verify(const GdnParams& p, cudaStream_t stream) {
   using Layout = VerifyLayout<kK, kV, kSrc>;
+  static_assert(Layout::kMaxStages <= launch::kMaxRingStages, "the plan's ring table holds the compiled depth");
   auto kernel = verify_kernel<kK, kV, kSrc, kAct>;
-  int device = 0, sms = 0, max_smem = 0, ctas_per_sm = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  launch::DeviceInfo device;
+  cudaError_t err = current_device_info(&device);
   if (err != cudaSuccess) return err;
   const int L = p.cache.buffer_len, T = p.tokens.num_tokens;
-  const int stages = verify_stages<kK, kV, kSrc>(L, T, max_smem);
+  launch::RingBytes ring;
+  ring.compiled_stages = Layout::kMaxStages;
+  ring.compiled_ctas_per_sm = kVerifyCtasPerSm;
+  for (int s = 1; s <= Layout::kMaxStages; ++s) ring.dynamic_bytes[s] = Layout::bytes(s, L, T);
+  const int stages = launch::plan_gdn_verify_stages(ring, device);
   if (stages < 1) return cudaErrorInvalidValue;
-  const size_t smem = Layout::bytes(stages, L, T);
+  const size_t smem = ring.dynamic_bytes[stages];
+  int ctas_per_sm = 0;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kFoldThreads, smem);
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
-  const int hpc = verify_heads_per_cta(p.batch, p.v_heads, sms * ctas_per_sm, forced_heads_per_cta);
-  const dim3 grid(static_cast<unsigned>((p.v_heads + hpc - 1) / hpc), static_cast<unsigned>(p.batch));
-  kernel<<<grid, kFoldThreads, smem, stream>>>(p, stages, hpc);
+  const launch::GdnVerifyPlan plan = launch::plan_gdn_verify(launch::GdnVerifyProblem{p.batch, p.v_heads}, stages,
+                                                             ctas_per_sm, device, launch::launch_overrides());
+  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
+  kernel<<<grid, kFoldThreads, smem, stream>>>(p, plan.ring_stages, plan.heads_per_cta);
   return cudaGetLastError();
 }
 
 // Every source verify reads (the read copy's dtype, or the checkpoint's without one) that the variants
-// table's caches give, and every activation dtype, for one (K, V); instantiated once per shape file.
-// forced_heads_per_cta: 0 for the rule (verify_heads_per_cta).
+// table's (checkpoint, read copy) pairs give, and every activation dtype, for one (K, V); instantiated
+// once per shape file (instantiations/verify_k<K>_v<V>.cu, written by tools/generate_instantiations.py).
 template <int kK, int kV>
-cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream, int forced_heads_per_cta) {
-  const GdnCache& c = p.cache;
-  return with_cache(c.checkpoint_dtype, c.read_copy != nullptr, c.read_copy_dtype, cudaErrorInvalidValue,
-                    [&](auto ck, auto copy, auto rc) {
-                      constexpr DType kSrc = decltype(copy)::value ? decltype(rc)::value : decltype(ck)::value;
-                      return with_activation(p.act_dtype, cudaErrorInvalidValue, [&](auto act) {
-                        return launch_verify<kK, kV, kSrc, decltype(act)::value>(p, stream, forced_heads_per_cta);
-                      });
-                    });
+cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream) {
+  return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+    return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
+                                            p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
+      constexpr DType kSrc = decltype(copy)::value ? decltype(read)::value : decltype(ckpt)::value;
+      return launch_verify<kK, kV, kSrc, decltype(act)::value>(p, stream);
+    });
+  });
 }
 
 }  // namespace gdn

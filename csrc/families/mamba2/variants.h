@@ -54,12 +54,9 @@ namespace mamba2 {
 
 // ---- keys and texts of the tables ----
 
-constexpr int64_t shape_key(int64_t P, int64_t N) { return (P << 32) | static_cast<uint32_t>(N); }
-
-constexpr int64_t replay_pair_key(DType checkpoint, bool copy, DType read_copy) {
-  return (static_cast<int64_t>(checkpoint) << 33) | (static_cast<int64_t>(copy) << 32) |
-         static_cast<uint32_t>(copy ? read_copy : checkpoint);
-}
+using ::replayssm::replay_pair_key;
+using ::replayssm::replay_pair_text;
+using ::replayssm::shape_key;
 
 inline bool shape_compiled(int64_t P, int64_t N) {
 #define REPLAYSSM_MAMBA2_SHAPE_IS_(SP, SN) || (P == (SP) && N == (SN))
@@ -83,11 +80,6 @@ inline bool replay_pair_compiled(DType checkpoint, bool copy, DType read_copy) {
 #undef REPLAYSSM_MAMBA2_PAIR_IS_
 }
 
-// "(checkpoint, read copy) = (float32, none)"
-inline std::string replay_pair_text(DType checkpoint, bool copy, DType read_copy) {
-  return std::string("(") + dtype_name(checkpoint) + ", " + (copy ? dtype_name(read_copy) : "none") + ")";
-}
-
 // "(float32, none), (float32, bfloat16), ..."
 inline std::string replay_pairs_text() {
   std::string out;
@@ -99,18 +91,9 @@ inline std::string replay_pairs_text() {
 }
 
 // The dtypes of the tables, in table order, each once.
-namespace variants_detail {
-inline void add_once(std::vector<DType>& list, DType t) {
-  for (DType u : list) {
-    if (u == t) return;
-  }
-  list.push_back(t);
-}
-}  // namespace variants_detail
-
 inline std::vector<DType> activation_dtypes() {
   std::vector<DType> out;
-#define REPLAYSSM_MAMBA2_DTYPE_ADD_(NAME) variants_detail::add_once(out, DType::NAME);
+#define REPLAYSSM_MAMBA2_DTYPE_ADD_(NAME) add_dtype_once(out, DType::NAME);
   REPLAYSSM_MAMBA2_ACTIVATION_DTYPES(REPLAYSSM_MAMBA2_DTYPE_ADD_)
   return out;
 }
@@ -125,7 +108,7 @@ inline std::vector<DType> state_dtypes() {
 // The replay ops' checkpoint dtypes.
 inline std::vector<DType> checkpoint_dtypes() {
   std::vector<DType> out;
-#define REPLAYSSM_MAMBA2_CHECKPOINT_ADD_(CK, COPY, RD) variants_detail::add_once(out, DType::CK);
+#define REPLAYSSM_MAMBA2_CHECKPOINT_ADD_(CK, COPY, RD) add_dtype_once(out, DType::CK);
   REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_CHECKPOINT_ADD_)
 #undef REPLAYSSM_MAMBA2_CHECKPOINT_ADD_
   return out;
@@ -135,7 +118,7 @@ inline std::vector<DType> checkpoint_dtypes() {
 inline std::vector<DType> read_copy_dtypes(DType checkpoint) {
   std::vector<DType> out;
 #define REPLAYSSM_MAMBA2_READ_COPY_ADD_(CK, COPY, RD) \
-  if (COPY && DType::CK == checkpoint) variants_detail::add_once(out, DType::RD);
+  if (COPY && DType::CK == checkpoint) add_dtype_once(out, DType::RD);
   REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_READ_COPY_ADD_)
 #undef REPLAYSSM_MAMBA2_READ_COPY_ADD_
   return out;

@@ -1,5 +1,6 @@
-// Instantiation of the Gated DeltaNet fold kernels (commit, flush, materialize) for head_k_dim 64,
-// head_v_dim 64 (one file per shape so the shapes compile in parallel).
+// Gated DeltaNet fold kernels (commit, flush, materialize), head_k_dim 64, head_v_dim 64. One file per
+// shape, so the shapes compile in parallel. Written by tools/generate_instantiations.py from the shapes in
+// families/gdn/variants.h: do not edit.
 #include "families/gdn/fold_launch.cuh"
 
 namespace replayssm::gdn {

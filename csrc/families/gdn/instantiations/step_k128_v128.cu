@@ -1,5 +1,6 @@
-// The GDN step kernels of head_k_dim 128, head_v_dim 128, every dtype variant (one file per shape so that
-// the shapes compile in parallel).
+// Gated DeltaNet step kernels, head_k_dim 128, head_v_dim 128. One file per shape, so the shapes compile in
+// parallel. Written by tools/generate_instantiations.py from the shapes in families/gdn/variants.h: do not
+// edit.
 #include "families/gdn/step_launch.cuh"
 
 namespace replayssm::gdn {

@@ -1,7 +1,8 @@
-// Instantiation of the Gated DeltaNet verify kernels for head_k_dim 128, head_v_dim 64 (one file per
-// shape so the shapes compile in parallel).
+// Gated DeltaNet verify kernels, head_k_dim 128, head_v_dim 64. One file per shape, so the shapes compile
+// in parallel. Written by tools/generate_instantiations.py from the shapes in families/gdn/variants.h: do
+// not edit.
 #include "families/gdn/verify_launch.cuh"
 
 namespace replayssm::gdn {
-template cudaError_t launch_verify_shape<128, 64>(const GdnParams&, cudaStream_t, int);
+template cudaError_t launch_verify_shape<128, 64>(const GdnParams&, cudaStream_t);
 }  // namespace replayssm::gdn

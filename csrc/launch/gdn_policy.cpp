@@ -1,0 +1,87 @@
+// Launch plans of the Gated DeltaNet kernels (gdn_policy.h). Each rule carries its reason in a line;
+// docs/TUNING.md ("Gated DeltaNet") lists them with their overrides.
+#include "launch/gdn_policy.h"
+
+#include <algorithm>
+
+#include "launch/waves.h"
+
+namespace replayssm {
+namespace launch {
+
+// The update's rows are independent, so each (row, v-head) tile is cut into CTAs of a few value rows
+// with no barrier: many small CTAs interleave the reads and writes of different tiles, which is how a
+// [V, K] state streams at copy bandwidth (flash-linear-attention's fused_recurrent does the same).
+GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem) {
+  GdnGridPlan plan;
+  plan.grid_x = static_cast<int64_t>(problem.v_heads) * problem.ctas_per_head;
+  plan.grid_y = problem.batch;
+  return plan;
+}
+
+// One CTA per (row, v-head): the CTAs of a slot are its v-heads, which the cursor tickets count. The
+// staggered-flush hint changes nothing: every CTA is one head, so a folding CTA is already as short as
+// it can be.
+GdnGridPlan plan_gdn_step(const GdnStepProblem& problem) {
+  GdnGridPlan plan;
+  plan.grid_x = problem.v_heads;
+  plan.grid_y = problem.batch;
+  return plan;
+}
+
+// The most v-heads per CTA that still leave at least four waves of CTAs, among the divisors of HV: each
+// CTA pays a set-up of two DRAM round trips (the slot, then the cursor) that its later v-heads do not,
+// so fewer, larger CTAs win while the waves stay full (Mamba-2 verify's base rule, over all v-heads of
+// a row: GDN's k-heads are not shared through shared memory).
+int gdn_verify_heads_per_cta(int64_t batch, int v_heads, int ctas_per_sm, int sm_count, int forced) {
+  if (forced >= 1) return largest_divisor_at_most(v_heads, forced);
+  const int64_t target = 4 * resident_ctas(sm_count, ctas_per_sm);
+  for (int d = v_heads; d > 1; --d) {
+    if (v_heads % d == 0 && batch * (v_heads / d) >= target) return d;
+  }
+  return 1;
+}
+
+namespace {
+
+// A ring's depth: the compiled one where the CTAs per SM the launch bounds assume keep room for it
+// (1 KB a CTA is the runtime's), fewer down to one stage where a long buffer or many drafts need the
+// room (then fewer CTAs an SM), and 0 where one stage does not fit the opt-in limit.
+int ring_stages(const RingBytes& ring, const DeviceInfo& device) {
+  auto bytes = [&](int stages) { return ring.dynamic_bytes[stages] + ring.static_bytes; };
+  const int ctas = ring.compiled_ctas_per_sm > 0 ? ring.compiled_ctas_per_sm : 1;
+  const size_t per_cta = static_cast<size_t>(device.smem_per_sm / ctas - 1024);
+  int stages = std::min(ring.compiled_stages, kMaxRingStages);
+  if (stages < 1) return 0;
+  while (stages > 1 && bytes(stages) > per_cta) --stages;
+  return bytes(stages) <= static_cast<size_t>(device.smem_per_block_optin) ? stages : 0;
+}
+
+}  // namespace
+
+int plan_gdn_verify_stages(const RingBytes& ring, const DeviceInfo& device) { return ring_stages(ring, device); }
+
+GdnVerifyPlan plan_gdn_verify(const GdnVerifyProblem& problem, int stages, int ctas_per_sm, const DeviceInfo& device,
+                              const LaunchOverrides& overrides) {
+  GdnVerifyPlan plan;
+  plan.heads_per_cta = gdn_verify_heads_per_cta(problem.batch, problem.v_heads, ctas_per_sm, device.sm_count,
+                                                overrides.verify_heads_per_cta);
+  plan.ring_stages = stages;
+  plan.grid_x = problem.v_heads / plan.heads_per_cta;
+  plan.grid_y = problem.batch;
+  return plan;
+}
+
+int plan_gdn_fold_stages(const RingBytes& ring, const DeviceInfo& device) { return ring_stages(ring, device); }
+
+// One wave of persistent CTAs, never more than there are (row, v-head) items: every CTA finds the
+// folding rows itself, so a grid over every row would spend its time on rows that do not fold.
+GdnFoldPlan plan_gdn_fold(const GdnFoldProblem& problem, int stages, int ctas_per_sm, const DeviceInfo& device) {
+  GdnFoldPlan plan;
+  plan.ring_stages = stages;
+  plan.grid = std::min(problem.batch * problem.v_heads, resident_ctas(device.sm_count, ctas_per_sm));
+  return plan;
+}
+
+}  // namespace launch
+}  // namespace replayssm

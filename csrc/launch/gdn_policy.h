@@ -1,0 +1,81 @@
+// Launch plans of the Gated DeltaNet kernels (families/gdn/): the conventional update and its
+// snapshot-writing variant, the step, verify and the fold (commit, flush, materialize), as host-only C++
+// (no CUDA headers). As for Mamba-2 (mamba2_policy.h), a launcher measures what only the CUDA runtime
+// knows (CTAs per SM from the occupancy query, the device's DeviceInfo), asks its plan function, and
+// launches what the plan says. The rules and their overrides: docs/TUNING.md, "Gated DeltaNet".
+#pragma once
+
+#include <cstdint>
+
+#include "launch/device_info.h"
+#include "launch/overrides.h"
+#include "launch/ring.h"
+
+namespace replayssm {
+namespace launch {
+
+// A two-dimensional grid: CTA (x, y) serves part x of row y.
+struct GdnGridPlan {
+  int64_t grid_x = 0, grid_y = 0;
+};
+
+// ---- gdn_update, gdn_update_snapshots: CTAs of a block of one (row, v-head)'s value rows ----
+
+struct GdnUpdateProblem {
+  int64_t batch = 0;
+  int v_heads = 0;
+  int ctas_per_head = 0;  // the kernel's: V / the value rows a CTA owns
+};
+
+GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem);
+
+// ---- gdn_step: one CTA per (row, v-head) ----
+
+struct GdnStepProblem {
+  int64_t batch = 0;
+  int v_heads = 0;
+  bool staggered_flush = false;  // the caller's hint: slots fold at different steps
+};
+
+GdnGridPlan plan_gdn_step(const GdnStepProblem& problem);
+
+// ---- gdn_verify: CTAs of a block of v-heads of one row, T draft tokens each ----
+
+// V-heads a verify CTA takes. `forced` > 0 (the verify_heads_per_cta override) takes the largest divisor
+// of v_heads <= forced instead of the rule.
+int gdn_verify_heads_per_cta(int64_t batch, int v_heads, int ctas_per_sm, int sm_count, int forced);
+
+struct GdnVerifyProblem {
+  int64_t batch = 0;
+  int v_heads = 0;
+};
+
+struct GdnVerifyPlan {
+  int heads_per_cta = 0;
+  int ring_stages = 0;
+  int64_t grid_x = 0, grid_y = 0;
+};
+
+// Ring stages, before the occupancy query (0: not even one stage fits).
+int plan_gdn_verify_stages(const RingBytes& ring, const DeviceInfo& device);
+GdnVerifyPlan plan_gdn_verify(const GdnVerifyProblem& problem, int stages, int ctas_per_sm, const DeviceInfo& device,
+                              const LaunchOverrides& overrides);
+
+// ---- the fold (commit, flush, materialize): a persistent grid over the (row, v-head) items ----
+
+struct GdnFoldProblem {
+  int64_t batch = 0;
+  int v_heads = 0;
+};
+
+struct GdnFoldPlan {
+  int ring_stages = 0;
+  int64_t grid = 0;
+};
+
+// Ring stages, before the occupancy query (0: not even one stage fits).
+int plan_gdn_fold_stages(const RingBytes& ring, const DeviceInfo& device);
+GdnFoldPlan plan_gdn_fold(const GdnFoldProblem& problem, int stages, int ctas_per_sm, const DeviceInfo& device);
+
+}  // namespace launch
+}  // namespace replayssm
