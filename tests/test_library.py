@@ -50,10 +50,11 @@ def test_every_op_is_registered_with_its_schema(name):
 
 def test_capabilities_without_the_extension_list_no_op():
     caps = capabilities()
-    assert set(caps) >= {"mamba2", "cache"}
+    assert set(caps) >= {"mamba2", "gdn", "cache"}
     if not ops._extension.is_compiled():
         assert all(entry["ops"] == [] for entry in caps.values())
     assert [80, 128] in caps["mamba2"]["shapes"] and caps["cache"]["copy_slots_max_pairs"] > 0
+    assert [128, 64] in caps["gdn"]["shapes"] and "float32" in caps["cache"]["checkpoint_dtypes"]
     caps["mamba2"]["shapes"].clear()                       # a copy: the table inside stays
     assert capabilities()["mamba2"]["shapes"]
 

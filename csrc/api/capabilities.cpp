@@ -11,6 +11,7 @@
 #include "api/python_api.h"
 #include "cache/read_copy.cuh"
 #include "cache/slot_ops.cuh"
+#include "cache/variants.h"
 
 namespace replayssm {
 namespace {
@@ -24,6 +25,7 @@ struct Family {
 
 const Family kFamilies[] = {
     {"mamba2", mamba2_capabilities},
+    {"gdn", gdn_capabilities},
 };
 
 std::vector<std::string> compiled_ops() {
@@ -52,11 +54,18 @@ py::dict capabilities() {
     out[family.name] = entry;
   }
   // The cache ops every family's cache uses (read copies, slot loads, resets, copies).
-  py::dict cache;
-  cache["ops"] = shared;
-  cache["read_copy_max_cols"] = kReadCopyMaxCols;
-  cache["copy_slots_max_pairs"] = kCopySlotsMaxPairs;
-  out["cache"] = cache;
+  py::dict shared_entry;
+  shared_entry["ops"] = shared;
+  auto names = [](const std::vector<DType>& dtypes) {
+    std::vector<std::string> out;
+    for (DType t : dtypes) out.push_back(dtype_name(t));
+    return out;
+  };
+  shared_entry["checkpoint_dtypes"] = names(cache::checkpoint_dtypes());  // make_read_copy's and load's
+  shared_entry["read_copy_dtypes"] = names(cache::read_copy_dtypes());
+  shared_entry["read_copy_max_cols"] = kReadCopyMaxCols;
+  shared_entry["copy_slots_max_pairs"] = kCopySlotsMaxPairs;
+  out["cache"] = shared_entry;
   return out;
 }
 

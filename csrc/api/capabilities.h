@@ -11,5 +11,6 @@ namespace replayssm {
 using FamilyCapabilities = pybind11::dict (*)();
 
 pybind11::dict mamba2_capabilities();
+pybind11::dict gdn_capabilities();
 
 }  // namespace replayssm

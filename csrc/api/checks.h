@@ -60,7 +60,8 @@ inline std::string dtype_str(at::ScalarType t) {
 }
 
 // "float32, bfloat16 or float16"
-inline std::string dtype_list(std::initializer_list<at::ScalarType> dtypes) {
+template <class Dtypes>
+std::string dtype_list(const Dtypes& dtypes) {
   std::string out;
   size_t i = 0;
   for (at::ScalarType t : dtypes) {
@@ -86,11 +87,16 @@ inline void dims(const char* op, const char* name, const at::Tensor& t, int64_t 
                                    "-D with shape ", shape_str(t.sizes())));
 }
 
-inline void dtype_in(const char* op, const char* name, const at::Tensor& t,
-                     std::initializer_list<at::ScalarType> allowed) {
+// `allowed`: a braced list or a std::vector<at::ScalarType> (a variants table's dtypes).
+template <class Dtypes>
+void dtype_in(const char* op, const char* name, const at::Tensor& t, const Dtypes& allowed) {
   bool ok = false;
   for (at::ScalarType a : allowed) ok = ok || t.scalar_type() == a;
   TORCH_CHECK(ok, cat(op, ": ", name, " must have dtype ", dtype_list(allowed), ", got ", dtype_str(t.scalar_type())));
+}
+inline void dtype_in(const char* op, const char* name, const at::Tensor& t,
+                     std::initializer_list<at::ScalarType> allowed) {
+  dtype_in<std::initializer_list<at::ScalarType>>(op, name, t, allowed);
 }
 
 // what names the dimension, e.g. "last dim (cols)".

@@ -17,6 +17,7 @@
 #include "api/ops.h"
 #include "api/tensor_args.h"
 #include "cache/read_copy.cuh"
+#include "cache/variants.h"
 
 namespace replayssm {
 namespace {
@@ -30,14 +31,14 @@ void make_read_copy(const at::Tensor& checkpoint, const at::Tensor& read_copy,
                     int64_t pad_slot_id) {
   checks::cuda(kOp, "checkpoint", checkpoint);
   checks::dims(kOp, "checkpoint", checkpoint, 4, "(num_slots, heads, rows, cols)");
-  checks::dtype_in(kOp, "checkpoint", checkpoint, {at::kFloat, at::kBFloat16, at::kHalf});
+  checks::dtype_in(kOp, "checkpoint", checkpoint, torch_dtypes(cache::checkpoint_dtypes()));
   checks::size_in(kOp, "checkpoint", checkpoint, 3, "last dim (cols)", 1, kReadCopyMaxCols);
   checks::last_dim_contiguous(kOp, "checkpoint", checkpoint);
 
   checks::cuda(kOp, "read_copy", read_copy);
   checks::same_device(kOp, "read_copy", read_copy, "checkpoint", checkpoint);
   checks::same_shape(kOp, "read_copy", read_copy, "checkpoint", checkpoint.sizes());
-  checks::dtype_in(kOp, "read_copy", read_copy, {at::kBFloat16, at::kHalf, at::kFloat8_e4m3fn});
+  checks::dtype_in(kOp, "read_copy", read_copy, torch_dtypes(cache::read_copy_dtypes()));
   checks::last_dim_contiguous(kOp, "read_copy", read_copy);
   checks::writable(kOp, "read_copy", read_copy);
   checks::no_overlap(kOp, "read_copy", read_copy, "checkpoint", checkpoint);

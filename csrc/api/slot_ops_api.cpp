@@ -24,6 +24,7 @@
 #include "api/tensor_args.h"
 #include "cache/read_copy.cuh"
 #include "cache/slot_ops.cuh"
+#include "cache/variants.h"
 
 namespace replayssm {
 namespace {
@@ -188,7 +189,7 @@ void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_co
   constexpr const char* op = "load";
   checks::cuda(op, "checkpoint", checkpoint);
   checks::dims(op, "checkpoint", checkpoint, 4, "(num_slots, heads, rows, cols)");
-  checks::dtype_in(op, "checkpoint", checkpoint, {at::kFloat, at::kBFloat16, at::kHalf});
+  checks::dtype_in(op, "checkpoint", checkpoint, torch_dtypes(cache::checkpoint_dtypes()));
   const int64_t S = checkpoint.size(0);
   slot_tensor(op, "checkpoint", checkpoint, checkpoint, S);  // device, slot contiguity, no self-overlap
 
@@ -226,7 +227,7 @@ void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_co
     checks::cuda(op, "read_copy", r);
     checks::same_device(op, "read_copy", r, "checkpoint", checkpoint);
     checks::same_shape(op, "read_copy", r, "checkpoint", checkpoint.sizes());
-    checks::dtype_in(op, "read_copy", r, {at::kBFloat16, at::kHalf, at::kFloat8_e4m3fn});
+    checks::dtype_in(op, "read_copy", r, torch_dtypes(cache::read_copy_dtypes()));
     checks::last_dim_contiguous(op, "read_copy", r);
     checks::writable(op, "read_copy", r);
     checks::no_overlap(op, "read_copy", r, "checkpoint", checkpoint);

@@ -7,6 +7,7 @@
 #include <climits>
 
 #include "cache/slot_map.cuh"
+#include "cache/variants.h"
 #include "common/convert.cuh"
 
 namespace replayssm {
@@ -109,16 +110,6 @@ cudaError_t launch(const ReadCopyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-template <DType kCheckpoint>
-cudaError_t dispatch_read_copy(const ReadCopyParams& p, cudaStream_t stream) {
-  switch (p.read_copy_dtype) {
-    case DType::kBFloat16: return launch<kCheckpoint, DType::kBFloat16>(p, stream);
-    case DType::kFloat16: return launch<kCheckpoint, DType::kFloat16>(p, stream);
-    case DType::kFloat8E4M3: return launch<kCheckpoint, DType::kFloat8E4M3>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_make_read_copy(const ReadCopyParams& p, cudaStream_t stream) {
@@ -131,12 +122,10 @@ cudaError_t launch_make_read_copy(const ReadCopyParams& p, cudaStream_t stream) 
     return cudaErrorInvalidValue;
   }
   if (p.num_entries == 0 || p.heads == 0 || p.rows == 0) return cudaSuccess;
-  switch (p.checkpoint_dtype) {
-    case DType::kFloat32: return dispatch_read_copy<DType::kFloat32>(p, stream);
-    case DType::kBFloat16: return dispatch_read_copy<DType::kBFloat16>(p, stream);
-    case DType::kFloat16: return dispatch_read_copy<DType::kFloat16>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  return REPLAYSSM_DTYPE_SWITCH(p.checkpoint_dtype, "checkpoint dtype", REPLAYSSM_CACHE_CHECKPOINT_DTYPES, [&](auto ckpt) {
+    return REPLAYSSM_DTYPE_SWITCH(p.read_copy_dtype, "read copy dtype", REPLAYSSM_CACHE_READ_COPY_DTYPES,
+                                  [&](auto read) { return launch<decltype(ckpt)::value, decltype(read)::value>(p, stream); });
+  });
 }
 
 }  // namespace replayssm

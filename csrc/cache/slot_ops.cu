@@ -7,8 +7,10 @@
 #include "cache/slot_ops.cuh"
 
 #include <climits>
+#include <string>
 
 #include "cache/slot_map.cuh"
+#include "cache/variants.h"
 #include "common/convert.cuh"
 
 namespace replayssm {
@@ -263,15 +265,15 @@ cudaError_t launch_load_states(const LoadStatesParams& p, cudaStream_t stream) {
   if (p.slots != nullptr && p.slots_dtype != DType::kInt32 && p.slots_dtype != DType::kInt64) return cudaErrorInvalidValue;
   if ((p.elems_per_slot + kLoadElemsPerBlock - 1) / kLoadElemsPerBlock > INT_MAX) return cudaErrorInvalidValue;
   if (p.batch == 0) return cudaSuccess;
-#define REPLAYSSM_LOAD_CASE(IN, OUT) \
-  if (p.states_dtype == DType::IN && p.checkpoint_dtype == DType::OUT) return launch_load<DType::IN, DType::OUT>(p, stream);
-  REPLAYSSM_LOAD_CASE(kFloat32, kFloat32)
-  REPLAYSSM_LOAD_CASE(kFloat32, kBFloat16)
-  REPLAYSSM_LOAD_CASE(kFloat32, kFloat16)
-  REPLAYSSM_LOAD_CASE(kBFloat16, kBFloat16)
-  REPLAYSSM_LOAD_CASE(kFloat16, kFloat16)
-#undef REPLAYSSM_LOAD_CASE
-  return cudaErrorInvalidValue;
+  // States in fp32 or in the checkpoint's dtype.
+  return REPLAYSSM_DTYPE_SWITCH(p.checkpoint_dtype, "checkpoint dtype", REPLAYSSM_CACHE_CHECKPOINT_DTYPES, [&](auto ckpt) {
+    constexpr DType kCkpt = decltype(ckpt)::value;
+    if (p.states_dtype == DType::kFloat32) return launch_load<DType::kFloat32, kCkpt>(p, stream);
+    if (p.states_dtype == kCkpt) return launch_load<kCkpt, kCkpt>(p, stream);
+    return unsupported(std::string("states dtype ") + dtype_name(p.states_dtype) + " for a " + dtype_name(kCkpt) +
+                           " checkpoint",
+                       "float32 or the checkpoint's dtype");
+  });
 }
 
 }  // namespace replayssm

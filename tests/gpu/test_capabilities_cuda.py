@@ -19,6 +19,11 @@ def test_capabilities_lists_every_compiled_op_once():
     assert all(op.startswith("mamba2_") for op in caps["mamba2"]["ops"])
     assert caps["cache"]["ops"] == ["make_read_copy", "load", "reset", "stagger_cursors", "copy_slots"]
     assert caps["cache"]["read_copy_max_cols"] == 256 and caps["cache"]["copy_slots_max_pairs"] == 3072
+    assert caps["cache"]["checkpoint_dtypes"] == ["float32", "bfloat16", "float16"]
+    assert caps["cache"]["read_copy_dtypes"] == ["bfloat16", "float16", "float8_e4m3fn"]
+    assert sorted(caps["gdn"]["ops"]) == sorted(f"gdn_{op}" for op in ("update", "update_snapshots", "step", "verify",
+                                                                      "commit", "flush", "materialize"))
+    assert "kda" not in caps   # reference only
 
 
 def test_mamba2_capabilities():
@@ -29,6 +34,33 @@ def test_mamba2_capabilities():
     assert ["float32", None] in m["checkpoint_read_copy"] and ["bfloat16", "float8_e4m3fn"] in m["checkpoint_read_copy"]
     assert ["bfloat16", "float16"] not in m["checkpoint_read_copy"]
     assert m["max_buffer_len"] == 64 and m["max_draft_tokens"] == 16
+
+
+def test_gdn_capabilities():
+    g = capabilities()["gdn"]
+    # The checkpoint's last two dims, [V, K].
+    assert sorted(g["shapes"]) == [[64, 64], [64, 128], [128, 64], [128, 128]]
+    assert g["activation_dtypes"] == ["bfloat16", "float16"]
+    assert g["update_checkpoint_dtypes"] == ["float32", "bfloat16", "float16"]
+    assert ["float32", "float8_e4m3fn"] in g["checkpoint_read_copy"] and ["float16", None] in g["checkpoint_read_copy"]
+    assert g["max_buffer_len"] == 64 and g["max_draft_tokens"] == 16
+
+
+def test_every_listed_gdn_shape_and_state_dtype_runs():
+    g = capabilities()["gdn"]
+    H, HV, batch = 1, 2, 1
+    for V, K in g["shapes"]:
+        for state_name in g["update_checkpoint_dtypes"]:
+            for act_name in g["activation_dtypes"]:
+                act, state_dtype = getattr(torch, act_name), getattr(torch, state_name)
+                state = torch.zeros(2, HV, V, K, device="cuda", dtype=state_dtype)
+                q, k = (torch.randn(batch, H, K, device="cuda").to(act) for _ in range(2))
+                v = torch.randn(batch, HV, V, device="cuda").to(act)
+                a, b = (torch.randn(batch, HV, device="cuda").to(act) for _ in range(2))
+                out = torch.empty_like(v)
+                A_log, dt_bias = torch.zeros(HV, device="cuda"), torch.zeros(HV, device="cuda")
+                ops.gdn_update(state, q, k, v, a, b, A_log, dt_bias, out, backend="cuda")
+                assert torch.isfinite(out.float()).all(), (V, K, state_name, act_name)
 
 
 def test_every_listed_shape_and_state_dtype_runs():
