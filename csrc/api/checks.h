@@ -99,6 +99,14 @@ inline void dtype_in(const char* op, const char* name, const at::Tensor& t,
   dtype_in<std::initializer_list<at::ScalarType>>(op, name, t, allowed);
 }
 
+// An input of a replay op has the cache's activation dtype, that of its buffer `buffer` (e.g. "x_buf"):
+// the message names the input that differs (checking the buffer against the input would blame the cache).
+inline void cache_activation(const char* op, const char* name, const at::Tensor& t, const char* buffer,
+                             at::ScalarType act) {
+  TORCH_CHECK(t.scalar_type() == act, cat(op, ": ", name, " must have the cache's activation dtype (", buffer, "'s, ",
+                                          dtype_str(act), "), got ", dtype_str(t.scalar_type())));
+}
+
 // what names the dimension, e.g. "last dim (cols)".
 inline void size_in(const char* op, const char* name, const at::Tensor& t, int64_t dim, const char* what,
                     int64_t lo, int64_t hi) {

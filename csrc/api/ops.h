@@ -1,5 +1,7 @@
-// The compiled ops: one line each. registration.cpp defines the schemas, registers the CUDA kernels and
-// reports the names (replayssm_cuda._C.compiled_ops()) from this one list.
+// The compiled ops: one line each. registration.cpp registers their CUDA kernels and reports the names
+// (replayssm_cuda._C.compiled_ops()) from this one list. The schemas are defined in Python
+// (replayssm_cuda/_schemas.py, for every install); the schema text here must equal it, character for
+// character (tests/test_library.py checks it).
 #pragma once
 
 #include <cstdint>
@@ -9,8 +11,8 @@
 
 // X(name, schema). rounding_seed (int64 (2,) [seed, offset], optional, last so existing calls stay
 // valid): stochastic rounding of a bf16 / fp16 checkpoint's stores; the op advances the offset.
-// staggered_flush (mamba2_step, after it for the same reason): a launch hint that the slots fold at
-// different steps; it sizes the CTAs and changes no result (replayssm_cuda.ops.mamba2_step).
+// staggered_flush (mamba2_step and gdn_step, last for the same reason): a launch hint that the slots
+// fold at different steps; it may size the CTAs and changes no result (replayssm_cuda.ops.mamba2_step).
 #define REPLAYSSM_CUDA_OPS(X)                                                                      \
   X(make_read_copy,                                                                                \
     "make_read_copy(Tensor checkpoint, Tensor(a!) read_copy, Tensor(b!)? read_scale, Tensor? slots, " \

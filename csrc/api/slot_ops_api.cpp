@@ -158,6 +158,7 @@ void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_c
     const std::string name = "buffers[" + std::to_string(i) + "]";
     add_tensor(op, p, slot_tensor(op, name, buffers[i], checkpoint, p.num_slots));
   }
+  checks::dims(op, "num_committed", num_committed, 1, "(num_slots,)");
   checks::dtype_in(op, "num_committed", num_committed, {at::kInt});
   add_tensor(op, p, slot_tensor(op, "num_committed", num_committed, checkpoint, p.num_slots));
   launch_fill(op, p, slots, pad_slot_id, checkpoint);
@@ -175,7 +176,12 @@ void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, co
   p.num_slots = num_committed.size(0);
   for (size_t i = 0; i < buffers.size(); ++i) {
     const std::string name = "buffers[" + std::to_string(i) + "]";
-    add_tensor(op, p, slot_tensor(op, name, buffers[i], num_committed, p.num_slots));
+    const at::Tensor& b = buffers[i];
+    // A buffer is (num_slots, heads, buffer_len, ...): the neutral entries a slot starts with (slot %
+    // period of them) must fit in it.
+    TORCH_CHECK(b.dim() >= 3, checks::cat(op, ": ", name, " must be (num_slots, heads, buffer_len, ...), at least 3-D, got shape ", shape_str(b.sizes())));
+    TORCH_CHECK(period <= b.size(2), checks::cat(op, ": period must be <= the buffer length (", name, ".size(2) = ", b.size(2), "), got ", period));
+    add_tensor(op, p, slot_tensor(op, name, b, num_committed, p.num_slots));
   }
   SlotTensor cursors = slot_tensor(op, "num_committed", num_committed, num_committed, p.num_slots);
   cursors.fill_slot_period = static_cast<uint32_t>(period);

@@ -817,10 +817,20 @@ def test_bad_inputs_name_the_argument():
     cache = gpu_cache(layer, 2, buffer_len=4)
     x, dt, B, C, z = [t.cuda() for t in layer.inputs(2)]
     w = cache.weights
-    with pytest.raises(RuntimeError, match=r"mamba2_step: x_buf must have dtype in \{float16\}, got bfloat16"):
+    # The activations take the cache's dtype (x_buf's); the message names the input that differs.
+    with pytest.raises(RuntimeError, match=r"mamba2_step: x must have the cache's activation dtype \(x_buf's, bfloat16\), got float16"):
         torch.ops.replayssm.mamba2_step(cache.checkpoint, None, None, cache.x_buf, cache.B_buf, cache.dt_buf,
                                         cache.num_committed, x.half(), dt, w.A, B.half(), C.half(), x.half(),
                                         None, None, None, True, 1, None, -1)
+    with pytest.raises(RuntimeError, match=r"mamba2_step: C must have the cache's activation dtype \(x_buf's, bfloat16\), got float16"):
+        torch.ops.replayssm.mamba2_step(cache.checkpoint, None, None, cache.x_buf, cache.B_buf, cache.dt_buf,
+                                        cache.num_committed, x, dt, w.A, B, C.half(), torch.empty_like(x),
+                                        None, None, None, True, 1, None, -1)
+    xs, dts, Bs, Cs, zs = [t.cuda().unsqueeze(1) for t in layer.inputs(2)]   # T = 1
+    with pytest.raises(RuntimeError, match=r"mamba2_verify: z must have the cache's activation dtype \(x_buf's, bfloat16\), got float16"):
+        torch.ops.replayssm.mamba2_verify(cache.checkpoint, None, None, cache.x_buf, cache.B_buf, cache.dt_buf,
+                                          cache.num_committed, xs, dts, w.A, Bs, Cs, torch.empty_like(xs), None,
+                                          zs.half(), None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"mamba2_update: A must have dtype in \{float32\}, got float64"):
         torch.ops.replayssm.mamba2_update(cache.checkpoint, x, dt, w.A.double(), B, C, torch.empty_like(x),
                                           None, None, None, True, None, -1)

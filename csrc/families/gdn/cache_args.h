@@ -133,12 +133,19 @@ inline void expect_gate(const char* op, const char* name, const at::Tensor& t, c
 
 // The inputs of one call: q, k (batch, [T,] H, K), v, out (batch, [T,] HV, V) of the activation dtype
 // `act`, a, b (batch, [T,] HV), A_log, dt_bias (HV,) fp32, the scale and the normalisation flag.
-// `tokens`: T for the ops with a token dimension, 0 for (batch, ...) inputs. Returns the batch size.
+// `has_tokens`: the inputs have a token dimension (batch, T, ...). `act_from_cache`: act is the cache's
+// (k_buf's), and q, k, v, out are checked against it first, each by name. Returns the batch size.
 inline int64_t fill_tokens(GdnParams& p, const Expect& expect, const char* op, int64_t H, int64_t HV, int64_t K,
-                           int64_t V, at::ScalarType act, bool has_tokens, const at::Tensor& q, const at::Tensor& k,
-                           const at::Tensor& v, const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
-                           const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale,
-                           bool use_qk_l2norm) {
+                           int64_t V, at::ScalarType act, bool act_from_cache, bool has_tokens, const at::Tensor& q,
+                           const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
+                           const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out,
+                           std::optional<double> scale, bool use_qk_l2norm) {
+  if (act_from_cache) {
+    checks::cache_activation(op, "q", q, "k_buf", act);
+    checks::cache_activation(op, "k", k, "k_buf", act);
+    checks::cache_activation(op, "v", v, "k_buf", act);
+    checks::cache_activation(op, "out", out, "k_buf", act);
+  }
   const int lead = has_tokens ? 2 : 1;
   std::vector<int64_t> q_shape(lead, -1);
   q_shape.push_back(H);

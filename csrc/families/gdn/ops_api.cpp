@@ -61,8 +61,9 @@ void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& 
   const int64_t H = qk_heads(op, q, HV, 1);
   const auto act = q.scalar_type();
   expect("q", q, {-1, H, K}, gdn_api::activation_dtypes(), 16);
-  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*has_tokens=*/false, q, k, v, a, b,
-                                             A_log, dt_bias, out, scale, use_qk_l2norm);
+  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*act_from_cache=*/false,
+                                             /*has_tokens=*/false, q, k, v, a, b, A_log, dt_bias, out, scale,
+                                             use_qk_l2norm);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, state.size(0));
   launch_checked(op, state, launch_gdn_update, p);
 }
@@ -82,8 +83,9 @@ void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at
   expect("q", q, {-1, -1, H, K}, gdn_api::activation_dtypes(), 16);
   const int64_t T = q.size(1);
   TORCH_CHECK(T >= 1 && T <= kGdnMaxDraftTokens, checks::cat(op, ": the number of tokens T (q.size(1)) must be in [1, ", kGdnMaxDraftTokens, "], got ", T));
-  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*has_tokens=*/true, q, k, v, a, b,
-                                             A_log, dt_bias, out, scale, use_qk_l2norm);
+  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*act_from_cache=*/false,
+                                             /*has_tokens=*/true, q, k, v, a, b, A_log, dt_bias, out, scale,
+                                             use_qk_l2norm);
   expect("snapshots", snapshots, {batch, T, HV, V, K}, {state.scalar_type()}, 16);
   checks::writable(op, "snapshots", snapshots);
   checks::no_overlap(op, "snapshots", snapshots, "state", state);
@@ -114,8 +116,9 @@ void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& rea
   TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= L, checks::cat(op, ": max_draft_tokens must be in [1, L = ", L, "], got ", max_draft_tokens));
   p.cache.max_draft_tokens = static_cast<int32_t>(max_draft_tokens);
   TORCH_CHECK(HV <= 32767, checks::cat(op, ": the number of v-heads must be <= 32767 (the cursor carries per-launch head tickets), got ", HV));
-  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, k_buf.scalar_type(), /*has_tokens=*/false, q,
-                                             k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm);
+  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, k_buf.scalar_type(), /*act_from_cache=*/true,
+                                             /*has_tokens=*/false, q, k, v, a, b, A_log, dt_bias, out, scale,
+                                             use_qk_l2norm);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, S);
   p.staggered_flush = staggered_flush;
   launch_checked(op, checkpoint, launch_gdn_step, p);

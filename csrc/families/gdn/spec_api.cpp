@@ -29,8 +29,7 @@ void fill_dims(GdnParams& p, const at::Tensor& checkpoint, const at::Tensor& k_b
 void launch_checked(const char* op, const at::Tensor& on, cudaError_t (*launcher)(const GdnParams&, cudaStream_t),
                     const GdnParams& p) {
   const c10::cuda::CUDAGuard device_guard(on.device());
-  const cudaError_t err = launcher(p, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, checks::cat(op, ": CUDA kernel launch failed: ", cudaGetErrorString(err)));
+  checks::launched(op, launcher(p, c10::cuda::getCurrentCUDAStream().stream()));
 }
 
 // What commit, flush and materialize share: the cache (the read copy only where it is refreshed), the
@@ -67,13 +66,14 @@ void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& r
                                         beta_buf, u_buf, num_committed, /*written=*/false, /*buffers_written=*/true);
   const int64_t HV = checkpoint.size(1), V = checkpoint.size(2), K = checkpoint.size(3), L = p.cache.buffer_len;
   const auto act = k_buf.scalar_type();
+  checks::cache_activation(op, "q", q, "k_buf", act);
   expect("q", q, {-1, -1, H, K}, {act}, 16);
   const int64_t T = q.size(1);
   const int64_t max_T = L < kGdnMaxDraftTokens ? L : kGdnMaxDraftTokens;
   TORCH_CHECK(T >= 1 && T <= max_T, checks::cat(op, ": the number of draft tokens T (q.size(1)) must be in [1, min(L = ", L, ", ", static_cast<int64_t>(kGdnMaxDraftTokens), ")], got ", T));
-  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*has_tokens=*/true, q, k, v, a, b,
-                                             A_log, dt_bias, out, scale, use_qk_l2norm);
-  expect("v", v, {batch, T, HV, V}, {act}, 16);  // verify moves the drafts' values in 16-byte vectors
+  const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*act_from_cache=*/true,
+                                             /*has_tokens=*/true, q, k, v, a, b, A_log, dt_bias, out, scale,
+                                             use_qk_l2norm);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, checkpoint.size(0));
   launch_checked(op, checkpoint, launch_gdn_verify, p);
 }

@@ -125,6 +125,16 @@ void fill_slots(Mamba2SpecParams& p, const Expect& expect, const char* op, const
   p.num_slots = num_slots;
 }
 
+// The replay ops' activations (x, B, C, z, out) have the cache's dtype, x_buf's.
+void check_cache_activations(const char* op, at::ScalarType act, const at::Tensor& x, const at::Tensor& B,
+                             const at::Tensor& C, const std::optional<at::Tensor>& z, const at::Tensor& out) {
+  checks::cache_activation(op, "x", x, "x_buf", act);
+  checks::cache_activation(op, "B", B, "x_buf", act);
+  checks::cache_activation(op, "C", C, "x_buf", act);
+  if (z) checks::cache_activation(op, "z", *z, "x_buf", act);
+  checks::cache_activation(op, "out", out, "x_buf", act);
+}
+
 // The per-row inputs, weights and slots mamba2_update and mamba2_step share.
 void fill_inputs(Mamba2Params& p, const Expect& expect, const char* op, int64_t H, int64_t P, int64_t N,
                  const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
@@ -240,8 +250,10 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
   Mamba2Params p{};
   fill_checkpoint(p, checkpoint);
   fill_read_copy(p, expect, op, checkpoint, read_copy, read_scale, /*written=*/true);
-  const int64_t L = fill_buffers(p, expect, op, checkpoint, x.scalar_type(), x_buf, B_buf, dt_buf, num_committed,
-                                 /*written=*/true);
+  expect("x_buf", x_buf, {S, H, -1, P}, activation_dtypes(), 16);
+  const auto act = x_buf.scalar_type();
+  check_cache_activations(op, act, x, B, C, z, out);
+  const int64_t L = fill_buffers(p, expect, op, checkpoint, act, x_buf, B_buf, dt_buf, num_committed, /*written=*/true);
   TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= L, checks::cat(op, ": max_draft_tokens must be in [1, L = ", L, "], got ", max_draft_tokens));
   p.max_draft_tokens = static_cast<int32_t>(max_draft_tokens);
   TORCH_CHECK(H <= 32767, checks::cat(op, ": heads must be <= 32767 (the cursor carries per-launch head tickets), got ", H));
@@ -279,8 +291,10 @@ void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>
   fill_checkpoint(p, checkpoint);
   fill_read_copy(p, expect, op, checkpoint, read_copy, read_scale, /*written=*/false);
 
-  expect("x", x, {-1, -1, H, P}, activation_dtypes(), 16);
-  const auto act = x.scalar_type();
+  expect("x_buf", x_buf, {S, H, -1, P}, activation_dtypes(), 16);
+  const auto act = x_buf.scalar_type();
+  check_cache_activations(op, act, x, B, C, z, out);
+  expect("x", x, {-1, -1, H, P}, {act}, 16);
   const int64_t L = fill_buffers(p, expect, op, checkpoint, act, x_buf, B_buf, dt_buf, num_committed, /*written=*/true);
   const int64_t batch = x.size(0), T = x.size(1);
   const int64_t max_T = L < kMamba2SpecMaxDraftTokens ? L : kMamba2SpecMaxDraftTokens;
