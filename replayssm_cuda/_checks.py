@@ -344,7 +344,7 @@ def scale(op: str, value) -> None:
 
 
 def _delta_checks(family: str) -> dict:
-    """The full checks of the six replay ops and the conventional update of one delta-rule family."""
+    """The full checks of the replay ops and the conventional updates of one delta-rule family."""
 
     def check_update(state_, q, k, v, a, b, A_log, dt_bias, out, scale_=None, use_qk_l2norm=True,
                      slots_=None, pad_slot_id=-1):
@@ -361,6 +361,25 @@ def _delta_checks(family: str) -> dict:
         scale(op, scale_)
         flag(op, "use_qk_l2norm", use_qk_l2norm)
         slots(op, slots_, q.shape[0], state_.shape[0], state_.device)
+        index(op, "pad_slot_id", pad_slot_id)
+
+    def check_update_snapshots(state_, q, k, v, a, b, A_log, dt_bias, out, snapshots, scale_=None,
+                               use_qk_l2norm=True, slots_=None, pad_slot_id=-1):
+        op = f"{family}_update_snapshots"
+        state(op, "state", state_)
+        _, HV, V, K = state_.shape
+        expect(op, "q", q, shape=(None, None, None, None))
+        batch, T, H = q.shape[:3]
+        if H < 1 or HV % H != 0:
+            raise ValueError(f"{op}: the number of v-heads ({HV}) must be a multiple of the "
+                             f"number of q/k heads (q.shape[2] = {H})")
+        delta_inputs(op, family, H, HV, V, K, None, state_.device, q, k, v, a, b, out, (batch, T))
+        delta_weights(op, family, HV, K, state_.device, A_log, dt_bias)
+        expect(op, "snapshots", snapshots, shape=(batch, T, HV, V, K), dtypes=CHECKPOINT_DTYPES, device=state_.device,
+               last_dim_contiguous=True)
+        scale(op, scale_)
+        flag(op, "use_qk_l2norm", use_qk_l2norm)
+        slots(op, slots_, batch, state_.shape[0], state_.device)
         index(op, "pad_slot_id", pad_slot_id)
 
     def check_verify(checkpoint, read_copy_, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
@@ -382,8 +401,9 @@ def _delta_checks(family: str) -> dict:
 
     def check_step(checkpoint, read_copy_, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                    q, k, v, a, b, A_log, dt_bias, out, scale_=None, use_qk_l2norm=True, max_draft_tokens=1,
-                   slots_=None, pad_slot_id=-1):
+                   slots_=None, pad_slot_id=-1, staggered_flush=False):
         op = f"{family}_step"
+        flag(op, "staggered_flush", staggered_flush)
         H, L = delta_cache(op, family, checkpoint, read_copy_, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf,
                            num_committed)
         _, HV, V, K = checkpoint.shape
@@ -425,7 +445,8 @@ def _delta_checks(family: str) -> dict:
         slots(op, slots_, out.shape[0], checkpoint.shape[0], checkpoint.device)
         index(op, "pad_slot_id", pad_slot_id)
 
-    return {f"{family}_update": check_update, f"{family}_verify": check_verify, f"{family}_step": check_step,
+    return {f"{family}_update": check_update, f"{family}_update_snapshots": check_update_snapshots,
+            f"{family}_verify": check_verify, f"{family}_step": check_step,
             f"{family}_commit": check_commit, f"{family}_flush": check_flush,
             f"{family}_materialize": check_materialize}
 

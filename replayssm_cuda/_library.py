@@ -35,7 +35,7 @@ REFERENCE = {
     "stagger_cursors": reference.stagger_cursors,
     "copy_slots": reference.copy_slots,
     **{f"{family}_{op}": getattr(reference, f"delta_{op}") for family in ("gdn", "kda")
-       for op in ("update", "step", "verify", "commit", "flush", "materialize")},
+       for op in ("update", "update_snapshots", "step", "verify", "commit", "flush", "materialize")},
 }
 
 

@@ -8,8 +8,8 @@ tests/test_library.py checks that the two agree character for character.
 
 Every op writes caller-allocated outputs and cache tensors in place and returns nothing; `(a!)` marks
 what an op may write. rounding_seed (an int64 (2,) [seed, offset] for stochastic rounding of a bf16 /
-fp16 checkpoint's stores, advanced by the op) and staggered_flush (mamba2_step's launch hint) come
-last with defaults, so calls written before them stay valid.
+fp16 checkpoint's stores, advanced by the op) and staggered_flush (the steps' launch hint) come last
+with defaults, so calls written before them stay valid.
 
 GDN and KDA have one op per family (gdn_step, kda_step, ...): a family's CUDA kernels register under
 its own names when they land, without touching the other family.
@@ -18,7 +18,7 @@ its own names when they land, without touching the other family.
 from __future__ import annotations
 
 CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
-REPLAY_OPS = ("update", "step", "verify", "commit", "flush", "materialize")
+REPLAY_OPS = ("update", "update_snapshots", "step", "verify", "commit", "flush", "materialize")
 FAMILIES = ("mamba2", "gdn", "kda")
 
 
@@ -33,8 +33,11 @@ def _delta_schemas(family: str) -> dict[str, str]:
     return {
         f"{f}_update": (f"{f}_update(Tensor(a!) state, {inputs}, Tensor(b!) out, float? scale, bool use_qk_l2norm, "
                         "Tensor? slots, int pad_slot_id) -> ()"),
+        f"{f}_update_snapshots": (f"{f}_update_snapshots(Tensor state, {inputs}, Tensor(a!) out, "
+                                  "Tensor(b!) snapshots, float? scale, bool use_qk_l2norm, Tensor? slots, "
+                                  "int pad_slot_id) -> ()"),
         f"{f}_step": (f"{f}_step({cache_w}, {inputs}, Tensor(j!) out, float? scale, bool use_qk_l2norm, "
-                      "int max_draft_tokens, Tensor? slots, int pad_slot_id) -> ()"),
+                      "int max_draft_tokens, Tensor? slots, int pad_slot_id, bool staggered_flush=False) -> ()"),
         f"{f}_verify": (f"{f}_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) k_buf, "
                         "Tensor(b!) v_buf, Tensor(c!) g_buf, Tensor(d!) beta_buf, Tensor(e!) u_buf, "
                         f"Tensor num_committed, {inputs}, Tensor(f!) out, float? scale, bool use_qk_l2norm, "

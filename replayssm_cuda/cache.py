@@ -474,8 +474,28 @@ class _DeltaRuleCache(_ReplayCache):
                 "u_buf": self.u_buf}
 
     def _family_limit(self, kind):
-        # No GDN / KDA kernel has a shape or dtype limit in capabilities() yet: compiled wherever its op is.
-        return None
+        # KDA has no kernels (its ops are not compiled, which _choose_paths says); GDN's take what
+        # capabilities()["gdn"] lists.
+        if self.family != "gdn":
+            return None
+        update = kind == "update"
+        limit = ops.gdn_limit(self.head_v_dim, self.head_k_dim, self.checkpoint.dtype,
+                              None if self.read_copy is None or update else self.read_copy.dtype,
+                              self.activation_dtype, update=update)
+        w = self.weights
+        if limit is None:
+            for name, t in (("weights.A_log", w.A_log), ("weights.dt_bias", w.dt_bias)):
+                if t.dtype != torch.float32:
+                    return f"a {_dtype_name(t.dtype)} {name} has no compiled kernel (float32)"
+        if limit is None and not update:
+            if self.aux_dtype != torch.float32:
+                limit = f"{_dtype_name(self.aux_dtype)} g_buf, beta_buf and u_buf have no compiled kernel (float32)"
+            elif self.buffer_len > ops.GDN_KERNELS.max_buffer_len:
+                limit = f"buffer_len = {self.buffer_len} exceeds the compiled kernels' {ops.GDN_KERNELS.max_buffer_len}"
+            elif kind == "verify" and self.max_draft_tokens > ops.GDN_KERNELS.max_draft_tokens:
+                limit = (f"max_draft_tokens = {self.max_draft_tokens} exceeds the compiled kernel's "
+                         f"{ops.GDN_KERNELS.max_draft_tokens}")
+        return limit
 
     def _inputs(self, op, q, k, v, a, b, out, slots, ndim):
         lead = _checks.lead_of(op, "q", q, ndim)
@@ -498,7 +518,7 @@ class _DeltaRuleCache(_ReplayCache):
                            self.pad_slot_id))
         else:
             self._run(op, (*self._cache, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm,
-                           self.max_draft_tokens, slots, self.pad_slot_id))
+                           self.max_draft_tokens, slots, self.pad_slot_id, self.staggered_flush))
         return out
 
     def verify(self, q, k, v, a, b, slots=None, out=None):

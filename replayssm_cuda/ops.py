@@ -39,18 +39,50 @@ def _dtype_set(names) -> frozenset:
     return frozenset(getattr(torch, n) for n in names)
 
 
+class KernelTable:
+    """What one family's compiled kernels take: its entry of `replayssm_cuda.capabilities()` (empty
+    without _C). `shapes` are the checkpoint's last two dims ((P, N) Mamba-2, (V, K) GDN)."""
+
+    def __init__(self, entry: dict):
+        self.shapes = frozenset(tuple(s) for s in entry.get("shapes", ()))
+        self.activation_dtypes = _dtype_set(entry.get("activation_dtypes", ()))
+        self.update_dtypes = _dtype_set(entry.get("update_checkpoint_dtypes", ()))
+        self.checkpoint_read_copy = frozenset((getattr(torch, ck), None if rc is None else getattr(torch, rc))
+                                              for ck, rc in entry.get("checkpoint_read_copy", ()))
+        self.checkpoint_dtypes = frozenset(ck for ck, _ in self.checkpoint_read_copy)
+        self.max_buffer_len = entry.get("max_buffer_len", 0)
+        self.max_draft_tokens = entry.get("max_draft_tokens", 0)   # verify's T and the snapshot ops' tokens
+
+    def limit(self, dims_text: str, dims: tuple, checkpoint_dtype, read_copy_dtype, activation_dtype, *,
+              update=False) -> str | None:
+        """Why these kernels cannot take a cache of these dims and dtypes, or None. update: the
+        conventional update (a state, no read copy) rather than the replay ops."""
+        if dims not in self.shapes:
+            dims_list = ", ".join(str(d) for d in dims)
+            return f"{dims_text} = ({dims_list}) has no compiled kernel (compiled: {sorted(self.shapes)})"
+        if update:
+            if checkpoint_dtype not in self.update_dtypes:
+                return f"a {_dtype_text(checkpoint_dtype)} checkpoint has no compiled kernel"
+        elif (checkpoint_dtype, read_copy_dtype) not in self.checkpoint_read_copy:
+            if checkpoint_dtype not in self.checkpoint_dtypes:
+                return f"a {_dtype_text(checkpoint_dtype)} checkpoint has no compiled kernel"
+            return (f"a {_dtype_text(read_copy_dtype)} read copy of a {_dtype_text(checkpoint_dtype)} checkpoint "
+                    f"has no compiled kernel")
+        if activation_dtype not in self.activation_dtypes:
+            names = ", ".join(sorted(_dtype_text(d) for d in self.activation_dtypes))
+            return f"{_dtype_text(activation_dtype)} activations have no compiled kernel ({names})"
+        return None
+
+
 _CAPS = _extension.capabilities()
 _COMPILED = frozenset(_extension.compiled_ops())
-_M2 = _CAPS.get("mamba2", {})
 _CACHE_CAPS = _CAPS.get("cache", {})
-MAMBA2_KERNEL_SHAPES = frozenset(tuple(s) for s in _M2.get("shapes", ()))
-KERNEL_ACTIVATION_DTYPES = _dtype_set(_M2.get("activation_dtypes", ()))
-_M2_UPDATE_DTYPES = _dtype_set(_M2.get("update_checkpoint_dtypes", ()))
-_M2_CHECKPOINT_READ_COPY = frozenset((getattr(torch, ck), None if rc is None else getattr(torch, rc))
-                                     for ck, rc in _M2.get("checkpoint_read_copy", ()))
-_M2_CHECKPOINT_DTYPES = frozenset(ck for ck, _ in _M2_CHECKPOINT_READ_COPY)
-KERNEL_MAX_BUFFER_LEN = _M2.get("max_buffer_len", 0)
-KERNEL_MAX_DRAFT_TOKENS = _M2.get("max_draft_tokens", 0)   # verify's T and the snapshot step's tokens
+MAMBA2_KERNELS = KernelTable(_CAPS.get("mamba2", {}))
+GDN_KERNELS = KernelTable(_CAPS.get("gdn", {}))
+MAMBA2_KERNEL_SHAPES = MAMBA2_KERNELS.shapes
+KERNEL_ACTIVATION_DTYPES = MAMBA2_KERNELS.activation_dtypes
+KERNEL_MAX_BUFFER_LEN = MAMBA2_KERNELS.max_buffer_len
+KERNEL_MAX_DRAFT_TOKENS = MAMBA2_KERNELS.max_draft_tokens   # verify's T and the snapshot step's tokens
 # The slot ops move bytes of any dtype; make_read_copy and load convert from these checkpoint dtypes.
 _CACHE_CHECKPOINT_DTYPES = _dtype_set(_CACHE_CAPS.get("checkpoint_dtypes", ("float32", "bfloat16", "float16")))
 READ_COPY_MAX_COLS = _CACHE_CAPS.get("read_copy_max_cols", 0)
@@ -67,20 +99,8 @@ def why_not_compiled(name: str) -> str:
 def mamba2_limit(P, N, checkpoint_dtype, read_copy_dtype, activation_dtype, *, update=False) -> str | None:
     """Why the compiled Mamba-2 kernels cannot take a (P, N) cache of these dtypes, or None.
     update: the conventional update (a state, no read copy) rather than the replay ops."""
-    if (P, N) not in MAMBA2_KERNEL_SHAPES:
-        return f"(head_dim, state_dim) = ({P}, {N}) has no compiled kernel (compiled: {sorted(MAMBA2_KERNEL_SHAPES)})"
-    if update:
-        if checkpoint_dtype not in _M2_UPDATE_DTYPES:
-            return f"a {_dtype_text(checkpoint_dtype)} checkpoint has no compiled kernel"
-    elif (checkpoint_dtype, read_copy_dtype) not in _M2_CHECKPOINT_READ_COPY:
-        if checkpoint_dtype not in _M2_CHECKPOINT_DTYPES:
-            return f"a {_dtype_text(checkpoint_dtype)} checkpoint has no compiled kernel"
-        return (f"a {_dtype_text(read_copy_dtype)} read copy of a {_dtype_text(checkpoint_dtype)} checkpoint "
-                f"has no compiled kernel")
-    if activation_dtype not in KERNEL_ACTIVATION_DTYPES:
-        names = ", ".join(sorted(_dtype_text(d) for d in KERNEL_ACTIVATION_DTYPES))
-        return f"{_dtype_text(activation_dtype)} activations have no compiled kernel ({names})"
-    return None
+    return MAMBA2_KERNELS.limit("(head_dim, state_dim)", (P, N), checkpoint_dtype, read_copy_dtype, activation_dtype,
+                                update=update)
 
 
 def mamba2_kernel_limit(checkpoint, read_copy, x, *, update=False) -> str | None:
@@ -324,17 +344,67 @@ def _materialize_limit(checkpoint, x_buf, dt_buf, out):
 # Gated DeltaNet (family "gdn") and KDA (family "kda")
 # --------------------------------------------------------------------------------------------------
 
+def gdn_limit(V, K, checkpoint_dtype, read_copy_dtype, activation_dtype, *, update=False) -> str | None:
+    """Why the compiled GDN kernels cannot take a cache with (head_v_dim, head_k_dim) = (V, K) of these
+    dtypes, or None. update: the conventional update and its snapshot variant (a state, no read copy)."""
+    return GDN_KERNELS.limit("(head_v_dim, head_k_dim)", (V, K), checkpoint_dtype, read_copy_dtype, activation_dtype,
+                             update=update)
+
+
+def gdn_kernel_limit(checkpoint, read_copy, activations, *, buffers=(), weights=(), T=None, out=None,
+                     snapshots=None) -> str | None:
+    """Why the compiled GDN kernels cannot take these arguments, or None. `activations`: q (update,
+    update_snapshots: whose dtype sets the activations) or k_buf (the replay ops: the cache's);
+    `buffers`: g_buf, beta_buf, u_buf (the replay ops); `weights`: A_log, dt_bias; T: verify's drafts or
+    the snapshot op's tokens; out: materialize's state; snapshots: update_snapshots'."""
+    update = not buffers
+    limit = gdn_limit(checkpoint.shape[2], checkpoint.shape[3], checkpoint.dtype,
+                      None if read_copy is None else read_copy.dtype, activations.dtype, update=update)
+    if limit is not None:
+        return limit
+    for name, t in zip(("g_buf", "beta_buf", "u_buf"), buffers):
+        if t.dtype != torch.float32:
+            return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"
+    if buffers and buffers[0].shape[2] > GDN_KERNELS.max_buffer_len:
+        return f"buffer_len = {buffers[0].shape[2]} exceeds the compiled kernels' {GDN_KERNELS.max_buffer_len}"
+    for name, t in zip(("A_log", "dt_bias"), weights):
+        if t.dtype != torch.float32:
+            return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"
+    if T is not None and T > GDN_KERNELS.max_draft_tokens:
+        return f"T = {T} tokens exceed the compiled kernel's {GDN_KERNELS.max_draft_tokens}"
+    if out is not None and out.dtype != torch.float32:
+        return f"a {_dtype_text(out.dtype)} out has no compiled kernel (float32)"
+    if snapshots is not None and snapshots.dtype != checkpoint.dtype:
+        return (f"{_dtype_text(snapshots.dtype)} snapshots of a {_dtype_text(checkpoint.dtype)} state have no compiled "
+                f"kernel (it writes snapshots in the state dtype)")
+    return None
+
+
 def _delta_ops(family: str):
-    """The six replay ops and the conventional update of one delta-rule family (gdn or kda). No kernel
-    has a shape or dtype limit yet: each runs compiled wherever its op is."""
-    names = {op: f"{family}_{op}" for op in ("update", "verify", "step", "commit", "flush", "materialize")}
+    """The replay ops and the conventional updates of one delta-rule family (gdn or kda). Only GDN has
+    kernels (capabilities()["gdn"]): a GDN call runs compiled where gdn_kernel_limit finds nothing the
+    kernel does not take; every KDA op runs the reference."""
+    names = {op: f"{family}_{op}" for op in ("update", "update_snapshots", "verify", "step", "commit", "flush",
+                                             "materialize")}
+    # The limit of each op, called with its arguments only where the op is compiled (GDN).
+    limit = gdn_kernel_limit if family == "gdn" else None
 
     def update(state, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True,
                slots=None, pad_slot_id: int = -1, *, backend="auto"):
         op = names["update"]
         _checks.slots_type(op, slots)
-        _call(op, backend, state, None, (),
+        _call(op, backend, state, limit and (lambda: limit(state, None, q, weights=(A_log, dt_bias))), (),
               (state, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id))
+        return out
+
+    def update_snapshots(state, q, k, v, a, b, A_log, dt_bias, out, snapshots, scale=None, use_qk_l2norm=True,
+                         slots=None, pad_slot_id: int = -1, *, backend="auto"):
+        op = names["update_snapshots"]
+        _checks.slots_type(op, slots)
+        _call(op, backend, state,
+              limit and (lambda: limit(state, None, q, weights=(A_log, dt_bias), T=q.shape[1], snapshots=snapshots)),
+              (), (state, q, k, v, a, b, A_log, dt_bias, out, snapshots, scale, bool(use_qk_l2norm), slots,
+                   pad_slot_id))
         return out
 
     def verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
@@ -342,19 +412,24 @@ def _delta_ops(family: str):
                slots=None, pad_slot_id: int = -1, *, backend="auto"):
         op = names["verify"]
         _checks.slots_type(op, slots)
-        _call(op, backend, checkpoint, None, (),
+        _call(op, backend, checkpoint,
+              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
+                                       weights=(A_log, dt_bias), T=q.shape[1])), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id))
         return out
 
     def step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
              q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True, max_draft_tokens: int = 1,
-             slots=None, pad_slot_id: int = -1, *, backend="auto"):
+             slots=None, pad_slot_id: int = -1, staggered_flush: bool = False, *, backend="auto"):
         op = names["step"]
         _checks.slots_type(op, slots)
-        _call(op, backend, checkpoint, None, (),
+        _call(op, backend, checkpoint,
+              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
+                                       weights=(A_log, dt_bias))), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-               q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), max_draft_tokens, slots, pad_slot_id))
+               q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), max_draft_tokens, slots, pad_slot_id,
+               staggered_flush))
         return out
 
     def commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
@@ -362,7 +437,8 @@ def _delta_ops(family: str):
                *, backend="auto"):
         op = names["commit"]
         _checks.slots_type(op, slots)
-        _call(op, backend, checkpoint, None, (),
+        _call(op, backend, checkpoint,
+              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                num_accepted, max_draft_tokens, bool(use_qk_l2norm), slots, pad_slot_id))
 
@@ -370,7 +446,8 @@ def _delta_ops(family: str):
               use_qk_l2norm=True, slots=None, pad_slot_id: int = -1, *, backend="auto"):
         op = names["flush"]
         _checks.slots_type(op, slots)
-        _call(op, backend, checkpoint, None, (),
+        _call(op, backend, checkpoint,
+              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                bool(use_qk_l2norm), slots, pad_slot_id))
 
@@ -378,20 +455,25 @@ def _delta_ops(family: str):
                     use_qk_l2norm=True, slots=None, pad_slot_id: int = -1, *, backend="auto"):
         op = names["materialize"]
         _checks.slots_type(op, slots)
-        _call(op, backend, checkpoint, None, (),
+        _call(op, backend, checkpoint,
+              limit and (lambda: limit(checkpoint, None, k_buf, buffers=(g_buf, beta_buf, u_buf), out=out)), (),
               (checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out, bool(use_qk_l2norm),
                slots, pad_slot_id))
         return out
 
-    for fn, op in ((update, "update"), (verify, "verify"), (step, "step"), (commit, "commit"), (flush, "flush"),
-                   (materialize, "materialize")):
-        fn.__name__ = fn.__qualname__ = names[op]
-        fn.__doc__ = f"torch.ops.replayssm.{names[op]}; see reference.delta_{op}."
-    return update, verify, step, commit, flush, materialize
+    fns = {"update": update, "update_snapshots": update_snapshots, "verify": verify, "step": step,
+           "commit": commit, "flush": flush, "materialize": materialize}
+    for kind, fn in fns.items():
+        fn.__name__ = fn.__qualname__ = names[kind]
+        fn.__doc__ = f"torch.ops.replayssm.{names[kind]}; see reference.delta_{kind}."
+    step.__doc__ += (" staggered_flush: a launch hint, no change to the results (as mamba2_step's; GDN's step "
+                     "launches the same CTAs either way).")
+    return fns
 
 
-gdn_update, gdn_verify, gdn_step, gdn_commit, gdn_flush, gdn_materialize = _delta_ops("gdn")
-kda_update, kda_verify, kda_step, kda_commit, kda_flush, kda_materialize = _delta_ops("kda")
+_GDN_OPS, _KDA_OPS = _delta_ops("gdn"), _delta_ops("kda")
+gdn_update, gdn_update_snapshots, gdn_verify, gdn_step, gdn_commit, gdn_flush, gdn_materialize = _GDN_OPS.values()
+kda_update, kda_update_snapshots, kda_verify, kda_step, kda_commit, kda_flush, kda_materialize = _KDA_OPS.values()
 
 
 # --------------------------------------------------------------------------------------------------

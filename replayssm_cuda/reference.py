@@ -608,6 +608,27 @@ def delta_update(state, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l
     return out
 
 
+def delta_update_snapshots(state, q, k, v, a, b, A_log, dt_bias, out, snapshots, scale=None,
+                           use_qk_l2norm: bool = True, slots=None, pad_slot_id: int = -1):
+    """Conventional speculative step of GDN / KDA, as engines run it today: T tokens per row from
+    state[slot], the state after every token written to snapshots (batch, T, HV, V, K); the state itself
+    is not written (the engine keeps the accepted snapshot). q, k (batch, T, H, K); v, out
+    (batch, T, HV, V); a (batch, T, HV) GDN or (batch, T, HV, K) KDA; b (batch, T, HV). Token by token it
+    is delta_update: the state is rounded to its dtype after every token (the snapshot) and the next
+    token starts from the rounded value, so snapshot T-1 is T calls of delta_update's state. The
+    baseline the replay verify/commit is measured against (one state read, T state writes)."""
+    batch, T = q.shape[:2]
+    idx, valid = _resolve_rows(slots, batch, state.shape[0], pad_slot_id, state.device)
+    work = state[idx].clone()                        # (batch, HV, V, K): per-row copies, never written back
+    rows = torch.arange(batch, device=state.device)
+    for t in range(T):
+        delta_update(work, q[:, t], k[:, t], v[:, t], a[:, t], b[:, t], A_log, dt_bias, out[:, t], scale,
+                     use_qk_l2norm, rows, -1)
+        snapshots[:, t] = torch.where(valid[:, None, None, None], work, torch.zeros_like(work)).to(snapshots.dtype)
+    out.masked_fill_(~valid[:, None, None, None], 0)
+    return out
+
+
 def _delta_window(k_buf, g_buf, idx, HV: int, use_qk_l2norm: bool, cd):
     """Normalised keys (b, HV, L, K) and per-channel log decays (b, HV, L, K or 1) of the window."""
     kb = _expand_heads(_delta_keys(k_buf[idx], use_qk_l2norm, cd), HV, 1)
@@ -741,9 +762,10 @@ def delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
 
 def delta_step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
-               max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1):
+               max_draft_tokens: int = 1, slots=None, pad_slot_id: int = -1, staggered_flush: bool = False):
     """T=1 decode of GDN/KDA: verify(T=1) followed by commit(1), except that on a step that folds the
-    output is o = S_new q from the freshly folded full-precision state (as in mamba2_step)."""
+    output is o = S_new q from the freshly folded full-precision state (as in mamba2_step).
+    staggered_flush: the compiled kernel's launch hint (see mamba2_step); no effect on the results."""
     delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                  q[:, None], k[:, None], v[:, None], a[:, None], b[:, None], A_log, dt_bias, out[:, None],
                  scale, use_qk_l2norm, slots, pad_slot_id)

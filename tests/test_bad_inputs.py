@@ -151,6 +151,51 @@ def test_mamba2_kernel_limits_are_named():
     assert "a bfloat16 read copy of a bfloat16 checkpoint" in ops.mamba2_kernel_limit(ck.bfloat16(), rc, x)
 
 
+def test_gdn_kernel_limits_are_named():
+    """What the compiled GDN kernels (capabilities()["gdn"]) do not take is said in words, so a valid call
+    they cannot run goes to the reference (with the reason in the warning) instead of a C++ error."""
+    ck = torch.zeros(2, 4, 128, 64)                           # (slots, HV, V, K)
+    q = torch.zeros(1, 2, 64, dtype=torch.bfloat16)
+    k_buf = torch.zeros(2, 2, 8, 64, dtype=torch.bfloat16)
+    g, beta, u = torch.zeros(2, 4, 8), torch.zeros(2, 4, 8), torch.zeros(2, 4, 8, 128)
+    bufs = (g, beta, u)
+    w = (torch.zeros(4), torch.zeros(4))
+    assert ops.gdn_kernel_limit(ck, None, q, weights=w) is None
+    assert ops.gdn_kernel_limit(ck, None, k_buf, buffers=bufs, weights=w, T=16) is None
+    assert "(head_v_dim, head_k_dim) = (128, 32) has no compiled kernel" in \
+        ops.gdn_kernel_limit(torch.zeros(2, 4, 128, 32), None, q)
+    assert "a float64 checkpoint" in ops.gdn_kernel_limit(ck.double(), None, k_buf, buffers=bufs)
+    assert "float32 activations" in ops.gdn_kernel_limit(ck, None, q.float())
+    rc = torch.zeros_like(ck, dtype=torch.bfloat16)
+    assert "a bfloat16 read copy of a bfloat16 checkpoint" in ops.gdn_kernel_limit(ck.bfloat16(), rc, k_buf,
+                                                                                   buffers=bufs)
+    assert "a float64 u_buf" in ops.gdn_kernel_limit(ck, None, k_buf, buffers=(g, beta, u.double()))
+    long = (torch.zeros(2, 4, 65), torch.zeros(2, 4, 65), torch.zeros(2, 4, 65, 128))
+    assert "buffer_len = 65 exceeds" in ops.gdn_kernel_limit(ck, None, k_buf, buffers=long)
+    assert "T = 17 tokens exceed" in ops.gdn_kernel_limit(ck, None, k_buf, buffers=bufs, T=17)
+    assert "a float64 dt_bias" in ops.gdn_kernel_limit(ck, None, q, weights=(w[0], w[1].double()))
+    assert "a float64 out" in ops.gdn_kernel_limit(ck, None, k_buf, buffers=bufs, out=torch.zeros(1, 4, 128, 64,
+                                                                                                 dtype=torch.float64))
+    snaps = torch.zeros(1, 2, 4, 128, 64, dtype=torch.bfloat16)
+    assert "bfloat16 snapshots of a float32 state" in ops.gdn_kernel_limit(ck, None, q, snapshots=snaps)
+
+
+def test_gdn_cache_chooses_its_path_from_the_kernel_limits():
+    """GDNCache asks once, at construction, what the compiled kernels take (KDACache: nothing compiled)."""
+    kinds = ("update", "step", "verify", "commit", "flush", "materialize")
+    fam = family("gdn", heads=1, v_heads=2, head_k_dim=64, head_v_dim=128, dtype=torch.float32,
+                 act_dtype=torch.bfloat16)
+    cache = fam.make_cache(2, buffer_len=4, max_draft_tokens=2, read_copy_dtype=torch.float8_e4m3fn)
+    assert all(cache._family_limit(kind) is None for kind in kinds)
+    small = family("gdn", heads=1, v_heads=2, head_k_dim=32, head_v_dim=64, dtype=torch.float32,
+                   act_dtype=torch.bfloat16).make_cache(2, buffer_len=4)
+    assert "(head_v_dim, head_k_dim) = (64, 32) has no compiled kernel" in small._family_limit("step")
+    fp64 = family("gdn", heads=1, v_heads=2, head_k_dim=64, head_v_dim=64).make_cache(2, buffer_len=4)
+    assert "a float64 checkpoint" in fp64._family_limit("verify")
+    kda = family("kda", dtype=torch.float32, act_dtype=torch.bfloat16).make_cache(2, buffer_len=4)
+    assert all(kda._family_limit(kind) is None for kind in kinds)   # no kda_* op is compiled: _choose_paths says so
+
+
 # --------------------------------------------------------------------------------------------------
 # Sharp edges of the API: each is an error (or a warning) that names what is wrong
 # --------------------------------------------------------------------------------------------------

@@ -112,7 +112,10 @@ def _op_args(op_name):
     qs, ks, vs, as_, bs = fam.inputs(batch, T)
     return {
         "update": (cache.checkpoint, q, k, v, a, b, w.A_log, w.dt_bias, torch.empty_like(v), None, True, slots, -1),
-        "step": (*cache._cache_args(), q, k, v, a, b, w.A_log, w.dt_bias, torch.empty_like(v), None, True, 2, slots, -1),
+        "update_snapshots": (cache.checkpoint, qs, ks, vs, as_, bs, w.A_log, w.dt_bias, torch.empty_like(vs),
+                             torch.empty(batch, T, *cache.checkpoint.shape[1:]), None, True, slots, -1),
+        "step": (*cache._cache_args(), q, k, v, a, b, w.A_log, w.dt_bias, torch.empty_like(v), None, True, 2, slots, -1,
+                 True),
         "verify": (*cache._cache_args(), qs, ks, vs, as_, bs, w.A_log, w.dt_bias, torch.empty_like(vs), 0.5, True,
                    slots, -1),
         "commit": (*cache._cache_args(), torch.tensor([2, 1, 1], dtype=torch.int32), 2, True, slots, -1),
@@ -140,11 +143,13 @@ def test_torch_ops_on_cpu_run_the_checked_reference():
 # torch.compile(fullgraph=True) of the cache methods on the reference path
 # --------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["mamba2", "gdn"])
-def test_cache_methods_compile_fullgraph(name):
+@pytest.mark.parametrize("name,staggered", [("mamba2", False), ("gdn", False), ("gdn", True)])
+def test_cache_methods_compile_fullgraph(name, staggered):
+    """The cache methods trace whole; GDNCache with staggered_flush passes the hint to gdn_step."""
     torch._dynamo.reset()
     fam = family(name, dtype=torch.float32, seed=9)
-    eager, compiled = (fam.make_cache(4, buffer_len=4, max_draft_tokens=2) for _ in range(2))
+    eager, compiled = (fam.make_cache(4, buffer_len=4, max_draft_tokens=2, staggered_flush=staggered)
+                       for _ in range(2))
     init = random_states(fam, 4).float()
     eager.load(init)
     compiled.load(init)

@@ -147,3 +147,31 @@ def test_mamba2_update_snapshots_is_token_by_token_update():
         for r, s in ((0, 3), (2, 1)):
             y_ref = fam.oracle_step(states[s], fam.token((x, dt, B, C, z), r, t))
             assert rel_err(out[r, t], y_ref) < 2e-5 and rel_err(snaps[r, t], states[s]) < 2e-5
+
+
+@pytest.mark.parametrize("name", ["gdn", "kda"])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_delta_update_snapshots_is_token_by_token_update(name, state_dtype):
+    """GDN / KDA's conventional speculative baseline: snapshot t is the state after t+1 sequential
+    updates, rounded to the state dtype after every token (the next token starts from the rounded
+    value), the state itself is untouched, pad rows get zeros."""
+    from replayssm_cuda import ops
+    fam = family(name, dtype=torch.float32, seed=19)
+    w = fam.weights
+    state = random_states(fam, 4).to(state_dtype)
+    before = state.clone()
+    slots = torch.tensor([3, -1, 1])
+    q, k, v, a, b = fam.inputs(3, 4)
+    out = torch.empty_like(v)
+    snaps = torch.full((3, 4, *fam.state_shape), float("nan"), dtype=state_dtype)
+    run = getattr(ops, f"{name}_update_snapshots")
+    run(state, q, k, v, a, b, w.A_log, w.dt_bias, out, snaps, None, True, slots)
+    assert torch.equal(state, before)
+    assert torch.count_nonzero(out[1]) == 0 and torch.count_nonzero(snaps[1]) == 0
+    walk = before.clone()
+    update = getattr(ops, f"{name}_update")
+    for t in range(4):
+        y = torch.empty_like(v[:, t])
+        update(walk, q[:, t], k[:, t], v[:, t], a[:, t], b[:, t], w.A_log, w.dt_bias, y, None, True, slots)
+        for r, s in ((0, 3), (2, 1)):
+            assert torch.equal(snaps[r, t], walk[s]) and torch.equal(out[r, t], y[r]), (t, r)

@@ -32,6 +32,9 @@ def spec_rounds(fam, cache, rounds, T, batch, slots, states, gen, tol):
         assert rel_err(materialized[r], states[int(slots[r])]) < tol
 
 
+# L = T = 4 folds at every commit on purpose (the edge of the flush-early rule): the cache's warning
+# that such a buffer saves nothing is expected there.
+@pytest.mark.filterwarnings("ignore:.*buffer_len == max_draft_tokens:UserWarning")
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 @pytest.mark.parametrize("buffer_len,T", [(16, 4), (5, 3), (4, 4)])
 def test_verify_commit_random_acceptance_fp64(name, buffer_len, T):

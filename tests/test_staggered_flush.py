@@ -109,6 +109,8 @@ def test_stagger_cursors_errors():
         fam.make_cache(2, staggered_flush=1)
 
 
+# L = max_draft_tokens = 4 gives period 1 on purpose: the cache's warning that every step folds is expected.
+@pytest.mark.filterwarnings("ignore:.*buffer_len == max_draft_tokens:UserWarning")
 @pytest.mark.parametrize("buffer_len,max_draft_tokens", [(1, 1), (4, 4)])
 def test_period_one_is_lock_step(buffer_len, max_draft_tokens):
     """A fold period of one token (L = 1: every step is the conventional update; or max_draft_tokens = L:
