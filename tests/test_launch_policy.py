@@ -428,7 +428,8 @@ def test_gdn_rings(probe):
 
 def test_gdn_fold_update_and_step_grids(probe):
     # The fold: one wave of persistent CTAs, never more than the (row, v-head) items.
-    assert answers(probe, ["gdnfold 256 32 4 2", "gdnfold 2 16 4 2", "gdnfold 256 64 1 1"]) == ["4 264", "4 32", "1 132"]
+    assert answers(probe, ["gdnfold 256 32 4 2", "gdnfold 2 16 4 2", "gdnfold 256 64 1 1"]) == \
+        ["4 264", "4 32", "1 132"]
     assert answers(probe, ["gdnfold 256 32 4 2"], sms=114) == ["4 228"]
     # The update and its snapshot variant: a CTA per block of a tile's value rows; the step a CTA per
     # (row, v-head), with or without the staggered-flush hint.

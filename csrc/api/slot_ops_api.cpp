@@ -179,8 +179,10 @@ void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, co
     const at::Tensor& b = buffers[i];
     // A buffer is (num_slots, heads, buffer_len, ...): the neutral entries a slot starts with (slot %
     // period of them) must fit in it.
-    TORCH_CHECK(b.dim() >= 3, checks::cat(op, ": ", name, " must be (num_slots, heads, buffer_len, ...), at least 3-D, got shape ", shape_str(b.sizes())));
-    TORCH_CHECK(period <= b.size(2), checks::cat(op, ": period must be <= the buffer length (", name, ".size(2) = ", b.size(2), "), got ", period));
+    TORCH_CHECK(b.dim() >= 3, checks::cat(op, ": ", name, " must be (num_slots, heads, buffer_len, ...), at least 3-D, ",
+                                          "got shape ", shape_str(b.sizes())));
+    TORCH_CHECK(period <= b.size(2), checks::cat(op, ": period must be <= the buffer length (", name, ".size(2) = ",
+                                                 b.size(2), "), got ", period));
     add_tensor(op, p, slot_tensor(op, name, b, num_committed, p.num_slots));
   }
   SlotTensor cursors = slot_tensor(op, "num_committed", num_committed, num_committed, p.num_slots);

@@ -122,9 +122,12 @@ cudaError_t launch_make_read_copy(const ReadCopyParams& p, cudaStream_t stream) 
     return cudaErrorInvalidValue;
   }
   if (p.num_entries == 0 || p.heads == 0 || p.rows == 0) return cudaSuccess;
-  return REPLAYSSM_DTYPE_SWITCH(p.checkpoint_dtype, "checkpoint dtype", REPLAYSSM_CACHE_CHECKPOINT_DTYPES, [&](auto ckpt) {
+  return REPLAYSSM_DTYPE_SWITCH(p.checkpoint_dtype, "checkpoint dtype", REPLAYSSM_CACHE_CHECKPOINT_DTYPES,
+                                [&](auto ckpt) {
     return REPLAYSSM_DTYPE_SWITCH(p.read_copy_dtype, "read copy dtype", REPLAYSSM_CACHE_READ_COPY_DTYPES,
-                                  [&](auto read) { return launch<decltype(ckpt)::value, decltype(read)::value>(p, stream); });
+                                  [&](auto read) {
+      return launch<decltype(ckpt)::value, decltype(read)::value>(p, stream);
+    });
   });
 }
 

@@ -266,7 +266,8 @@ cudaError_t launch_load_states(const LoadStatesParams& p, cudaStream_t stream) {
   if ((p.elems_per_slot + kLoadElemsPerBlock - 1) / kLoadElemsPerBlock > INT_MAX) return cudaErrorInvalidValue;
   if (p.batch == 0) return cudaSuccess;
   // States in fp32 or in the checkpoint's dtype.
-  return REPLAYSSM_DTYPE_SWITCH(p.checkpoint_dtype, "checkpoint dtype", REPLAYSSM_CACHE_CHECKPOINT_DTYPES, [&](auto ckpt) {
+  return REPLAYSSM_DTYPE_SWITCH(p.checkpoint_dtype, "checkpoint dtype", REPLAYSSM_CACHE_CHECKPOINT_DTYPES,
+                                [&](auto ckpt) {
     constexpr DType kCkpt = decltype(ckpt)::value;
     if (p.states_dtype == DType::kFloat32) return launch_load<DType::kFloat32, kCkpt>(p, stream);
     if (p.states_dtype == kCkpt) return launch_load<kCkpt, kCkpt>(p, stream);

@@ -601,6 +601,26 @@ def test_long_run_error_stays_flat(rc):
     assert max(out_errs[-steps // 4:]) < 2 * first_out + 1e-3, "output error grows with the folds"
 
 
+def test_verify_heads_per_cta_override_changes_no_bit():
+    """verify_heads_per_cta (the launch overrides, shared with mamba2_verify) sets the v-heads a verify CTA
+    takes (the largest divisor of HV <= the value): every choice gives the rule's bits."""
+    from replayssm_cuda import launch_overrides
+    layer = Layer(QWEN4B, torch.bfloat16, seed=23)
+    slots = torch.tensor([2, 0, -1, 3], device=DEVICE)
+    q, k, v, a, b = (t.to(DEVICE) for t in layer.inputs(4, 4))
+    init = layer.states(4)
+    results = []
+    for forced in (0, 1, 3, 8, 64):                # 3 takes 2 v-heads, 64 all 32
+        c = gpu_cache(layer, 4, 16, rc=torch.bfloat16)
+        c.load(init)
+        c.num_committed.copy_(torch.tensor([1, 5, 0, 7], dtype=torch.int32))   # windows of zero (neutral) entries
+        with launch_overrides(verify_heads_per_cta=forced):
+            out = cuda_verify(layer, c, q, k, v, a, b, slots)
+        results.append([bits(out)] + [bits(t) for t in c.buffers()])
+    for forced, got in zip((1, 3, 8, 64), results[1:]):
+        assert all(torch.equal(x, y) for x, y in zip(got, results[0])), f"verify_heads_per_cta={forced}"
+
+
 def test_bad_inputs_name_the_argument():
     layer = Layer(SMALL, seed=10)
     c = gpu_cache(layer, 3, 4)
@@ -613,8 +633,11 @@ def test_bad_inputs_name_the_argument():
     out = torch.empty(2, 2, layer.HV, layer.V, dtype=layer.act, device=DEVICE)
     with pytest.raises(RuntimeError, match=r"gdn_verify: k must have shape \(2, 2, 2, 64\), got \(2, 2, 2, 32\)"):
         ops().gdn_verify(*c.args(), q, k[..., :32], v, a, b, A_log, dt_bias, out, None, True, None, -1)
-    with pytest.raises(RuntimeError, match=r"gdn_verify: q must have dtype in \{bfloat16\}, got float16"):
+    # The inputs take the cache's activation dtype (k_buf's); the message names the one that differs.
+    with pytest.raises(RuntimeError, match=r"gdn_verify: q must have the cache's activation dtype \(k_buf's, bfloat16\), got float16"):
         ops().gdn_verify(*c.args(), q.half(), k, v, a, b, A_log, dt_bias, out, None, True, None, -1)
+    with pytest.raises(RuntimeError, match=r"gdn_verify: v must have the cache's activation dtype \(k_buf's, bfloat16\), got float16"):
+        ops().gdn_verify(*c.args(), q, k, v.half(), a, b, A_log, dt_bias, out, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_verify: A_log must have dtype in \{float32\}, got float64"):
         ops().gdn_verify(*c.args(), q, k, v, a, b, A_log.double(), dt_bias, out, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_commit: num_accepted must have dtype in \{int32, int64\}, got float32"):

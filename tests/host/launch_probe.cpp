@@ -207,7 +207,8 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     in >> ring.compiled_stages >> ring.compiled_ctas_per_sm >> ring.static_bytes;
     for (int s = 1; s <= ring.compiled_stages && s <= kMaxRingStages; ++s) in >> ring.dynamic_bytes[s];
     const int verify = plan_gdn_verify_stages(ring, device), fold = plan_gdn_fold_stages(ring, device);
-    return verify == fold ? std::to_string(verify) : "error verify " + std::to_string(verify) + " fold " + std::to_string(fold);
+    if (verify != fold) return "error verify " + std::to_string(verify) + " fold " + std::to_string(fold);
+    return std::to_string(verify);
   }
   if (command == "gdnfold") {
     GdnFoldProblem problem;

@@ -17,7 +17,8 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const launch::GdnGridPlan plan = launch::plan_gdn_step(launch::GdnStepProblem{p.batch, p.v_heads, p.staggered_flush});
-  kernel<<<dim3(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y)), kStepThreads, smem, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
+  kernel<<<grid, kStepThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 

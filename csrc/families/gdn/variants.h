@@ -62,7 +62,8 @@ inline bool shape_compiled(int64_t K, int64_t V) {
 // "(64, 64), (64, 128), ..." as (K, V)
 inline std::string shapes_text() {
   std::string out;
-#define REPLAYSSM_GDN_SHAPE_TEXT_(SK, SV) out += (out.empty() ? "(" : ", (") + std::to_string(SK) + ", " + std::to_string(SV) + ")";
+#define REPLAYSSM_GDN_SHAPE_TEXT_(SK, SV) \
+  out += (out.empty() ? "(" : ", (") + std::to_string(SK) + ", " + std::to_string(SV) + ")";
   REPLAYSSM_GDN_SHAPES(REPLAYSSM_GDN_SHAPE_TEXT_)
 #undef REPLAYSSM_GDN_SHAPE_TEXT_
   return out;
@@ -78,7 +79,8 @@ inline bool replay_pair_compiled(DType checkpoint, bool copy, DType read_copy) {
 // "(float32, none), (float32, bfloat16), ..."
 inline std::string replay_pairs_text() {
   std::string out;
-#define REPLAYSSM_GDN_PAIR_TEXT_(CK, COPY, RD) out += (out.empty() ? "" : ", ") + replay_pair_text(DType::CK, COPY, DType::RD);
+#define REPLAYSSM_GDN_PAIR_TEXT_(CK, COPY, RD) \
+  out += (out.empty() ? "" : ", ") + replay_pair_text(DType::CK, COPY, DType::RD);
   REPLAYSSM_GDN_REPLAY_PAIRS(REPLAYSSM_GDN_PAIR_TEXT_)
 #undef REPLAYSSM_GDN_PAIR_TEXT_
   return out;
