@@ -166,7 +166,7 @@ def test_cross_option_checks_name_the_option(argv, message):
     ("mamba2", "cycle", "--hold-us", "-5"),
     ("mamba2", "cycle", "--rows", "everything"),
     ("mamba2", "nothing"),
-    ("gdn", "cycle"),
+    ("kda", "cycle"),
 ])
 def test_bad_arguments_are_rejected(argv):
     with pytest.raises(SystemExit):
@@ -209,7 +209,7 @@ def test_the_package_module_runs_the_same_command():
 def test_help_lists_the_benchmarks():
     result = run("--help")
     assert result.returncode == 0
-    for name in ("mamba2", "copy", "compare"):
+    for name in ("mamba2", "gdn", "copy", "compare"):
         assert name in result.stdout
     result = run("mamba2", "cycle", "--help")
     assert "Byte models" in result.stdout and "--override" in result.stdout

@@ -3,6 +3,8 @@
     bench mamba2 cycle      update vs the replay step over whole cycles, lock-step and staggered
     bench mamba2 spec       conventional T-token snapshots vs verify(T) + commit
     bench mamba2 overhead   host µs per eager call
+    bench gdn cycle         Gated DeltaNet: update (and fla's fused_recurrent) vs the replay step's cycles
+    bench gdn spec          Gated DeltaNet: conventional T-token snapshots vs verify(T) + commit
     bench copy              the device copy bandwidth (the ceiling), also at the sizes kernels move
     bench compare           two builds' JSON files, row by row
 
@@ -18,7 +20,7 @@ import shlex
 import sys
 
 from . import compare as compare_mod
-from . import mamba2  # noqa: F401  (registers the family; a new family adds its import here)
+from . import gdn, mamba2  # noqa: F401  (register the families; a new family adds its import here)
 from . import results, timing
 from .copybw import COPY
 from .registry import FAMILIES, table_name
