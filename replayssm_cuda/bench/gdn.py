@@ -281,9 +281,10 @@ def measure_fla(s: Setup, v_first: bool) -> Measurement:
     """Seconds per step of fla's fused_recurrent_gated_delta_rule at T = 1 over a rotating pool: fp32
     states in its [V, K] (v_first) or default [K, V] layout, given as initial_state (each group's slots
     are contiguous), the final state written to the new tensor it returns (out of place, no slot
-    indices: every group's is kept until the measurement ends, so no write lands on a line still in
-    L2); q and k L2-normalised in the kernel. Where fla takes the gates' raw inputs, as ours does, g and
-    beta are computed in its kernel; else beforehand, outside the timed graph."""
+    indices: every group's is kept until the measurement ends, so each group writes memory of its own, as
+    an in-place update does, not lines the previous group left in L2); q and k L2-normalised in the
+    kernel. Where fla takes the gates' raw inputs, as ours does, g and beta are computed in its kernel;
+    else beforehand, outside the timed graph."""
     import torch.nn.functional as F
     fla = load_fla()
     if isinstance(fla, str):
@@ -319,7 +320,7 @@ def measure_fla(s: Setup, v_first: bool) -> Measurement:
 
 
 def fla_rows(checkpoint_names) -> tuple[list, list]:
-    """(the fla row kinds to plan, the notes about the ones left out) for these checkpoint dtypes."""
+    """(the fla row kinds to plan, notes on them and on those left out) for these checkpoint dtypes."""
     fla = load_fla()
     if isinstance(fla, str):
         return [], [f"fla rows skipped: flash-linear-attention (fla-core, needs triton and einops) is not "
