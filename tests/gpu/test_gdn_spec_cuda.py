@@ -64,9 +64,14 @@ class Layer:
         # keeps its old entries in play
         self.A_log = torch.log(0.02 + 0.4 * torch.rand(self.HV, generator=g))
         self.dt_bias = 0.5 * torch.randn(self.HV, generator=g)
+        self._device_weights = {}
 
     def weights(self, dtype=torch.float32):
-        return self.A_log.to(DEVICE, dtype), self.dt_bias.to(DEVICE, dtype)
+        # Copied to the device once per dtype: a CUDA graph capture may call this, and a host-to-device
+        # copy of a pageable tensor cannot be captured.
+        if dtype not in self._device_weights:
+            self._device_weights[dtype] = (self.A_log.to(DEVICE, dtype), self.dt_bias.to(DEVICE, dtype))
+        return self._device_weights[dtype]
 
     def inputs(self, batch, T):
         g = self.gen
