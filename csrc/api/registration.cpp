@@ -14,14 +14,23 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include "api/nvtx_range.h"
 #include "api/ops.h"
 #include "api/python_api.h"
 
 #define REPLAYSSM_STR_(x) #x
 #define REPLAYSSM_STR(x) REPLAYSSM_STR_(x)
 
+// Each op's NVTX range name (api/nvtx_range.h), with the static storage a template argument needs.
+namespace replayssm::nvtx_names {
+#define REPLAYSSM_NVTX_NAME(name, schema) constexpr char name[] = "replayssm::" #name;
+REPLAYSSM_CUDA_OPS(REPLAYSSM_NVTX_NAME)
+#undef REPLAYSSM_NVTX_NAME
+}  // namespace replayssm::nvtx_names
+
 TORCH_LIBRARY_IMPL(replayssm, CUDA, m) {
-#define REPLAYSSM_IMPL(name, schema) m.impl(#name, &replayssm::name);
+#define REPLAYSSM_IMPL(name, schema) \
+  m.impl(#name, &replayssm::Ranged<decltype(&replayssm::name), &replayssm::name, replayssm::nvtx_names::name>::call);
   REPLAYSSM_CUDA_OPS(REPLAYSSM_IMPL)
 #undef REPLAYSSM_IMPL
 }
