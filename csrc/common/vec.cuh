@@ -41,7 +41,7 @@ template <> struct Vec4<DType::kBFloat16> {
   // The same on the two whole words: read through a bf16 pointer as above, nvcc splits a shared-memory
   // uint2 load into four 16-bit loads (in the fold's B window LDS.U16 was the opcode after FFMA). Not
   // everywhere: at the 80-register budget it made the step kernels with a bf16 read copy spill 3x more
-  // (fold_B4's callers choose).
+  // (the fold's callers choose: families/mamba2/fold.cuh).
   __device__ static void to_float_by_words(const Raw& r, float (&v)[4]) {
     v[0] = __uint_as_float(r.x << 16);  // bf16 -> fp32 is a shift
     v[1] = __uint_as_float(r.x & 0xffff0000u);
@@ -110,17 +110,6 @@ template <> struct Vec4<DType::kFloat8E4M3> {
     *reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(base) + offset) = pack(v);
   }
 };
-
-// A B vector of the fold's inner loop; kByWords: by whole words (Vec4<kBFloat16>::to_float_by_words),
-// for kernels that have the registers for it (ptxas's spill report decides: see the callers).
-template <DType kAct, bool kByWords>
-__device__ __forceinline__ void fold_B4(const typename Vec4<kAct>::Raw& r, float (&v)[4]) {
-  if constexpr (kByWords && kAct == DType::kBFloat16) {
-    Vec4<kAct>::to_float_by_words(r, v);
-  } else {
-    Vec4<kAct>::to_float(r, v);
-  }
-}
 
 // One whole-vector global store per thread and row. Through plain C++ (Vec4::store) nvcc split the
 // folds' float4 stores into four 4-byte stores and its 8-byte stores into 4- or 2-byte ones: four

@@ -4,10 +4,10 @@
 // With n committed entries to fold (commit: the cursor after accepting; flush and materialize: the
 // cursor), Lambda_j = A sum_{i<=j} dt_i and wgt_j = dt_j exp(Lambda_{n-1} - Lambda_j):
 //   S = e^{Lambda_{n-1}} S_c + sum_{j<n} (wgt_j x_j) (outer) B_j
-// computed exactly as the step kernel's fold at 559725d (mamba2_step_kernel.cuh): the same tile (a
-// state row over N/4 lanes, 4 elements each), s *= decay, then per entry s += (wgt_j * x_j[p]) * B_j[n]
-// in fp32 FFMA in entry order, the read copy made from the checkpoint as stored, like make_read_copy.
-// An fp32 checkpoint therefore stays at fp32 rounding however many folds it sees.
+// with the step kernel's fold arithmetic (fold.cuh: the same tile, a state row over N/4 lanes, 4
+// elements each, s *= decay, then per entry s += (wgt_j * x_j[p]) * B_j[n] in fp32 FFMA in entry
+// order), the read copy made from the checkpoint as stored, like make_read_copy. An fp32 checkpoint
+// therefore stays at fp32 rounding however many folds it sees.
 //
 // Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule); only the
 // folding rows' items are taken. Flush: the rows with committed entries; materialize: every row
@@ -16,13 +16,14 @@
 // stochastic-rounding offset when there is one (stochastic_rounding.cuh).
 #pragma once
 
+#include "families/mamba2/fold.cuh"
 #include "families/mamba2/spec_common.cuh"
 #include "common/stochastic_rounding.cuh"
 
 namespace replayssm {
 namespace mamba2_spec {
 
-// The fold's tile and coefficient layout are the step kernel's (mamba2_tile.cuh): a state row covered
+// The fold's tile and coefficient layout are the step kernel's (tile.cuh, fold.cuh): a state row covered
 // by N/4 consecutive lanes, the coefficients wgt_j x_j[row] in shared memory once per (entry, row).
 template <int kP, int kN>
 using FoldTile = mamba2::TileShape<kP, kN>;
@@ -221,7 +222,7 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
 // CTAs needed. Every CTA finds the folding rows of a chunk of rows itself (cursors and accepted counts
 // are L2-hot after the first), then takes every gridDim.x-th item of the chunk.
 //
-// An item is the step's fold of one head (mamba2_step_kernel.cuh), FFMA for FFMA: the checkpoint tile
+// An item is the step's fold of one head (fold_rows, fold.cuh), FFMA for FFMA: the checkpoint tile
 // in shared memory, the coefficients wgt_j x_j[row] written once per (entry, row) (FoldCoef), a batch
 // of rows at a time per thread against the B rows (FoldCoef::batch_rows). What bounds it is latency,
 // so every input is requested ahead: the checkpoint tiles of the next S - 1 items by bulk copy into
@@ -239,7 +240,6 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
   using Tile = FoldTile<kP, kN>;
   using Coef = FoldCoef<kP, kN>;
   using Layout = FoldLayout<kP, kN, kCkpt, kAct>;
-  using V = Vec4<kCkpt>;
   using Act = typename Storage<kAct>::type;
   constexpr int R = Tile::kRowsPerThread;
   constexpr int kBatch = Coef::batch_rows(fold_ctas_per_sm<kP, kN, kCkpt, kAct>());  // rows folded together
@@ -394,27 +394,8 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
 #pragma unroll
       for (int r0 = 0; r0 < R; r0 += kBatch) {
         float s[kBatch][4];
-#pragma unroll
-        for (int rb = 0; rb < kBatch; ++rb) {
-          const int r = r0 + rb;
-          if (r >= R) break;
-          V::to_float(*reinterpret_cast<const typename V::Raw*>(ck_smem + (Tile::row(r) * kN + col0) * kCkBytes), s[rb]);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) s[rb][q] *= fs.decay;
-        }
-        const float* coef_rows = coef + Coef::index(0, Tile::row(r0));  // this batch's rows of entry 0
-        for (int j = 0; j < n_fold; ++j) {
-          float bj[4];
-          fold_B4<kAct, (kBatch > 4)>(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(B_rows + j * kN + col0), bj);
-          float cr[(kBatch + 3) / 4 * 4];
-          Coef::template load_batch<kBatch>(coef_rows + j * Coef::kPerEntry, cr);
-#pragma unroll
-          for (int rb = 0; rb < kBatch; ++rb) {
-            if (r0 + rb >= R) break;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) s[rb][q] += cr[rb] * bj[q];
-          }
-        }
+        mamba2::FoldOperands<kBatch> operands;
+        mamba2::fold_rows<kP, kN, kCkpt, kAct, kBatch, (kBatch > 4)>(s, operands, ck_smem, r0, fs.decay, coef, B_rows, n_fold);
 #pragma unroll
         for (int rb = 0; rb < kBatch; ++rb) {
           const int r = r0 + rb;

@@ -49,6 +49,7 @@
 
 #include "common/bulk_copy.cuh"
 #include "diag/cta_timeline.cuh"
+#include "families/mamba2/fold.cuh"
 #include "families/mamba2/params.h"
 #include "families/mamba2/tensor_dot.cuh"
 #include "families/mamba2/tile.cuh"
@@ -1184,8 +1185,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
       reinterpret_cast<uint4*>(B_dst)[tid] = reinterpret_cast<const uint4*>(B_now)[tid];
     }
   } else {
-    // Fold, head after head: S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j in fp32 FFMA,
-    // 4 columns per thread (TileShape), rows in batches (FoldCoef::batch_rows), the checkpoint tile
+    // Fold, head after head: S = e^{Lambda_w} S_c + sum_{j<=w} (wgt_j x_j) (outer) B_j in fp32 FFMA
+    // (fold_rows, fold.cuh: the fold kernel's arithmetic too), 4 columns per thread (TileShape), rows in
+    // batches (FoldCoef::batch_rows), the checkpoint tile
     // read from shared memory. Without a read copy the ring already holds checkpoint tiles, S heads
     // ahead. With one, the ring's read-copy tiles (issued before the cursor was known) are drained and
     // its memory holds one checkpoint tile at a time (not asked into L2 ahead: the prefetched tiles
@@ -1380,32 +1382,8 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
 #pragma unroll
       for (int r0 = 0; r0 < RF; r0 += kBatch) {
         float s[kBatch][4];
-#pragma unroll
-        for (int rb = 0; rb < kBatch; ++rb) {
-          const int r = r0 + rb;
-          if (r >= RF) break;
-          V::to_float(*ck_row(r), s[rb]);
-#pragma unroll
-          for (int k = 0; k < 4; ++k) s[rb][k] *= decay;
-        }
-        const float* coef_rows = coef + Coef::index(0, Shape::row(r0));  // this batch's rows of entry 0
-        for (int j = 0; j <= w; ++j) {
-          float bj[4];
-          if constexpr (Layout::kFoldBFloat32) {
-            const float4 b = *reinterpret_cast<const float4*>(Bw + j * kN + col0);
-            bj[0] = b.x, bj[1] = b.y, bj[2] = b.z, bj[3] = b.w;
-          } else {
-            fold_B4<kAct, kBByWords>(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(Bw + j * kN + col0), bj);
-          }
-          float cr[(kBatch + 3) / 4 * 4];
-          Coef::template load_batch<kBatch>(coef_rows + j * Coef::kPerEntry, cr);
-#pragma unroll
-          for (int rb = 0; rb < kBatch; ++rb) {
-            if (r0 + rb >= RF) break;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) s[rb][k] += cr[rb] * bj[k];
-          }
-        }
+        FoldOperands<kBatch> operands;
+        fold_rows<kP, kN, kCkpt, kAct, kBatch, kBByWords>(s, operands, ck_smem, r0, decay, coef, Bw, w + 1);
         if constexpr (kFoldYPairs) {  // no read copy here, an fp32 checkpoint
           // The output dots y_p = S_p . C over a row's lanes two rows at a time (reduce_scatter_rows,
           // bitwise row_sum's): 6 shuffles and adds per pair of rows at N = 128 instead of 10.
