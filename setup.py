@@ -8,7 +8,9 @@ otherwise the pure-Python package is installed and one line says why. Knobs:
     REPLAYSSM_CTA_TIMELINE 1: a diagnostic build whose update and step kernels record a time line per CTA
                            (csrc/diag/, tools/cta_timeline.py); never for a product
     MAX_JOBS               parallel compile jobs (torch's ninja build)
-CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is installed.
+The kernels use the CUTLASS/CuTe headers of the `nvidia-cutlass` Python package (pip install
+nvidia-cutlass==4.2.0.0, the version whose machine code was checked); building the extension without it
+stops with that instruction.
 """
 
 import importlib.util
@@ -38,17 +40,16 @@ def cuda_archs() -> list[str]:
     return archs
 
 
-def cutlass_include() -> str | None:
+def cutlass_include() -> str:
     # Located, not imported: the headers are all we need from nvidia-cutlass.
     spec = importlib.util.find_spec("cutlass_library")
     if spec is None or not spec.submodule_search_locations:
-        print(f"{PREFIX} CUTLASS/CuTe headers not found (pip install nvidia-cutlass); building without them",
-              file=sys.stderr)
-        return None
+        sys.exit(f"{PREFIX} the CUDA kernels need the CUTLASS/CuTe headers: pip install nvidia-cutlass==4.2.0.0 "
+                 f"(no cutlass_library module in {sys.executable})")
     include = Path(spec.submodule_search_locations[0]) / "source" / "include"
-    if not (include / "cute").is_dir():
-        print(f"{PREFIX} CUTLASS/CuTe headers not found under {include}; building without them", file=sys.stderr)
-        return None
+    if not (include / "cute").is_dir() or not (include / "cutlass").is_dir():
+        sys.exit(f"{PREFIX} the CUDA kernels need the CUTLASS/CuTe headers: expected cute/ and cutlass/ under "
+                 f"{include} (pip install nvidia-cutlass==4.2.0.0)")
     print(f"{PREFIX} CUTLASS/CuTe headers: {include}", file=sys.stderr)
     return str(include)
 
@@ -84,10 +85,7 @@ def extension_kwargs() -> dict:
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
     archs = cuda_archs()
-    include_dirs = [str(ROOT / "csrc")]
-    cutlass = cutlass_include()
-    if cutlass:
-        include_dirs.append(cutlass)
+    include_dirs = [str(ROOT / "csrc"), cutlass_include()]
     sources = extension_sources(diagnostic=cta_timeline_build())
     # Build facts for replayssm_cuda._C.build_info(). The archs travel as one token ("90a_100a"): a ';'
     # would be cut by the shell that runs each compile command.

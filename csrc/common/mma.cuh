@@ -1,13 +1,18 @@
 // Tensor-core building blocks: mma.sync tiles (m16n8k16 f16/bf16, m16n8k8 tf32) with fp32
-// accumulators, exact splits of an fp32 value into tf32 or bf16 pieces (so that a product with a
-// 16-bit factor stays exact or within 2^-21 of fp32), and fragment conversions.
+// accumulators and ldmatrix (cute's MMA and copy atoms), exact splits of an fp32 value into tf32 or
+// bf16 pieces (so that a product with a 16-bit factor stays exact or within 2^-21 of fp32), and
+// fragment conversions.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include <cute/arch/copy_sm75.hpp>
+#include <cute/arch/mma_sm80.hpp>
 
 namespace replayssm {
 
@@ -15,19 +20,8 @@ namespace replayssm {
 template <bool kBf16>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1) {
-  if constexpr (kBf16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
+  using Mma = std::conditional_t<kBf16, cute::SM80_16x8x16_F32BF16BF16F32_TN, cute::SM80_16x8x16_F32F16F16F32_TN>;
+  Mma::fma(d[0], d[1], d[2], d[3], a0, a1, a2, a3, b0, b1, d[0], d[1], d[2], d[3]);
 }
 
 // d += a b for one m16n8k8 tile of tf32 inputs, fp32 accumulators (verify's fp32-source read). An
@@ -37,11 +31,7 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_
 // (g + 8, 2c), (g + 8, 2c + 1).
 __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                  uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  cute::SM80_16x8x8_F32TF32TF32F32_TN::fma(d[0], d[1], d[2], d[3], a0, a1, a2, a3, b0, b1, d[0], d[1], d[2], d[3]);
 }
 
 // An fp32 value as two tf32 values, x = hi + lo + e with |e| < 2^-21 |x| (normal x): hi is x truncated
@@ -69,11 +59,10 @@ __device__ __forceinline__ uint32_t floats_to_f16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// Four transposed 8x8 b16 matrices from shared memory (ldmatrix .x4 .trans); `row` is this lane's row
+// address.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&a)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
-               : "memory");
+  cute::SM75_U16x8_LDSM_T::copy(*reinterpret_cast<const cute::uint128_t*>(row), a[0], a[1], a[2], a[3]);
 }
 
 struct Bf16x3 {
