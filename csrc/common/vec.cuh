@@ -113,8 +113,8 @@ template <> struct Vec4<DType::kFloat8E4M3> {
 
 // One whole-vector global store per thread and row. Through plain C++ (Vec4::store) nvcc split the
 // folds' float4 stores into four 4-byte stores and its 8-byte stores into 4- or 2-byte ones: four
-// times the L2 store sectors for the checkpoint writes (ncu, session 4: 72% of the fold's global
-// sectors were excess). Inline PTX keeps each store whole.
+// times the L2 store sectors for the checkpoint writes (72% of the fold's global store sectors were
+// excess). Inline PTX keeps each store whole.
 __device__ __forceinline__ void store_whole(void* p, const float4& v) {
   asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
 }
@@ -150,8 +150,8 @@ __device__ __forceinline__ void store4(void* base, int64_t offset, const float (
 
 // ---- The replay source in 16-byte chunks ----------------------------------------------------------
 // The replay read moves every storage type in 16-byte vectors: 4 fp32, 8 bf16/fp16 or 16 fp8
-// elements per load. (v3 loaded 4 elements of any type per load, so an fp8 copy cost as many load
-// instructions as an fp32 checkpoint.)
+// elements per load (4 elements of any type per load would make an fp8 copy cost as many load
+// instructions as an fp32 checkpoint).
 template <DType T>
 struct Chunk16 {
   static constexpr int kElems = 16 / dtype_size(T);

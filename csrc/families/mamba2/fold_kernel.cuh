@@ -134,9 +134,9 @@ __device__ __forceinline__ FoldScalars fold_scalars(const float (&dt)[kMamba2Spe
 }
 
 // What an item reads from global memory besides its checkpoint tile, loaded into registers an item
-// ahead (while the item before folds), so that an item starts without a round trip to L2: ncu of the
-// commit fold (super120b, batch 256, session 8) had 19% of its warp samples waiting on these loads
-// (dt, then x: two serial L2 round trips per item) when they were issued at the item's start. Thread t
+// ahead (while the item before folds), so that an item starts without a round trip to L2: issued at the
+// item's start, these loads (dt, then x: two serial L2 round trips per item) held 19% of the commit
+// fold's warp samples. Thread t
 // holds 16-byte chunk t of the item's x rows and chunk t of its B rows (chunk t is of entry t / the
 // chunks per entry, so kThreads chunks cover 16 entries at any P and N); buffers of more entries load
 // the chunks past kThreads in the item itself (stage_entries_rest for B, the x loop after
@@ -226,12 +226,10 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
 // in shared memory, the coefficients wgt_j x_j[row] written once per (entry, row) (FoldCoef), a batch
 // of rows at a time per thread against the B rows (FoldCoef::batch_rows). What bounds it is latency,
 // so every input is requested ahead: the checkpoint tiles of the next S - 1 items by bulk copy into
-// the ring (S = 3 where it keeps two CTAs per SM: session 8 measured the super120b commit 3% faster at
-// 2 CTAs x 3 stages than at 3 CTAs x 2), the tile after them into L2 (further ahead was 15-20% slower:
-// the prefetched tiles were evicted before use), and the next item's x, B and dt into registers
-// (FoldInputs). (It used to load its tile into registers at the start of the
-// item and wait for it there, and multiply wgt_j x_j[row] inside the FFMA loop: 2 CTAs per SM at 101
-// registers, 169 us for ~87 us of bytes on super120b at batch 256.)
+// the ring (S = 3 where it keeps two CTAs per SM, docs/TUNING.md), the tile after them into L2 (further
+// ahead was slower: the prefetched tiles were evicted before use), and the next item's x, B and dt into
+// registers (FoldInputs). (Loading the tile into registers at the item's start and waiting for it there
+// ran at about half the copy rate.)
 // kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
 // kernel without any rounding code.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
@@ -411,10 +409,8 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
             words.get<R>(key, fslot, head, r, [](int q) { return Tile::row(q); }, col0, w);
             stochastic_round4<kCkpt>(s[rb], w);
           }
-          // Streaming stores (evict-first in L2): no kernel reads the checkpoint right after commit.
-          // Session 9 measured the fold ~3% faster where it also writes a bf16 copy, the same without
-          // one; verify right after commit stayed ~11 us slower than alone, so that gap is not (only)
-          // this write-back.
+          // Streaming stores (evict-first in L2): no kernel reads the checkpoint right after commit
+          // (docs/TUNING.md, "Whole and streaming stores").
           store4<kCkpt, true>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
           if constexpr (kCopy) store_read_copy4<kCkpt, kRead, kLanes>(p, fslot, head, pr, col0, s[rb]);
         }
