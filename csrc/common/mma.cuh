@@ -1,18 +1,21 @@
 // Tensor-core building blocks: mma.sync tiles (m16n8k16 f16/bf16, m16n8k8 tf32) with fp32
-// accumulators and ldmatrix (cute's MMA and copy atoms), exact splits of an fp32 value into tf32 or
-// bf16 pieces (so that a product with a 16-bit factor stays exact or within 2^-21 of fp32), and
-// fragment conversions.
+// accumulators, ldmatrix (cute's SM75_U16x8_LDSM_T), exact splits of an fp32 value into tf32 or bf16
+// pieces (so that a product with a 16-bit factor stays exact or within 2^-21 of fp32), and fragment
+// conversions.
+//
+// The mma.sync wrappers stay inline PTX with the accumulators in place ("+f"): cute's MMA atoms
+// (SM80_16x8x16_F32BF16BF16F32_TN, ..._F32F16F16F32_TN, SM80_16x8x8_F32TF32TF32F32_TN) take C and D as
+// separate operands, the same instruction, but ptxas then allocates registers differently in 20 of the
+// step kernels.
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cute/arch/copy_sm75.hpp>
-#include <cute/arch/mma_sm80.hpp>
 
 namespace replayssm {
 
@@ -20,8 +23,19 @@ namespace replayssm {
 template <bool kBf16>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1) {
-  using Mma = std::conditional_t<kBf16, cute::SM80_16x8x16_F32BF16BF16F32_TN, cute::SM80_16x8x16_F32F16F16F32_TN>;
-  Mma::fma(d[0], d[1], d[2], d[3], a0, a1, a2, a3, b0, b1, d[0], d[1], d[2], d[3]);
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
 }
 
 // d += a b for one m16n8k8 tile of tf32 inputs, fp32 accumulators (verify's fp32-source read). An
@@ -31,7 +45,11 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], uint32_t a0, uint32_
 // (g + 8, 2c), (g + 8, 2c + 1).
 __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                  uint32_t b0, uint32_t b1) {
-  cute::SM80_16x8x8_F32TF32TF32F32_TN::fma(d[0], d[1], d[2], d[3], a0, a1, a2, a3, b0, b1, d[0], d[1], d[2], d[3]);
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // An fp32 value as two tf32 values, x = hi + lo + e with |e| < 2^-21 |x| (normal x): hi is x truncated
