@@ -8,7 +8,7 @@ otherwise the pure-Python package is installed and one line says why. Knobs:
     REPLAYSSM_CTA_TIMELINE 1: a diagnostic build whose update and step kernels record a time line per CTA
                            (csrc/diag/, tools/cta_timeline.py); never for a product
     MAX_JOBS               parallel compile jobs (torch's ninja build)
-The kernels use the CUTLASS/CuTe headers of the `nvidia-cutlass` Python package (pip install
+The kernels use the CUTLASS/CuTe headers of the `nvidia-cutlass` Python package (pip install --no-deps
 nvidia-cutlass==4.2.0.0, the version whose machine code was checked); building the extension without it
 stops with that instruction.
 """
@@ -44,12 +44,12 @@ def cutlass_include() -> str:
     # Located, not imported: the headers are all we need from nvidia-cutlass.
     spec = importlib.util.find_spec("cutlass_library")
     if spec is None or not spec.submodule_search_locations:
-        sys.exit(f"{PREFIX} the CUDA kernels need the CUTLASS/CuTe headers: pip install nvidia-cutlass==4.2.0.0 "
+        sys.exit(f"{PREFIX} the CUDA kernels need the CUTLASS/CuTe headers: pip install --no-deps nvidia-cutlass==4.2.0.0 "
                  f"(no cutlass_library module in {sys.executable})")
     include = Path(spec.submodule_search_locations[0]) / "source" / "include"
     if not (include / "cute").is_dir() or not (include / "cutlass").is_dir():
         sys.exit(f"{PREFIX} the CUDA kernels need the CUTLASS/CuTe headers: expected cute/ and cutlass/ under "
-                 f"{include} (pip install nvidia-cutlass==4.2.0.0)")
+                 f"{include} (pip install --no-deps nvidia-cutlass==4.2.0.0)")
     print(f"{PREFIX} CUTLASS/CuTe headers: {include}", file=sys.stderr)
     return str(include)
 

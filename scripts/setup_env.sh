@@ -14,6 +14,7 @@ py="$venv/bin/python"
 if ! "$py" -c "import torch" 2>/dev/null; then
   "$py" -m pip install -q "${REPLAYSSM_TORCH:-torch==2.13.0}"
 fi
-"$py" -m pip install -q numpy ninja pybind11 pytest nvidia-cutlass==4.2.0.0
+"$py" -m pip install -q numpy ninja pybind11 pytest
+"$py" -m pip install -q --no-deps nvidia-cutlass==4.2.0.0  # the CUTLASS/CuTe headers the kernels include
 MAX_JOBS="${MAX_JOBS:-8}" "$py" -m pip install -q --no-build-isolation -e "$repo"
 export REPLAYSSM_PYTHON="$py"
