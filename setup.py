@@ -14,7 +14,9 @@ torch 2.13) or 0.1.0+cpu (pure Python). Knobs:
     REPLAYSSM_CTA_TIMELINE 1: a diagnostic build whose update and step kernels record a time line per CTA
                            (csrc/diag/, tools/cta_timeline.py); never for a product
     MAX_JOBS               parallel compile jobs (torch's ninja build)
-CUTLASS/CuTe headers come from the `nvidia-cutlass` Python package when it is installed.
+The kernels use the CUTLASS/CuTe headers of the `nvidia-cutlass` Python package (pip install --no-deps
+nvidia-cutlass==4.2.0.0, the version whose machine code was checked); building the extension without it
+stops with that instruction.
 """
 
 import importlib.util
@@ -47,20 +49,22 @@ def cuda_archs() -> list[str]:
     return archs
 
 
-def kernels_include_cutlass() -> bool:
-    """True when a source under csrc/ includes CUTLASS or CuTe headers (then the build needs them)."""
-    pattern = re.compile(r'^\s*#\s*include\s*[<"](cute|cutlass)/', re.MULTILINE)
-    return any(pattern.search(p.read_text(errors="replace")) for p in (ROOT / "csrc").rglob("*")
-               if p.suffix in (".h", ".cuh", ".cu", ".cpp"))
+CUTLASS_REQUIREMENT = "nvidia-cutlass==4.2.0.0"
 
 
-def cutlass_include() -> str | None:
-    """The CUTLASS/CuTe include folder of the nvidia-cutlass package, located, not imported."""
+def cutlass_include() -> str:
+    """The CUTLASS/CuTe include folder of the nvidia-cutlass package, located, not imported (the headers
+    are all the build needs from it); stops the build with the install command when it is missing."""
     spec = importlib.util.find_spec("cutlass_library")
     if spec is None or not spec.submodule_search_locations:
-        return None
+        sys.exit(f"{PREFIX} the CUDA kernels need the CUTLASS/CuTe headers: pip install --no-deps "
+                 f"{CUTLASS_REQUIREMENT} (no cutlass_library module in {sys.executable}), or build the "
+                 f"pure-Python package with a CPU-only torch")
     include = Path(spec.submodule_search_locations[0]) / "source" / "include"
-    return str(include) if (include / "cute").is_dir() else None
+    if not (include / "cute").is_dir() or not (include / "cutlass").is_dir():
+        sys.exit(f"{PREFIX} the CUDA kernels need the CUTLASS/CuTe headers: expected cute/ and cutlass/ under "
+                 f"{include} (pip install --no-deps {CUTLASS_REQUIREMENT})")
+    return str(include)
 
 
 def cta_timeline_build() -> bool:
@@ -177,17 +181,9 @@ def extension_kwargs(build: dict, version: str) -> tuple[dict, str]:
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
     archs = cuda_archs()
-    include_dirs = [str(ROOT / "csrc")]
     cutlass = cutlass_include()
-    needs_cutlass = kernels_include_cutlass()
-    if cutlass:
-        include_dirs.append(cutlass)
-        cutlass_text = f"CUTLASS/CuTe headers from {cutlass}"
-    elif needs_cutlass:
-        sys.exit(f"{PREFIX} the kernels include CUTLASS/CuTe headers, which were not found: pip install "
-                 f"nvidia-cutlass (or build the pure-Python package with a CPU-only torch)")
-    else:
-        cutlass_text = "no CUTLASS/CuTe headers (pip install nvidia-cutlass; no kernel includes them yet)"
+    include_dirs = [str(ROOT / "csrc"), cutlass]
+    cutlass_text = f"CUTLASS/CuTe headers from {cutlass}"
     sources = extension_sources(diagnostic=cta_timeline_build())
     # Build facts for replayssm_cuda._C.build_info(). The archs travel as one token ("90a_100a"): a ';'
     # would be cut by the shell that runs each compile command.

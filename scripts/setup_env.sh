@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sourced by scripts/demo.sh and scripts/test.sh: makes ./.venv (once), installs torch, the build and
-# test tools and this package (building replayssm_cuda._C when torch has CUDA and a CUDA toolkit is
-# found), then prints the install's one line: what it built, or why it built the pure-Python package.
+# test tools, the kernels' CUTLASS/CuTe headers (nvidia-cutlass, without its dependencies) and this
+# package (building replayssm_cuda._C when torch has CUDA and a CUDA toolkit is found), then prints the
+# install's one line: what it built, or why it built the pure-Python package.
 # Installs already done are skipped: the package is built again only when setup.py, pyproject.toml,
-# csrc/, the build knobs or torch changed (a stamp in the environment), so a second call starts in seconds.
+# csrc/, the build knobs, torch or nvidia-cutlass changed (a stamp in the environment), so a second
+# call starts in seconds.
 #   REPLAYSSM_VENV          where the environment lives (default: .venv in the repository)
 #   REPLAYSSM_TORCH         the torch requirement to install when torch is missing (default torch==2.13.0)
 set -euo pipefail
@@ -15,24 +17,34 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 
-# What is there, without importing torch: missing modules, torch's version, where replayssm_cuda lives.
+# The kernels' CUTLASS/CuTe headers: only the headers are needed, so without the package's dependencies
+# (cuda-python, scipy, ...). setup.py says the same when they are missing.
+cutlass_requirement="nvidia-cutlass==4.2.0.0"
+
+# What is there, without importing torch: torch's and nvidia-cutlass's versions, where replayssm_cuda
+# lives, missing modules.
 probe() {
   "$py" - "$repo" <<'EOF'
 import importlib.metadata, importlib.util, sys
 missing = [m for m in ("numpy", "ninja", "pybind11", "pytest") if importlib.util.find_spec(m) is None]
-try:
-    torch = importlib.metadata.version("torch")
-except importlib.metadata.PackageNotFoundError:
-    torch = "none"
+def version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
 spec = importlib.util.find_spec("replayssm_cuda")
 here = spec is not None and spec.origin is not None and spec.origin.startswith(sys.argv[1] + "/")
-print(torch, "installed" if here else "absent", *missing)
+print(version("torch"), version("nvidia-cutlass"), "installed" if here else "absent", *missing)
 EOF
 }
-read -r torch_version package missing <<<"$(probe) "
+read -r torch_version cutlass_version package missing <<<"$(probe) "
 if [ "$torch_version" = none ]; then
   "$py" -m pip install -q "${REPLAYSSM_TORCH:-torch==2.13.0}"
-  read -r torch_version package missing <<<"$(probe) "
+  read -r torch_version cutlass_version package missing <<<"$(probe) "
+fi
+if [ "nvidia-cutlass==$cutlass_version" != "$cutlass_requirement" ]; then
+  "$py" -m pip install -q --no-deps "$cutlass_requirement"
+  cutlass_version="${cutlass_requirement#*==}"
 fi
 if [ -n "${missing// /}" ]; then
   # shellcheck disable=SC2086  # one word per module
@@ -40,7 +52,8 @@ if [ -n "${missing// /}" ]; then
 fi
 
 stamp="$venv/.replayssm-install"
-key="$( { echo "$repo $torch_version ${REPLAYSSM_CUDA_ARCHS:-} ${REPLAYSSM_CTA_TIMELINE:-} ${CUDA_HOME:-} ${CUDA_PATH:-}"
+key="$( { echo "$repo $torch_version $cutlass_version ${REPLAYSSM_CUDA_ARCHS:-} ${REPLAYSSM_CTA_TIMELINE:-}" \
+               "${CUDA_HOME:-} ${CUDA_PATH:-}"
           cat "$repo/setup.py" "$repo/pyproject.toml"
           find "$repo/csrc" -type f -print0 | LC_ALL=C sort -z | xargs -0 cat; } | sha256sum | cut -d' ' -f1)"
 if [ "$package" != installed ] || [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then

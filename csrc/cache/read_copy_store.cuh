@@ -16,7 +16,7 @@ namespace replayssm {
 // checkpoint as stored (`s` before its storage rounding; exactly make_read_copy's rule): bf16 / fp16
 // round, fp8 scales by the row's max over its kLanes lanes (NaN kept), and the row's first lane writes
 // the row's scale; one whole-vector store (store4). Params: Mamba2Params or Mamba2SpecParams (the same
-// read-copy fields). The step's fold and the commit fold (mamba2_fold.cuh) share it.
+// read-copy fields). The step's fold and the commit fold (fold_kernel.cuh) share it.
 template <DType kCkpt, DType kRead, int kLanes, class Params>
 __device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, int head, int pr, int col0,
                                                  const float (&s)[4]) {

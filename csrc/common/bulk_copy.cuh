@@ -1,14 +1,30 @@
-// Hopper bulk copies (the 1-D form of TMA) and the shared-memory barriers that count their bytes,
-// as thin inline-PTX wrappers. sm_90 and later (also sm_100a).
+// Hopper bulk copies (the 1-D form of TMA), the shared-memory barriers that count their bytes, and
+// cp.async. sm_90 and later (also sm_100a). CUTLASS / CuTe provide the copy atoms, the barrier
+// initialisation and the producer's arrive; the pieces that stay hand-written say why below (and
+// docs/DESIGN.md, "Hand-written primitives").
 //
 // Pattern: one thread arms a barrier with the bytes it is about to request (arrive_expect_tx) and
 // issues the copies; every thread that needs the data waits on the barrier's current phase parity.
 // The copy engine writes shared memory through the async proxy, so a buffer that threads have read
 // with ordinary loads is handed back to it only after a CTA barrier and fence_proxy_async().
+//
+// Compiler ordering: a wait is followed, and a consumer's arrive preceded, by ordinary loads and
+// stores of the buffer it guards, so those wrappers carry a "memory" clobber (the compiler moves no
+// memory access across them). CUTLASS's ClusterBarrier::wait / arrive and cute's
+// fence_view_async_shared carry none, and its wait spins inside the asm with a suspend-time hint:
+// the wait, the releasing arrive and the proxy fence stay ours.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
+// cute compiles its copy atoms to a trap where the target lacks them: fail at compile time instead.
+#if defined(__CUDA_ARCH__) && !defined(CUTE_ARCH_TMA_SM90_ENABLED)
+#error "replayssm kernels need Hopper bulk copies (TMA): compile for sm_90a or sm_100a"
+#endif
 
 namespace replayssm {
 
@@ -16,27 +32,26 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// A barrier expecting `arrivals` arrivals per phase.
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(arrivals) : "memory");
+  cutlass::arch::ClusterBarrier::init(bar, arrivals);
 }
 
 // Makes barrier initialisation visible to the copy engine (the async proxy).
-__device__ __forceinline__ void fence_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
+__device__ __forceinline__ void fence_barrier_init() { cutlass::arch::fence_barrier_init(); }
 
 // Orders this thread's earlier shared-memory accesses (and those it synchronised with) before
-// later async-proxy writes to the same memory.
+// later async-proxy writes to the same memory. Ours: a compiler memory barrier too (see the top).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// One arrival that also announces `bytes` of copies the phase must wait for.
+// The producer's arrival that also announces `bytes` of copies the phase must wait for (nothing the
+// producer itself loads or stores is ordered by it: the copies that follow are).
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
-               : "memory");
+  cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, bytes);
 }
 
-// One arrival that announces no bytes: a consumer handing a buffer back, or a producer completing a
-// phase it has nothing to copy for.
+// One arrival that announces no bytes: a consumer handing a buffer back (after its ordinary loads of
+// it: ours, a compiler memory barrier), or a producer completing a phase it has nothing to copy for.
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
@@ -45,6 +60,9 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 // whole warps (a warp whose other lanes have exited counts as arrived with its one running lane).
 // Readers hand a buffer to a waiting thread with one arrive instruction per warp; an mbarrier would take
 // one arrival per thread (racecheck does not let one elected lane's arrival stand for its warp).
+// `barrier.arrive` / `barrier.sync`, not CUTLASS NamedBarrier's `bar.arrive` / `bar.sync` (the .aligned
+// forms): those require every thread to execute the same barrier instruction, which the update's
+// producer warp, one lane left, does not.
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -52,7 +70,7 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Blocks until the phase with the given parity has completed.
+// Blocks until the phase with the given parity has completed. Ours (see the top).
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   uint32_t done;
   do {
@@ -69,11 +87,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // Global -> shared copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) whose
 // completion is counted on `bar`.
 __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_address(dst)),
-      "l"(src), "r"(bytes), "r"(smem_address(bar))
-      : "memory");
+  cute::SM90_BULK_COPY_G2S::copy(src, bar, dst, static_cast<int32_t>(bytes));
 }
 
 // A kRows x kRowBytes tile from global memory (rows `row_stride_bytes` apart) to contiguous shared
@@ -93,7 +107,7 @@ __device__ __forceinline__ void bulk_copy_tile_to_shared(unsigned char* dst, con
 
 // Asks the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2; nothing waits.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+  cute::SM90_BULK_COPY_G2S::PREFETCH::copy(src, static_cast<int32_t>(bytes));
 }
 
 // bulk_prefetch_l2 where the copy engine allows it (16-byte aligned, a non-zero multiple of 16 bytes);
@@ -105,7 +119,9 @@ __device__ __forceinline__ void prefetch_l2_if_aligned(const void* src, size_t b
 }
 
 // Per-thread 16-byte asynchronous copies (cp.async, sm_80+), in commit groups: a thread can keep
-// several groups in flight and wait for all but the newest `kPending`.
+// several groups in flight and wait for all but the newest `kPending`. Ours: cute's
+// SM80_CP_ASYNC_CACHEGLOBAL adds an L2::128B prefetch hint (another instruction), and its commit and
+// wait carry no "memory" clobber, which a wait must (the loads after it read what the copies wrote).
 __device__ __forceinline__ void cp_async16(void* smem_dst, const void* global_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(smem_dst)), "l"(global_src)
                : "memory");

@@ -55,8 +55,8 @@ __device__ __forceinline__ float max_keep_nan(float a, float b) {
 // A value of an fp8 (e4m3) read copy before its conversion (reference.make_read_copy's rule): times
 // the row's inverse scale inv = 448 / max|row| (1 for a zero or NaN maximum). The rule's clamp to +-448
 // with NaN kept is the conversion's own: every fp8 conversion here is cvt.rn.satfinite, which maps
-// |x| > 448 (Inf included) to +-448 and NaN to NaN, so clamping first changes no bit. (The clamp cost 3
-// instructions per element: ncu of the nano4b fp8-copy fold step, session 35, ~5% of its instructions.)
+// |x| > 448 (Inf included) to +-448 and NaN to NaN, so clamping first changes no bit. (The clamp costs 3
+// instructions per element, ~5% of the fp8-copy fold step's instructions.)
 // make_read_copy and both folds' read-copy refreshes use it; its result must only be converted.
 __device__ __forceinline__ float fp8_scaled(float v, float inv) { return __fmul_rn(v, inv); }
 

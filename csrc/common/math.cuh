@@ -11,8 +11,7 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // within 2 ulp of fp32; the output is then rounded to 16 bits), for the replay step and verify. The
 // correctly rounded division ('/', silu above) compiles to a branch into a slow-path subroutine: in
 // verify that call, made where a reduce warp's C values were live, made ptxas spill 28-48 bytes at 128
-// registers; in the step's consumers it and expf were ~8% of the fp8 step's instructions per head
-// (ncu source counters, session 33, nano4b batch 256).
+// registers; in the step's consumers it and expf were ~8% of the fp8 step's instructions per head.
 __device__ __forceinline__ float gate(float z) { return __fdividef(z, 1.0f + expf(-z)); }
 
 }  // namespace replayssm

@@ -1,6 +1,12 @@
 // Tensor-core building blocks: mma.sync tiles (m16n8k16 f16/bf16, m16n8k8 tf32) with fp32
-// accumulators, exact splits of an fp32 value into tf32 or bf16 pieces (so that a product with a
-// 16-bit factor stays exact or within 2^-21 of fp32), and fragment conversions.
+// accumulators, ldmatrix (cute's SM75_U16x8_LDSM_T), exact splits of an fp32 value into tf32 or bf16
+// pieces (so that a product with a 16-bit factor stays exact or within 2^-21 of fp32), and fragment
+// conversions.
+//
+// The mma.sync wrappers stay inline PTX with the accumulators in place ("+f"): cute's MMA atoms
+// (SM80_16x8x16_F32BF16BF16F32_TN, ..._F32F16F16F32_TN, SM80_16x8x8_F32TF32TF32F32_TN) take C and D as
+// separate operands, the same instruction, but ptxas then allocates registers differently in 20 of the
+// step kernels.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +14,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include <cute/arch/copy_sm75.hpp>
 
 namespace replayssm {
 
@@ -69,11 +77,10 @@ __device__ __forceinline__ uint32_t floats_to_f16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// Four transposed 8x8 b16 matrices from shared memory (ldmatrix .x4 .trans); `row` is this lane's row
+// address.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&a)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(row)))
-               : "memory");
+  cute::SM75_U16x8_LDSM_T::copy(*reinterpret_cast<const cute::uint128_t*>(row), a[0], a[1], a[2], a[3]);
 }
 
 struct Bf16x3 {

@@ -40,8 +40,8 @@ __device__ __forceinline__ float warp_inclusive_suffix_sum(float v) {
 // the bit patterns is the float order, +Inf above every finite value and every NaN above +Inf, so an
 // unsigned max of abs_bits(v) is max|v|, and a NaN whenever one is (torch.amax's rule, max_keep_nan's
 // result). Which NaN comes out may differ, and does not matter: a NaN maximum meets only the `> 0` test
-// (scale 1). One integer max per element instead of max_keep_nan's two compares and a select (ncu,
-// session 16: the nano4b fp8-copy fold step issue-bound, compares and selects 11% of its instructions).
+// (scale 1). One integer max per element instead of max_keep_nan's two compares and a select (the
+// fp8-copy fold step is issue-bound, and those compares and selects were 11% of its instructions).
 __device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
 template <int kLanes>

@@ -41,7 +41,7 @@ template <> struct Vec4<DType::kBFloat16> {
   // The same on the two whole words: read through a bf16 pointer as above, nvcc splits a shared-memory
   // uint2 load into four 16-bit loads (in the fold's B window LDS.U16 was the opcode after FFMA). Not
   // everywhere: at the 80-register budget it made the step kernels with a bf16 read copy spill 3x more
-  // (fold_B4's callers choose).
+  // (the fold's callers choose: families/mamba2/fold.cuh).
   __device__ static void to_float_by_words(const Raw& r, float (&v)[4]) {
     v[0] = __uint_as_float(r.x << 16);  // bf16 -> fp32 is a shift
     v[1] = __uint_as_float(r.x & 0xffff0000u);
@@ -111,21 +111,10 @@ template <> struct Vec4<DType::kFloat8E4M3> {
   }
 };
 
-// A B vector of the fold's inner loop; kByWords: by whole words (Vec4<kBFloat16>::to_float_by_words),
-// for kernels that have the registers for it (ptxas's spill report decides: see the callers).
-template <DType kAct, bool kByWords>
-__device__ __forceinline__ void fold_B4(const typename Vec4<kAct>::Raw& r, float (&v)[4]) {
-  if constexpr (kByWords && kAct == DType::kBFloat16) {
-    Vec4<kAct>::to_float_by_words(r, v);
-  } else {
-    Vec4<kAct>::to_float(r, v);
-  }
-}
-
 // One whole-vector global store per thread and row. Through plain C++ (Vec4::store) nvcc split the
 // folds' float4 stores into four 4-byte stores and its 8-byte stores into 4- or 2-byte ones: four
-// times the L2 store sectors for the checkpoint writes (ncu, session 4: 72% of the fold's global
-// sectors were excess). Inline PTX keeps each store whole.
+// times the L2 store sectors for the checkpoint writes (72% of the fold's global store sectors were
+// excess). Inline PTX keeps each store whole.
 __device__ __forceinline__ void store_whole(void* p, const float4& v) {
   asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
 }
@@ -161,8 +150,8 @@ __device__ __forceinline__ void store4(void* base, int64_t offset, const float (
 
 // ---- The replay source in 16-byte chunks ----------------------------------------------------------
 // The replay read moves every storage type in 16-byte vectors: 4 fp32, 8 bf16/fp16 or 16 fp8
-// elements per load. (v3 loaded 4 elements of any type per load, so an fp8 copy cost as many load
-// instructions as an fp32 checkpoint.)
+// elements per load (4 elements of any type per load would make an fp8 copy cost as many load
+// instructions as an fp32 checkpoint).
 template <DType T>
 struct Chunk16 {
   static constexpr int kElems = 16 / dtype_size(T);

@@ -4,10 +4,10 @@
 // With n committed entries to fold (commit: the cursor after accepting; flush and materialize: the
 // cursor), Lambda_j = A sum_{i<=j} dt_i and wgt_j = dt_j exp(Lambda_{n-1} - Lambda_j):
 //   S = e^{Lambda_{n-1}} S_c + sum_{j<n} (wgt_j x_j) (outer) B_j
-// computed exactly as the step kernel's fold at 559725d (mamba2_step_kernel.cuh): the same tile (a
-// state row over N/4 lanes, 4 elements each), s *= decay, then per entry s += (wgt_j * x_j[p]) * B_j[n]
-// in fp32 FFMA in entry order, the read copy made from the checkpoint as stored, like make_read_copy.
-// An fp32 checkpoint therefore stays at fp32 rounding however many folds it sees.
+// with the step kernel's fold arithmetic (fold.cuh: the same tile, a state row over N/4 lanes, 4
+// elements each, s *= decay, then per entry s += (wgt_j * x_j[p]) * B_j[n] in fp32 FFMA in entry
+// order), the read copy made from the checkpoint as stored, like make_read_copy. An fp32 checkpoint
+// therefore stays at fp32 rounding however many folds it sees.
 //
 // Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule); only the
 // folding rows' items are taken. Flush: the rows with committed entries; materialize: every row
@@ -16,13 +16,14 @@
 // stochastic-rounding offset when there is one (stochastic_rounding.cuh).
 #pragma once
 
+#include "families/mamba2/fold.cuh"
 #include "families/mamba2/spec_common.cuh"
 #include "common/stochastic_rounding.cuh"
 
 namespace replayssm {
 namespace mamba2_spec {
 
-// The fold's tile and coefficient layout are the step kernel's (mamba2_tile.cuh): a state row covered
+// The fold's tile and coefficient layout are the step kernel's (tile.cuh, fold.cuh): a state row covered
 // by N/4 consecutive lanes, the coefficients wgt_j x_j[row] in shared memory once per (entry, row).
 template <int kP, int kN>
 using FoldTile = mamba2::TileShape<kP, kN>;
@@ -133,9 +134,9 @@ __device__ __forceinline__ FoldScalars fold_scalars(const float (&dt)[kMamba2Spe
 }
 
 // What an item reads from global memory besides its checkpoint tile, loaded into registers an item
-// ahead (while the item before folds), so that an item starts without a round trip to L2: ncu of the
-// commit fold (super120b, batch 256, session 8) had 19% of its warp samples waiting on these loads
-// (dt, then x: two serial L2 round trips per item) when they were issued at the item's start. Thread t
+// ahead (while the item before folds), so that an item starts without a round trip to L2: issued at the
+// item's start, these loads (dt, then x: two serial L2 round trips per item) held 19% of the commit
+// fold's warp samples. Thread t
 // holds 16-byte chunk t of the item's x rows and chunk t of its B rows (chunk t is of entry t / the
 // chunks per entry, so kThreads chunks cover 16 entries at any P and N); buffers of more entries load
 // the chunks past kThreads in the item itself (stage_entries_rest for B, the x loop after
@@ -221,16 +222,14 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
 // CTAs needed. Every CTA finds the folding rows of a chunk of rows itself (cursors and accepted counts
 // are L2-hot after the first), then takes every gridDim.x-th item of the chunk.
 //
-// An item is the step's fold of one head (mamba2_step_kernel.cuh), FFMA for FFMA: the checkpoint tile
+// An item is the step's fold of one head (fold_rows, fold.cuh), FFMA for FFMA: the checkpoint tile
 // in shared memory, the coefficients wgt_j x_j[row] written once per (entry, row) (FoldCoef), a batch
 // of rows at a time per thread against the B rows (FoldCoef::batch_rows). What bounds it is latency,
 // so every input is requested ahead: the checkpoint tiles of the next S - 1 items by bulk copy into
-// the ring (S = 3 where it keeps two CTAs per SM: session 8 measured the super120b commit 3% faster at
-// 2 CTAs x 3 stages than at 3 CTAs x 2), the tile after them into L2 (further ahead was 15-20% slower:
-// the prefetched tiles were evicted before use), and the next item's x, B and dt into registers
-// (FoldInputs). (It used to load its tile into registers at the start of the
-// item and wait for it there, and multiply wgt_j x_j[row] inside the FFMA loop: 2 CTAs per SM at 101
-// registers, 169 us for ~87 us of bytes on super120b at batch 256.)
+// the ring (S = 3 where it keeps two CTAs per SM, docs/TUNING.md), the tile after them into L2 (further
+// ahead was slower: the prefetched tiles were evicted before use), and the next item's x, B and dt into
+// registers (FoldInputs). (Loading the tile into registers at the item's start and waiting for it there
+// ran at about half the copy rate.)
 // kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
 // kernel without any rounding code.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
@@ -239,7 +238,6 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
   using Tile = FoldTile<kP, kN>;
   using Coef = FoldCoef<kP, kN>;
   using Layout = FoldLayout<kP, kN, kCkpt, kAct>;
-  using V = Vec4<kCkpt>;
   using Act = typename Storage<kAct>::type;
   constexpr int R = Tile::kRowsPerThread;
   constexpr int kBatch = Coef::batch_rows(fold_ctas_per_sm<kP, kN, kCkpt, kAct>());  // rows folded together
@@ -394,27 +392,8 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
 #pragma unroll
       for (int r0 = 0; r0 < R; r0 += kBatch) {
         float s[kBatch][4];
-#pragma unroll
-        for (int rb = 0; rb < kBatch; ++rb) {
-          const int r = r0 + rb;
-          if (r >= R) break;
-          V::to_float(*reinterpret_cast<const typename V::Raw*>(ck_smem + (Tile::row(r) * kN + col0) * kCkBytes), s[rb]);
-#pragma unroll
-          for (int q = 0; q < 4; ++q) s[rb][q] *= fs.decay;
-        }
-        const float* coef_rows = coef + Coef::index(0, Tile::row(r0));  // this batch's rows of entry 0
-        for (int j = 0; j < n_fold; ++j) {
-          float bj[4];
-          fold_B4<kAct, (kBatch > 4)>(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(B_rows + j * kN + col0), bj);
-          float cr[(kBatch + 3) / 4 * 4];
-          Coef::template load_batch<kBatch>(coef_rows + j * Coef::kPerEntry, cr);
-#pragma unroll
-          for (int rb = 0; rb < kBatch; ++rb) {
-            if (r0 + rb >= R) break;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) s[rb][q] += cr[rb] * bj[q];
-          }
-        }
+        mamba2::FoldOperands<kBatch> operands;
+        mamba2::fold_rows<kP, kN, kCkpt, kAct, kBatch, (kBatch > 4)>(s, operands, ck_smem, r0, fs.decay, coef, B_rows, n_fold);
 #pragma unroll
         for (int rb = 0; rb < kBatch; ++rb) {
           const int r = r0 + rb;
@@ -430,10 +409,8 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
             words.get<R>(key, fslot, head, r, [](int q) { return Tile::row(q); }, col0, w);
             stochastic_round4<kCkpt>(s[rb], w);
           }
-          // Streaming stores (evict-first in L2): no kernel reads the checkpoint right after commit.
-          // Session 9 measured the fold ~3% faster where it also writes a bf16 copy, the same without
-          // one; verify right after commit stayed ~11 us slower than alone, so that gap is not (only)
-          // this write-back.
+          // Streaming stores (evict-first in L2): no kernel reads the checkpoint right after commit
+          // (docs/TUNING.md, "Whole and streaming stores").
           store4<kCkpt, true>(p.checkpoint, tile + pr * p.ck_row_stride + col0, s[rb]);
           if constexpr (kCopy) store_read_copy4<kCkpt, kRead, kLanes>(p, fslot, head, pr, col0, s[rb]);
         }

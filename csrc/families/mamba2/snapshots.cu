@@ -1,4 +1,4 @@
-// Conventional speculative Mamba-2 step writing one state snapshot per token (mamba2_snapshots.cuh).
+// Conventional speculative Mamba-2 step writing one state snapshot per token (snapshots.h).
 //
 // One CTA of 256 threads per (batch row, head). A state row (N elements) is covered by N / kVec lanes
 // holding kVec elements each, kVec = 16 bytes of the state type (4 fp32, 8 bf16/fp16), so every
@@ -7,7 +7,7 @@
 // (x, z, B, C, dt) are staged once in shared memory while those loads are in flight; outputs are
 // reduced into shared memory and written coalesced at the end.
 //
-// Its tile is its own: mamba2_tile.cuh's update tile uses 4-element vectors (8-byte accesses for
+// Its tile is its own: tile.cuh's TileShape uses 4-element vectors (8-byte accesses for
 // 16-bit states); the small helpers (row sums, activation loads/stores, softplus/silu) are shared.
 #include "families/mamba2/snapshots.h"
 

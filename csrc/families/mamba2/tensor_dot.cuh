@@ -141,8 +141,8 @@ struct TensorDot {
     constexpr int kLoads = kRowBytes / 64;  // 16-byte loads per lane and row
     // Rows g and g + 1 are a multiple of 128 bytes apart, so the same 64-byte part of both lies on the
     // same banks, and a 16-byte load is served 8 lanes (rows g, g + 1 of a quad pair) at a time: every
-    // load of the tile was a 2-way bank conflict (ncu of the fp8 step, session 37: 31.5% of its shared
-    // load wavefronts). So the lanes of odd g load the two parts of a pair (h, h + 1) in the other
+    // load of the tile would be a 2-way bank conflict (31.5% of the fp8 step's shared load wavefronts).
+    // So the lanes of odd g load the two parts of a pair (h, h + 1) in the other
     // order, and a select gives each k-step its own part back: the mma order, and so every result bit,
     // stay as they were. (A row of one part, N = 64 fp8, has no conflict: rows g, g + 1 are 64 bytes apart.)
     constexpr bool kPairs = kFlip && kLoads % 2 == 0;
@@ -224,8 +224,8 @@ struct TensorDot {
 // columns 3..7 are zero. Row p's term is then the sum of its first three accumulator columns.
 //
 // Why: the per-thread FFMA form (a 2-byte load, a select, an address and a conversion per entry and
-// row) was ~25% of the consumer warps' instructions per head in the fp8 step (ncu source counters,
-// session 33, nano4b batch 256), and those warps' instruction stream is what a head waits for there.
+// row) was ~25% of the consumer warps' instructions per head in the fp8 step, and those warps'
+// instruction stream is what a head waits for there.
 //
 // Exactness: x is bf16 and every piece is bf16, so each product is exact in fp32; wgt_j = hi + mid + lo
 // exactly (a finite fp32 weight of magnitude above ~2^-110; below that the lowest piece loses bits), so

@@ -7,10 +7,9 @@
 // S items ahead, so the CTA always has reads in flight while its 8 consumer warps update the current
 // tile and store it from registers. A consumer warp hands a stage back as soon as it has read its rows
 // (one arrive on the stage's named barrier, which the producer syncs on before it refills the stage),
-// before it computes and stores them. The row operands of
-// the next item (x, z, dt, B, C, A, D) are loaded one item ahead and decoded when used.
-// (v3 was one CTA per (row, head) that loaded the tile into registers, computed, stored and left: each
-// CTA's reads and writes came in two bursts, 82-86% of copy bandwidth at batch 256-512.)
+// before it computes and stores them. The row operands of the next item (x, z, dt, B, C, A, D) are
+// loaded one item ahead and decoded when used. (One CTA per (row, head) that loads its tile, computes,
+// stores and leaves reads and writes in two bursts per CTA: 82-86% of copy bandwidth at batch 256-512.)
 #include "common/bulk_copy.cuh"
 #include "common/device_info.h"
 #include "diag/cta_timeline.cuh"
@@ -38,8 +37,8 @@ struct UpdateTile {
 };
 
 // A thread's 4 state values as one 16-byte (fp32) or 8-byte (bf16 / fp16) store. Vec4::store's plain
-// assignment comes out of the compiler as 4 / 2 scalar stores (the PTX of the v3 update and of the folds
-// shows it: 4x the store instructions, each a partial write of 16 sectors). Vec4::store itself is left
+// assignment comes out of the compiler as 4 / 2 scalar stores (4x the store instructions, each a
+// partial write of 16 sectors). Vec4::store itself is left
 // alone: forcing the vector there raised the P = 64, N = 64 step kernels' spills at their 80-register cap.
 template <DType T>
 __device__ __forceinline__ void store_state4(void* base, int64_t offset, const float (&v)[4]) {
@@ -158,8 +157,8 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
     // This CTA's item i + 1 (-1: none), chosen as item i's copy is issued: the first S round-robin
     // (k = blockIdx.x + i * grid), the rest claimed one at a time from p.work_counter where the launch
     // plan claims (items S * grid, S * grid + 1, ... in claim order), else round-robin too. Claimed items
-    // go to the CTAs that are ready for one: CTAs stream at different rates (session 28's time lines:
-    // with equal shares, half the SMs idled for the last ~11 us of a batch-64 update).
+    // go to the CTAs that are ready for one: CTAs stream at different rates (with equal shares, half the
+    // SMs idle for the last ~11 us of a batch-64 update; docs/TUNING.md, "claims").
     auto item_after = [&](int i) -> int64_t {
       const int64_t j = i + 1;
       const int64_t k = j < stages || !launch.claims ? blockIdx.x + j * grid

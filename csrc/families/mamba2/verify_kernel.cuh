@@ -1,7 +1,7 @@
 // Mamba-2 verify: outputs of T draft tokens per row from the read state and the buffer, their entries
 // appended at positions w .. w+T-1 (w = num_committed[slot]). One CTA of 256 threads per (batch row,
 // group, block of the group's heads); it takes its heads one after the other, the step kernel's
-// design (mamba2_step_kernel.cuh) with T drafts instead of one token.
+// design (step_kernel.cuh) with T drafts instead of one token.
 //
 // With the window of E = w + T entries (committed history, then the drafts), Lambda_j = A sum_{i<=j} dt_i
 // and t = w + i the position of draft i:
@@ -25,12 +25,11 @@
 // the first of its draft's lanes gates and stores it (z loaded a head ahead, its silu parked in shared
 // memory at the end of the head before). One barrier per head. With an fp32 source (the checkpoint,
 // no read copy) or a bf16 / fp16 copy of the activations' type, the reduce warps instead take 16 rows
-// each on tensor cores (mma.sync, below; sessions 10-11), and the scalar warp's per-head work is then
-// what sets the head period (see draft_weights).
-// (Until session 7 all 8 warps reduced and wrote the dot products to shared memory, and after the
-// per-head barrier 4 of them formed the outputs: those 4 carried the epilogue on top of their rows
-// while the rest waited at the barrier, 35% of the warp samples in ncu. docs/EXPERIMENTS.md has
-// what was tried since and lost.)
+// each on tensor cores (mma.sync, below), and the scalar warp's per-head work is then what sets the
+// head period (see draft_weights).
+// (With all 8 warps reducing and 4 of them forming the outputs after the per-head barrier, those 4
+// carried the epilogue on top of their rows while the rest waited at the barrier: 35% of the warp
+// samples. docs/EXPERIMENTS.md has what was tried and lost.)
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
 // for T tokens (or a pad row) gets zero output and touches no cache memory. It appends the drafts'
 // x and dt (every CTA, its heads) and B (the group's first CTA).
@@ -157,8 +156,8 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t bytes(int stages, int L, int T) { return C_rows(stages, L, T) + sizeof(Act) * static_cast<size_t>(T) * kN; }
   // As many stages as two CTAs per SM leave room for at L = 16, T = 4 (228 KB per SM, 1 KB reserved per
   // CTA), from 2 to 8. The ring is what keeps source bytes in flight while a CTA works on a head: at
-  // P = 64 with an fp32 source that is 3 tiles of 32 KB (2 until session 4, when the "about 64 KB"
-  // rule stopped at 2 tiles of 32 KB and left 35 KB of each SM unused).
+  // P = 64 with an fp32 source that is 3 tiles of 32 KB (an "about 64 KB" rule would stop at 2 and leave
+  // 35 KB of each SM unused).
   static constexpr size_t kFixedBytes = bytes(0, 16, 4);
   static constexpr int kRoomStages = static_cast<int>((228 * 1024 / 2 - 1024 - kFixedBytes) / kTileBytes);
   static constexpr int kStages = kRoomStages < 2 ? 2 : (kRoomStages > 8 ? 8 : kRoomStages);
@@ -290,10 +289,9 @@ __device__ __forceinline__ float window_dt(const Mamba2SpecParams& p, const Wind
 // The pairs (j, i) are spread over the lanes: lane l takes entries j = l % 16 + 16 a and drafts
 // i = l / 16 + 2 b, so at L = 16, T = 4 each lane forms 2 coefficients, independent of each other, and
 // every lane < Tp one decay. Why: this warp's work per head is the critical path of the tensor-core
-// verify (ncu, super120b b256, session 11: the reduce warps with an m-tile are busy ~half of each head,
-// the scalar warp all of it, rarely at the barrier). Entry-per-lane with a loop over drafts (the form
-// before) ran the drafts one after another: half the lanes idle at E <= 16, four exps in a chain.
-// Spread (with the two changes in the head loop below), super120b verify alone went 362 -> 305 us.
+// verify (the reduce warps with an m-tile are busy about half of each head, the scalar warp all of it,
+// rarely at the barrier). An entry per lane with a loop over drafts runs the drafts one after another:
+// half the lanes idle at E <= 16, four exps in a chain; spread, verify takes ~16% less time.
 __device__ __forceinline__ void draft_weights(const float (&dt)[kMamba2SpecMaxBufferLen / 32], float A, int w, int T,
                                               int E, int E_pad, int L, int Tp, const float* dots, float* coef, float* decay) {
   constexpr int kEntriesPerLane = kMamba2SpecMaxBufferLen / 32;
@@ -622,14 +620,14 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   // tf32-exact, so two mma per k-step give S C_i within 2^-21 of each product, summed in fp32. The window
   // term sum_j coef[j][i] x_j is a second product, x_j^T (exact) times coef (split): D = 8 drafts x 16
   // rows, and each lane finishes its 4 outputs (rows g, g + 8; drafts 2c, 2c + 1). Why: the CUDA-core
-  // reduction above costs ~6,500 warp instructions per head and CTA (ncu, super120b b256: 211 M in all,
-  // FFMA 20% of them, the rest address arithmetic, shuffles and branches; IPC 2.2, 65% of DRAM).
-  // Physical columns per k-step as in mamba2_mma.cuh: lane c of a quad loads columns 16 G + 4 c .. + 3
+  // reduction above costs ~6,500 warp instructions per head and CTA (FFMA 20% of them, the rest
+  // address arithmetic, shuffles and branches; IPC 2.2, 65% of DRAM).
+  // Physical columns per k-step as in tensor_dot.cuh: lane c of a quad loads columns 16 G + 4 c .. + 3
   // of its rows (one 16-byte load per row), which are k = c, c + 4 of k-step 2 G (the first two) and of
   // k-step 2 G + 1 (the last two); C's fragments take the same columns.
   // A 16-bit read copy of the activations' type (bf16 with bf16, fp16 with fp16) takes the same path with
   // mma.sync m16n8k16 in that type: products exact, no split, one mma per 16 columns. Its k-steps are
-  // mamba2_mma.cuh's: lane c of a quad loads 16 bytes (8 elements) of its rows at chunk 4 G + c, whose
+  // tensor_dot.cuh's: lane c of a quad loads 16 bytes (8 elements) of its rows at chunk 4 G + c, whose
   // words 0-1 are k-step 2 G and words 2-3 k-step 2 G + 1. Other pairings keep the CUDA-core path.
   constexpr bool kTf32 = kSrc == DType::kFloat32;
   constexpr bool kTensorRead =
@@ -664,8 +662,7 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   };
   // z of a lane's 4 outputs of m-tile mt, drafts n0 + 2c, n0 + 2c + 1, kept raw so that nothing waits on
   // the load before the outputs. Drafts 0 .. 7 are requested a head ahead: requested at the start of
-  // the products instead (this path's first form), verify was slower than the CUDA-core path it
-  // replaced (super120b b256 377 -> 420 us; a head ahead, 372 -> 357 us; session 10, runs 4 and 5).
+  // the products instead, this path was slower than the CUDA-core one (a head ahead, 4% faster).
   auto load_z_frag = [&](int h, int mt, int n0, Act (&zr)[4]) {
     if (p.z == nullptr) return;
     const int i0 = n0 + 2 * quad_c;
