@@ -1,80 +1,90 @@
 #!/usr/bin/env bash
-# Nsight Compute on the Mamba-2 kernels (GPU machine, after the in-place build of tools/gpu_check.sh):
-#   bash tools/profile.sh [source|memory|dram]
-# The launches come from tools/profile_mamba2.py: one conventional update, the replay steps at w = 8 of
-# L = 16 without a read copy, with a bf16 and with an fp8 copy (step launches 0-2), then the fold steps in
-# the same order (3-5); nano4b at batch 256 (REPLAYSSM_PROFILE_DIMS=super120b, REPLAYSSM_PROFILE_BATCH pick
-# others). NCU_SCRIPT names another launcher for source and dram, e.g. verify and commit:
-#   NCU_SCRIPT=tools/profile_mamba2_spec.py NCU_KERNEL=verify_kernel NCU_SKIP=0 NCU_COUNT=1 bash tools/profile.sh
-# Launch overrides pass through the environment (REPLAYSSM_STEP_HEADS_PER_CTA=4 bash tools/profile.sh dram).
-# Clocks are not locked (--clock-control none: the rate a benchmark sees); caches are flushed per launch.
+# Nsight Compute on one call of every compiled op (GPU machine, after the in-place build of
+# tools/gpu_check.sh):
+#   bash tools/profile.sh [table|memory|source] [tools/profile_ops.py options]
+# The calls come from tools/profile_ops.py (its docstring lists them): nano4b's Mamba-2 layer and qwen4b's
+# GDN layer at batch 256, the steps once replaying and once folding, the replay ops without a read copy
+# and with an fp8 one, each op's second call. Its options pick others: --batch 64, --mamba2 super120b,
+# --gdn qwen122b, --copies none,bf16,fp8, --only 'gdn_(verify|commit)'. Every op opens an NVTX range
+# named after it in the domain replayssm: ncu profiles only the kernels inside one (not the launcher's
+# cursor fills) and the table takes each kernel's op from it. Clocks are not locked (--clock-control
+# none: the rate a benchmark sees); caches are flushed before every launch (--cache-control all). Launch
+# overrides pass through the environment (REPLAYSSM_STEP_HEADS_PER_CTA=4 bash tools/profile.sh).
+# Writes to $OUT (default ./results).
 #
-# source (default): the full section set with per-instruction source counters for the launches of the
-#   kernels matching NCU_KERNEL (default step_kernel) picked by NCU_SKIP / NCU_COUNT (default 1 / 2: the
-#   bf16- and fp8-copy replay steps). Writes to $OUT (default ./results): ncu_step.ncu-rep,
-#   ncu_step_details.txt (sections), ncu_step_sass.csv (per SASS instruction: samples and stall reasons)
-#   with its summary ncu_step_sass_top.txt (tools/ncu_sass_top.py), and ncu_step_cudasass.csv (per CUDA
-#   source line, the build has -lineinfo: tools/ncu_source_lines.py).
-# memory: the memory, occupancy and scheduler sections of four launches, one each: the fp8-copy replay
-#   step, the no-copy replay step, the fp8-copy fold step and the update; whether a kernel off the DRAM
-#   peak is held by its request mix (sectors per request, L2 hit rate, bytes against the byte model) or by
-#   the SM side (eligible warps, bank conflicts). Writes $OUT/ncu_<name>.txt and prints the DRAM lines.
-# dram: for every launch of the kernels matching NCU_KERNEL (default step_kernel|update_kernel): time, DRAM
-#   bytes read and written, DRAM % of peak, L2 bytes, active warps and issue rate, to set against the
-#   benchmark's byte model (which counts what a kernel must move, not what it does).
+# table (default): per kernel: op, call, kernel, grid and block, time, DRAM bytes read + written, DRAM %
+#   of peak and GB/s, achieved occupancy, registers per thread, shared memory per CTA. Printed and
+#   written to ncu_ops_table.txt, beside the report ncu_ops.ncu-rep (with the SpeedOfLight, Occupancy and
+#   LaunchStats sections: `ncu -i results/ncu_ops.ncu-rep --page details`) and its two CSV exports.
+# memory: the table, with the memory, scheduler and warp-state sections and the L2 request counters in
+#   the report, their text in ncu_ops_details.txt: whether a kernel off the DRAM peak is held by its
+#   request mix (sectors per request, L2 hit rate, bytes against the byte model) or by the SM side
+#   (eligible warps, bank conflicts).
+# source: the full section set with per-instruction source counters for the calls --only selects
+#   (default: the Mamba-2 step replaying with an fp8 copy): ncu_step.ncu-rep, ncu_step_details.txt,
+#   ncu_step_sass.csv (per SASS instruction: samples and stall reasons) with its summary
+#   ncu_step_sass_top.txt (tools/ncu_sass_top.py), and ncu_step_cudasass.csv (per CUDA source line, the
+#   build has -lineinfo: tools/ncu_source_lines.py). NCU_KERNEL=regex narrows it to matching kernels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT="${OUT:-./results}"
-script="${NCU_SCRIPT:-tools/profile_mamba2.py}"
-mode="${1:-source}"
+mode=table
+if [[ $# -gt 0 && $1 != -* ]]; then
+  mode=$1
+  shift
+fi
+mkdir -p "$OUT"
+
+# profile LOG NCU_OPTIONS... -- LAUNCHER_OPTIONS...: ncu on tools/profile_ops.py, only the kernels inside a
+# replayssm range; the log's last lines on failure.
+profile() {
+  local log=$1 rc=0
+  shift
+  local ncu_options=()
+  while [[ $1 != -- ]]; do ncu_options+=("$1"); shift; done
+  shift
+  ncu --profile-from-start off --clock-control none --cache-control all --nvtx --nvtx-include "regex:replayssm@.+/" \
+    "${ncu_options[@]}" python3 tools/profile_ops.py "$@" > "$log" 2>&1 || rc=$?
+  if [[ $rc != 0 ]]; then
+    tail -n 30 "$log"
+    exit "$rc"
+  fi
+  grep "^profile_ops" "$log" || true
+}
 
 case "$mode" in
+  table|memory)
+    metrics=$(python3 -c "import sys; sys.path.insert(0, 'tools'); import profile_ops; print(','.join(profile_ops.METRICS))")
+    sections=(SpeedOfLight Occupancy LaunchStats)
+    if [[ $mode == memory ]]; then
+      sections+=(MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables SchedulerStats WarpStateStats)
+      metrics+=,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum
+      metrics+=,lts__t_sectors_srcunit_tex_op_write.sum,lts__t_requests_srcunit_tex_op_write.sum
+      metrics+=,lts__t_sector_hit_rate.pct,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_global_st.sum
+    fi
+    profile "$OUT/ncu_ops_log.txt" "${sections[@]/#/--section=}" --metrics "$metrics" -f -o "$OUT/ncu_ops" \
+      -- --calls-out "$OUT/ncu_ops_calls.tsv" "$@"
+    ncu -i "$OUT/ncu_ops.ncu-rep" --page raw --csv --print-units base > "$OUT/ncu_ops_raw.csv"
+    ncu -i "$OUT/ncu_ops.ncu-rep" --page raw --csv --print-units base --print-nvtx-rename kernel \
+      > "$OUT/ncu_ops_nvtx.csv"
+    if [[ $mode == memory ]]; then
+      ncu -i "$OUT/ncu_ops.ncu-rep" --page details > "$OUT/ncu_ops_details.txt"
+    fi
+    python3 tools/profile_ops.py --table "$OUT/ncu_ops_raw.csv" "$OUT/ncu_ops_nvtx.csv" \
+      --calls "$OUT/ncu_ops_calls.tsv" | tee "$OUT/ncu_ops_table.txt"
+    ;;
   source)
-    mkdir -p "$OUT"
-    ncu --profile-from-start off --clock-control none --set full --import-source no \
-      -k "regex:${NCU_KERNEL:-step_kernel}" --launch-skip "${NCU_SKIP:-1}" --launch-count "${NCU_COUNT:-2}" \
-      -f -o "$OUT/ncu_step" python3 "$script" > "$OUT/ncu_step_log.txt" 2>&1
+    [[ $# -gt 0 ]] || set -- --only "mamba2_step replay.*fp8"
+    profile "$OUT/ncu_step_log.txt" --set full --import-source no ${NCU_KERNEL:+-k "regex:$NCU_KERNEL"} \
+      -f -o "$OUT/ncu_step" -- "$@"
     ncu -i "$OUT/ncu_step.ncu-rep" --page details > "$OUT/ncu_step_details.txt"
     ncu -i "$OUT/ncu_step.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_step_sass.csv"
     python3 tools/ncu_sass_top.py "$OUT/ncu_step_sass.csv" > "$OUT/ncu_step_sass_top.txt"
     ncu -i "$OUT/ncu_step.ncu-rep" --page source --csv --print-source cuda,sass > "$OUT/ncu_step_cudasass.csv"
     ;;
-  memory)
-    mkdir -p "$OUT"
-    metrics=dram__bytes_read.sum,dram__bytes_write.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
-    metrics+=,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum
-    metrics+=,lts__t_sectors_srcunit_tex_op_write.sum,lts__t_requests_srcunit_tex_op_write.sum
-    metrics+=,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sector_hit_rate.pct,dram__sectors_read.sum
-    metrics+=,smsp__inst_executed_op_global_ld.sum,smsp__inst_executed_op_global_st.sum,l1tex__m_xbar2l1tex_read_bytes.sum
-    metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum
-    sections=()
-    for s in SpeedOfLight MemoryWorkloadAnalysis MemoryWorkloadAnalysis_Tables Occupancy LaunchStats SchedulerStats WarpStateStats; do
-      sections+=(--section "$s")
-    done
-    status=0
-    for kind in step_fp8:step_kernel:2 step_nocopy:step_kernel:0 fold_fp8:step_kernel:5 update:update:0; do
-      IFS=: read -r name regex skip <<< "$kind"
-      rc=0
-      timeout 150 ncu --profile-from-start off --clock-control none "${sections[@]}" --metrics "$metrics" \
-        -k "regex:$regex" --launch-skip "$skip" --launch-count 1 python3 tools/profile_mamba2.py \
-        > "$OUT/ncu_$name.txt" 2>&1 || rc=$?
-      echo "$name: rc $rc"
-      [[ $rc == 0 ]] || status=$rc
-      grep -E "DRAM Throughput|Duration|dram__bytes_read.sum |L2 Hit Rate" "$OUT/ncu_$name.txt" | head -4 || true
-    done
-    exit "$status"
-    ;;
-  dram)
-    metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-    metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active
-    metrics+=,sm__inst_executed.avg.per_cycle_active,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__inst_executed.sum
-    ncu --profile-from-start off --clock-control none -k "regex:${NCU_KERNEL:-step_kernel|update_kernel}" \
-      --metrics "$metrics" python3 "$script" 2>&1 |
-      grep -E "^  [a-zA-Z].*\(|gpu__time|dram__|lts__|warps_active|inst_executed|issue_active"
-    ;;
   *)
-    echo "usage: bash tools/profile.sh [source|memory|dram] (see the comment at the top)" >&2
+    echo "usage: bash tools/profile.sh [table|memory|source] [tools/profile_ops.py options] (see the comment at the top)" >&2
     exit 2
     ;;
 esac

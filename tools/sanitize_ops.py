@@ -7,8 +7,15 @@ with a bf16 and an fp8 copy once more on nano4b's and super120b's tiles (P = 80 
 without one there (the tf32 tensor-core replay); the step with the staggered_flush hint on 1,030 rows in
 staggered phases, so that its order pass runs (more than one wave of CTAs) and takes two chunks of
 rows; on 24 rows, where the hint takes the fold split; and in CTAs of two whole groups
-(step_groups_per_cta=2) with an fp8 and a bf16 copy. The CTA shapes are forced through
-replayssm_cuda.launch_overrides."""
+(step_groups_per_cta=2) with an fp8 and a bf16 copy. Every GDN op the same way (gdn()): steps across
+folds and verify + commit rounds with random acceptance, materialize and flush, the conventional update
+and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
+v-head a CTA and with all of a row's; the fold over 1,030 rows. The CTA shapes are forced through
+replayssm_cuda.launch_overrides.
+
+    python3 tools/sanitize_ops.py [mamba2] [gdn]      # both by default"""
+
+import sys
 
 import torch
 
@@ -59,19 +66,6 @@ def all_ops(copy_dtype):
     ops.mamba2_update(ck, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1, backend="cuda")
 
 
-for heads_per_cta, copy_dtype in [(h, c) for h in (1, 64) for c in (None, torch.bfloat16, torch.float8_e4m3fn)]:
-    with launch_overrides(step_heads_per_cta=heads_per_cta, verify_heads_per_cta=heads_per_cta):
-        all_ops(copy_dtype)
-# The update's ring wrapped many times (2 CTAs over the 32 (row, head) items, 2 stages), on a pool with
-# padded rows (one bulk copy per state row) and on a plain one, with the items past the first two rounds
-# claimed from the counter (the default there) and in fixed shares (update_claims=0).
-for claims in (1, 0):
-    with launch_overrides(update_ctas=2, update_stages=2, update_claims=claims):
-        padded = 0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N]
-        for state in (padded, 0.1 * torch.randn(S, H, P, N, device=dev)):
-            x, dt, B, C, z = inputs(4)
-            ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1,
-                              backend="cuda")
 # The step with a bf16 and an fp8 copy on nano4b's tile (P = 80, N = 128: 32 lanes a row, 10 rows a
 # thread in the fold, the fp8 copy quantised after the head's last row from the tile in shared memory)
 # and on super120b's (P = 64, N = 128: the split epilogue), across a fold; on both the copy fold stages
@@ -94,71 +88,181 @@ def step_across_a_fold(P2, N2, copy_dtype):
                         True, 1, slots, -1, backend="cuda")
 
 
-for (P2, N2), heads_per_cta, copy_dtype in [(t, h, c) for t in ((80, 128), (64, 128)) for h in (1, 64)
-                                            for c in (torch.bfloat16, torch.float8_e4m3fn, None)]:
-    with launch_overrides(step_heads_per_cta=heads_per_cta):
-        step_across_a_fold(P2, N2, copy_dtype)
-
-
-# The order pass (staggered_flush, more than one wave of CTAs) over 1,030 rows in a random order with a
-# pad row, a quarter of the slots folding in each step, with an fp8 copy.
-S3 = 1100
-ck = 0.1 * torch.randn(S3, H, P, N, device=dev)
-rc = torch.empty(S3, H, P, N, device=dev, dtype=torch.float8_e4m3fn)
-rs = torch.empty(S3, H, P, device=dev)
-ops.make_read_copy(ck, rc, rs, backend="cuda")
-x_buf = torch.zeros(S3, H, L, P, device=dev, dtype=torch.bfloat16)
-B_buf = torch.zeros(S3, G, L, N, device=dev, dtype=torch.bfloat16)
-dt_buf = torch.zeros(S3, H, L, device=dev)
-cursors = (torch.arange(S3, device=dev) % L).int()
-rows = torch.randperm(S3, device=dev)[:1030]
-rows[5] = -1
-with launch_overrides(step_heads_per_cta=64):
-    for _ in range(L + 1):
-        x, dt, B, C, z = inputs(rows.numel())
-        ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z,
-                        dt_bias, True, 1, rows, -1, staggered_flush=True, backend="cuda")
-# The fold split (staggered_flush, a read copy, one wave of CTAs; mamba2_fold_split): on the H200, 24 rows
-# of 64 heads in 2 groups at L = 4 take 8-head replay CTAs and put the first 6 folding rows' heads in
-# CTAs of two (helper rows first in the grid), in staggered phases with a pad row, on super120b's tile.
-H4, G4, S4 = 64, 2, 30
-ck = 0.1 * torch.randn(S4, H4, 64, 128, device=dev)
-rc = torch.empty(S4, H4, 64, 128, device=dev, dtype=torch.float8_e4m3fn)
-rs = torch.empty(S4, H4, 64, device=dev)
-ops.make_read_copy(ck, rc, rs, backend="cuda")
-x_buf = torch.zeros(S4, H4, L, 64, device=dev, dtype=torch.bfloat16)
-B_buf = torch.zeros(S4, G4, L, 128, device=dev, dtype=torch.bfloat16)
-dt_buf = torch.zeros(S4, H4, L, device=dev)
-cursors = (torch.arange(S4, device=dev) % L).int()
-rows = torch.randperm(S4, device=dev)[:24]
-rows[3] = -1
-A4, D4, bias4 = -(0.5 + torch.rand(H4, device=dev)), torch.randn(H4, device=dev), 0.1 * torch.randn(H4, device=dev)
-for _ in range(L + 1):
-    x, z = (torch.randn(24, H4, 64, device=dev).bfloat16() for _ in range(2))
-    dt = torch.randn(24, H4, device=dev).bfloat16()
-    B, C = (torch.randn(24, G4, 128, device=dev).bfloat16() for _ in range(2))
-    ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A4, B, C, torch.empty_like(x), D4, z, bias4,
-                    True, 1, rows, -1, staggered_flush=True, backend="cuda")
-# Two whole groups a CTA (step_groups_per_cta=2: the second group's B window, dots and C fragments,
-# the fold restaging at its first head) on nano4b's and super120b's tiles, 16 heads in 4 groups, with an
-# fp8 and a bf16 copy, across a fold, with a pad row and an out-of-range slot.
-H5, G5 = 16, 4
-A5, D5, bias5 = -(0.5 + torch.rand(H5, device=dev)), torch.randn(H5, device=dev), 0.1 * torch.randn(H5, device=dev)
-with launch_overrides(step_groups_per_cta=2):
-    for P5, copy_dtype in [(p, c) for p in (80, 64) for c in (torch.float8_e4m3fn, torch.bfloat16)]:
-        ck = 0.1 * torch.randn(S, H5, P5, 128, device=dev)
-        rc = torch.empty(S, H5, P5, 128, device=dev, dtype=copy_dtype)
-        rs = torch.empty(S, H5, P5, device=dev) if copy_dtype == torch.float8_e4m3fn else None
-        ops.make_read_copy(ck, rc, rs, backend="cuda")
-        x_buf = torch.zeros(S, H5, L, P5, device=dev, dtype=torch.bfloat16)
-        B_buf = torch.zeros(S, G5, L, 128, device=dev, dtype=torch.bfloat16)
-        dt_buf = torch.zeros(S, H5, L, device=dev)
-        cursors = torch.zeros(S, dtype=torch.int32, device=dev)
+def mamba2():
+    """Every Mamba-2 op (the list at the top)."""
+    for heads_per_cta, copy_dtype in [(h, c) for h in (1, 64) for c in (None, torch.bfloat16, torch.float8_e4m3fn)]:
+        with launch_overrides(step_heads_per_cta=heads_per_cta, verify_heads_per_cta=heads_per_cta):
+            all_ops(copy_dtype)
+    # The update's ring wrapped many times (2 CTAs over the 32 (row, head) items, 2 stages), on a pool with
+    # padded rows (one bulk copy per state row) and on a plain one, with the items past the first two rounds
+    # claimed from the counter (the default there) and in fixed shares (update_claims=0).
+    for claims in (1, 0):
+        with launch_overrides(update_ctas=2, update_stages=2, update_claims=claims):
+            padded = 0.1 * torch.randn(S, H, P, 2 * N, device=dev)[..., :N]
+            for state in (padded, 0.1 * torch.randn(S, H, P, N, device=dev)):
+                x, dt, B, C, z = inputs(4)
+                ops.mamba2_update(state, x, dt, A, B, C, torch.empty_like(x), D, z, dt_bias, True, slots, -1,
+                                  backend="cuda")
+    for (P2, N2), heads_per_cta, copy_dtype in [(t, h, c) for t in ((80, 128), (64, 128)) for h in (1, 64)
+                                                for c in (torch.bfloat16, torch.float8_e4m3fn, None)]:
+        with launch_overrides(step_heads_per_cta=heads_per_cta):
+            step_across_a_fold(P2, N2, copy_dtype)
+    # The order pass (staggered_flush, more than one wave of CTAs) over 1,030 rows in a random order with a
+    # pad row, a quarter of the slots folding in each step, with an fp8 copy.
+    S3 = 1100
+    ck = 0.1 * torch.randn(S3, H, P, N, device=dev)
+    rc = torch.empty(S3, H, P, N, device=dev, dtype=torch.float8_e4m3fn)
+    rs = torch.empty(S3, H, P, device=dev)
+    ops.make_read_copy(ck, rc, rs, backend="cuda")
+    x_buf = torch.zeros(S3, H, L, P, device=dev, dtype=torch.bfloat16)
+    B_buf = torch.zeros(S3, G, L, N, device=dev, dtype=torch.bfloat16)
+    dt_buf = torch.zeros(S3, H, L, device=dev)
+    cursors = (torch.arange(S3, device=dev) % L).int()
+    rows = torch.randperm(S3, device=dev)[:1030]
+    rows[5] = -1
+    with launch_overrides(step_heads_per_cta=64):
         for _ in range(L + 1):
-            x, z = (torch.randn(4, H5, P5, device=dev).bfloat16() for _ in range(2))
-            dt = torch.randn(4, H5, device=dev).bfloat16()
-            B, C = (torch.randn(4, G5, 128, device=dev).bfloat16() for _ in range(2))
-            ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A5, B, C, torch.empty_like(x), D5, z,
-                            bias5, True, 1, slots, -1, backend="cuda")
-torch.cuda.synchronize()
-print("sanitize_ops: all ops ran")
+            x, dt, B, C, z = inputs(rows.numel())
+            ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z,
+                            dt_bias, True, 1, rows, -1, staggered_flush=True, backend="cuda")
+    # The fold split (staggered_flush, a read copy, one wave of CTAs; mamba2_fold_split): on the H200, 24 rows
+    # of 64 heads in 2 groups at L = 4 take 8-head replay CTAs and put the first 6 folding rows' heads in
+    # CTAs of two (helper rows first in the grid), in staggered phases with a pad row, on super120b's tile.
+    H4, G4, S4 = 64, 2, 30
+    ck = 0.1 * torch.randn(S4, H4, 64, 128, device=dev)
+    rc = torch.empty(S4, H4, 64, 128, device=dev, dtype=torch.float8_e4m3fn)
+    rs = torch.empty(S4, H4, 64, device=dev)
+    ops.make_read_copy(ck, rc, rs, backend="cuda")
+    x_buf = torch.zeros(S4, H4, L, 64, device=dev, dtype=torch.bfloat16)
+    B_buf = torch.zeros(S4, G4, L, 128, device=dev, dtype=torch.bfloat16)
+    dt_buf = torch.zeros(S4, H4, L, device=dev)
+    cursors = (torch.arange(S4, device=dev) % L).int()
+    rows = torch.randperm(S4, device=dev)[:24]
+    rows[3] = -1
+    A4, D4, bias4 = -(0.5 + torch.rand(H4, device=dev)), torch.randn(H4, device=dev), 0.1 * torch.randn(H4, device=dev)
+    for _ in range(L + 1):
+        x, z = (torch.randn(24, H4, 64, device=dev).bfloat16() for _ in range(2))
+        dt = torch.randn(24, H4, device=dev).bfloat16()
+        B, C = (torch.randn(24, G4, 128, device=dev).bfloat16() for _ in range(2))
+        ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A4, B, C, torch.empty_like(x), D4, z, bias4,
+                        True, 1, rows, -1, staggered_flush=True, backend="cuda")
+    # Two whole groups a CTA (step_groups_per_cta=2: the second group's B window, dots and C fragments,
+    # the fold restaging at its first head) on nano4b's and super120b's tiles, 16 heads in 4 groups, with an
+    # fp8 and a bf16 copy, across a fold, with a pad row and an out-of-range slot.
+    H5, G5 = 16, 4
+    A5, D5, bias5 = -(0.5 + torch.rand(H5, device=dev)), torch.randn(H5, device=dev), 0.1 * torch.randn(H5, device=dev)
+    with launch_overrides(step_groups_per_cta=2):
+        for P5, copy_dtype in [(p, c) for p in (80, 64) for c in (torch.float8_e4m3fn, torch.bfloat16)]:
+            ck = 0.1 * torch.randn(S, H5, P5, 128, device=dev)
+            rc = torch.empty(S, H5, P5, 128, device=dev, dtype=copy_dtype)
+            rs = torch.empty(S, H5, P5, device=dev) if copy_dtype == torch.float8_e4m3fn else None
+            ops.make_read_copy(ck, rc, rs, backend="cuda")
+            x_buf = torch.zeros(S, H5, L, P5, device=dev, dtype=torch.bfloat16)
+            B_buf = torch.zeros(S, G5, L, 128, device=dev, dtype=torch.bfloat16)
+            dt_buf = torch.zeros(S, H5, L, device=dev)
+            cursors = torch.zeros(S, dtype=torch.int32, device=dev)
+            for _ in range(L + 1):
+                x, z = (torch.randn(4, H5, P5, device=dev).bfloat16() for _ in range(2))
+                dt = torch.randn(4, H5, device=dev).bfloat16()
+                B, C = (torch.randn(4, G5, 128, device=dev).bfloat16() for _ in range(2))
+                ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A5, B, C, torch.empty_like(x), D5, z,
+                                bias5, True, 1, slots, -1, backend="cuda")
+
+
+# ---- Gated DeltaNet ------------------------------------------------------------------------------
+# (H, HV, K, V): two v-heads a k-head, at both compiled head sizes.
+GDN_K64, GDN_K128 = (2, 4, 64, 64), (2, 4, 128, 128)
+
+
+class GdnLayer:
+    """One GDN layer's cache on S slots (fp32 or bf16 checkpoint, optional read copy, zero buffers), its
+    weights and random bf16 tokens."""
+
+    def __init__(self, dims, num_slots, ck_dtype=torch.float32, copy_dtype=None):
+        self.H, self.HV, self.K, self.V = H, HV, K, V = dims
+        self.checkpoint = (0.1 * torch.randn(num_slots, HV, V, K, device=dev)).to(ck_dtype)
+        self.read_copy = self.read_scale = None
+        if copy_dtype is not None:
+            self.read_copy = torch.empty(num_slots, HV, V, K, device=dev, dtype=copy_dtype)
+            self.read_scale = torch.empty(num_slots, HV, V, device=dev) if copy_dtype == torch.float8_e4m3fn else None
+            ops.make_read_copy(self.checkpoint, self.read_copy, self.read_scale, backend="cuda")
+        self.buffers = (torch.zeros(num_slots, H, L, K, device=dev, dtype=torch.bfloat16),
+                        torch.zeros(num_slots, HV, L, V, device=dev, dtype=torch.bfloat16),
+                        torch.zeros(num_slots, HV, L, device=dev), torch.zeros(num_slots, HV, L, device=dev),
+                        torch.zeros(num_slots, HV, L, V, device=dev))       # k, v, g, beta, u
+        self.num_committed = (torch.arange(num_slots, device=dev) % L).int()  # folding beside replaying rows
+        self.weights = (torch.log(0.05 + 0.45 * torch.rand(HV, device=dev)), 0.5 * torch.randn(HV, device=dev))
+
+    def cache(self):
+        return (self.checkpoint, self.read_copy, self.read_scale, *self.buffers, self.num_committed)
+
+    def tokens(self, batch, *T):
+        """q, k, v, a, b, A_log, dt_bias, out."""
+        q, k = (torch.randn(batch, *T, self.H, self.K, device=dev).bfloat16() for _ in range(2))
+        v = torch.randn(batch, *T, self.HV, self.V, device=dev).bfloat16()
+        a, b = (torch.randn(batch, *T, self.HV, device=dev).bfloat16() for _ in range(2))
+        return (q, k, v, a, b, *self.weights, torch.empty_like(v))
+
+    def step(self, rows):
+        ops.gdn_step(*self.cache(), *self.tokens(rows.numel()), None, True, 1, rows, -1, backend="cuda")
+
+    def spec_round(self, rows, T, max_draft_tokens):
+        """verify T drafts, then commit 0 to T of them (the slots whose next verify would not fit fold)."""
+        ops.gdn_verify(*self.cache(), *self.tokens(rows.numel(), T), None, True, rows, -1, backend="cuda")
+        accepted = torch.randint(0, T + 1, (rows.numel(),), device=dev, dtype=torch.int32)
+        ops.gdn_commit(*self.cache(), accepted, max_draft_tokens, True, rows, -1, backend="cuda")
+
+
+def gdn():
+    """Every GDN op (the list at the top)."""
+    # Every GDN op on 4 rows with a pad row and an out-of-range slot: the steps across a fold (cursors
+    # staggered over the slots, so folding and replaying CTAs share each launch), verify + commit rounds with
+    # random acceptance (T = 1, 3, 2 under max_draft_tokens 3: some rows have no room, some fold), materialize,
+    # flush of the named slots and of all, the conventional update and update_snapshots; with no read copy, a
+    # bf16 and an fp8 one, and a bf16 checkpoint with an fp8 copy. verify takes one v-head a CTA or all of a
+    # row's (verify_heads_per_cta=64: on K = V = 128 more heads than the fp32 ring has stages, so it refills).
+    for dims, ck_dtype, copy_dtype, verify_heads in [
+            (GDN_K64, torch.float32, None, 1), (GDN_K64, torch.float32, torch.bfloat16, 64),
+            (GDN_K64, torch.float32, torch.float8_e4m3fn, 1), (GDN_K64, torch.bfloat16, torch.float8_e4m3fn, 64),
+            (GDN_K128, torch.float32, None, 64), (GDN_K128, torch.float32, torch.float8_e4m3fn, 1)]:
+        layer = GdnLayer(dims, S, ck_dtype, copy_dtype)
+        if copy_dtype is not None:
+            ops.make_read_copy(layer.checkpoint, layer.read_copy, layer.read_scale, slots, -1, backend="cuda")
+        for _ in range(L + 1):
+            layer.step(slots)
+        with launch_overrides(verify_heads_per_cta=verify_heads):
+            for T in (1, 3, 2):
+                layer.spec_round(slots, T, 3)
+        ops.gdn_materialize(layer.checkpoint, *layer.buffers, layer.num_committed,
+                            torch.empty(4, layer.HV, layer.V, layer.K, device=dev), True, slots, -1, backend="cuda")
+        ops.gdn_flush(*layer.cache(), True, slots, -1, backend="cuda")
+        ops.gdn_flush(*layer.cache(), True, backend="cuda")
+        state = layer.checkpoint.clone()
+        ops.gdn_update(state, *layer.tokens(4), None, True, slots, -1, backend="cuda")
+        q, k, v, a, b, A_log, dt_bias, out = layer.tokens(4, 3)
+        snapshots = torch.empty(4, 3, layer.HV, layer.V, layer.K, device=dev, dtype=ck_dtype)
+        ops.gdn_update_snapshots(state, q, k, v, a, b, A_log, dt_bias, out, snapshots, None, True, slots, -1,
+                                 backend="cuda")
+    # Many rows: 1,030 of 1,100 slots in a random order with a pad row, an fp8 copy, cursors staggered. The
+    # fold kernel (commit: the folding rows' (row, v-head) items of 4,120; flush: those of all 4,400) then
+    # has more items than its grid of 2 CTAs an SM has ring stages (4 each), so the ring wraps, over rows
+    # in several chunks of 256.
+    layer = GdnLayer(GDN_K64, 1100, copy_dtype=torch.float8_e4m3fn)
+    rows = torch.randperm(1100, device=dev)[:1030].int()
+    rows[5] = -1
+    layer.step(rows)
+    layer.spec_round(rows, 2, 2)
+    ops.gdn_flush(*layer.cache(), True, backend="cuda")
+
+
+FAMILIES = {"mamba2": mamba2, "gdn": gdn}
+
+if __name__ == "__main__":
+    names = sys.argv[1:] or list(FAMILIES)
+    unknown = [n for n in names if n not in FAMILIES]
+    if unknown:
+        sys.exit(f"usage: python3 tools/sanitize_ops.py [{' | '.join(FAMILIES)}]...; unknown {unknown}")
+    for name in names:
+        FAMILIES[name]()
+    torch.cuda.synchronize()
+    print(f"sanitize_ops: every op of {', '.join(names)} ran")
