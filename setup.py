@@ -207,10 +207,13 @@ def extension_kwargs(build: dict, version: str) -> tuple[dict, str]:
     return {"ext_modules": [ext], "cmdclass": {"build_ext": BuildExtension}}, summary
 
 
-def record(extension: bool, version: str, summary: str, reason: str | None) -> None:
-    """replayssm_cuda/_build.py: what this install built, for `python -m replayssm_cuda info`."""
+def record(extension: bool, version: str, summary: str, reason: str | None, torch_version: str | None = None,
+           cuda_version: str | None = None) -> None:
+    """replayssm_cuda/_build.py: what this install built, for `python -m replayssm_cuda info`, and the torch
+    and CUDA versions _C was built against (replayssm_cuda._extension refuses to load it under others)."""
     text = (f'"""Written by setup.py when this package was built (not tracked): what the build made."""\n\n'
-            f"EXTENSION = {extension!r}\nVERSION = {version!r}\nSUMMARY = {summary!r}\nREASON = {reason!r}\n")
+            f"EXTENSION = {extension!r}\nVERSION = {version!r}\nSUMMARY = {summary!r}\nREASON = {reason!r}\n"
+            f"TORCH = {torch_version!r}\nCUDA = {cuda_version!r}\n")
     if not BUILD_RECORD.exists() or BUILD_RECORD.read_text() != text:
         BUILD_RECORD.write_text(text)
 
@@ -227,7 +230,10 @@ def main() -> None:
         summary = (f"installing the pure-Python package (no replayssm_cuda._C; every op runs the PyTorch "
                    f"reference): {build['reason']}")
     print(f"{PREFIX} {version}: {summary}", file=sys.stderr)
-    record(build["extension"], version, summary, build.get("reason"))
+    torch = build.get("torch")
+    record(build["extension"], version, summary, build.get("reason"),
+           torch.__version__.split("+")[0] if torch is not None else None,
+           torch.version.cuda if torch is not None else None)
     setup(version=version, packages=find_packages(include=["replayssm_cuda", "replayssm_cuda.*"]), **kwargs)
 
 

@@ -3,20 +3,47 @@
 Importing ``_C`` registers CUDA kernels for the ``torch.ops.replayssm.*`` ops it compiled; the ops
 themselves (schemas, the reference as CPU and fallback kernel, fake kernels) come from
 ``replayssm_cuda._library`` on every install. Without ``_C`` (a CPU-only torch at install time, no
-nvcc, or a build for another torch) this module still imports, ``capabilities()`` lists no compiled
-op and ``load_error()`` says why.
+nvcc) this module still imports, ``capabilities()`` lists no compiled op and ``load_error()`` says why.
+A _C built for another torch minor version or CUDA major version is not loaded: importing raises an
+ImportError that names both.
 """
 
 from __future__ import annotations
 
 import copy
 
-import torch  # noqa: F401  (loads libtorch before _C, which links against it)
+import torch  # loads libtorch before _C, which links against it
 
 try:  # setup.py's record of what the install built (absent in a source tree never installed)
     from . import _build
 except ImportError:
     _build = None
+
+
+def torch_mismatch(built_torch, built_cuda, torch_version, torch_cuda) -> str | None:
+    """Why a _C built against torch `built_torch` with CUDA `built_cuda` must not be loaded under torch
+    `torch_version` with CUDA `torch_cuda`, or None. _C links against libtorch's C++ ABI, which changes
+    between minor versions (loading it under another one fails on a missing symbol at best, crashes at
+    worst), and against one CUDA major version's runtime."""
+    if built_torch is None:
+        return None
+    def minor(version):
+        return tuple(str(version).split("+")[0].split(".")[:2])
+    def major(version):
+        return str(version).split(".")[0] if version else None
+    if minor(built_torch) == minor(torch_version) and major(built_cuda) == major(torch_cuda):
+        return None
+    return (f"replayssm_cuda's compiled kernels (replayssm_cuda._C) were built against torch {built_torch} with "
+            f"CUDA {built_cuda}, but torch {torch_version} with CUDA {torch_cuda} is installed: install the "
+            f"replayssm-cuda build for this torch (its version's local tag names both, e.g. +cu130.torch2.11) or "
+            f"rebuild it (`pip install --no-build-isolation .`)")
+
+
+if _build is not None and _build.EXTENSION:
+    _MISMATCH = torch_mismatch(getattr(_build, "TORCH", None), getattr(_build, "CUDA", None), torch.__version__,
+                               torch.version.cuda)
+    if _MISMATCH is not None:
+        raise ImportError(_MISMATCH)
 
 try:
     from . import _C

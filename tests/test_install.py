@@ -99,3 +99,17 @@ def test_info_says_what_the_install_built():
         assert "install: replayssm-cuda " in out and ("building replayssm_cuda._C" in out or "pure-Python" in out)
     else:
         assert "install: no record" in out
+
+
+def test_a_build_for_another_torch_is_refused_naming_both_versions():
+    """_C links against one torch minor version's C++ ABI and one CUDA major version: another torch gets an
+    ImportError that names both builds (never a crash or a missing-symbol trace); patch releases load."""
+    from replayssm_cuda._extension import torch_mismatch
+
+    assert torch_mismatch("2.11.0", "13.0", "2.11.1+cu130", "13.0") is None
+    assert torch_mismatch("2.11.0", "13.0", "2.11.0", "13.1") is None
+    assert torch_mismatch(None, None, "2.13.0+cpu", None) is None  # a pure-Python install records none
+    message = torch_mismatch("2.11.0", "13.0", "2.13.0+cu130", "13.0")
+    assert "torch 2.11.0 with CUDA 13.0" in message and "torch 2.13.0+cu130 with CUDA 13.0" in message
+    assert torch_mismatch("2.11.0", "13.0", "2.11.0+cu128", "12.8") is not None
+    assert "CUDA None" in torch_mismatch("2.11.0", "13.0", "2.11.0+cpu", None)  # a CUDA build under CPU torch
