@@ -219,8 +219,9 @@ def varlen(op: str, cu_seqlens, slots_, device, flat: dict) -> tuple[int, int]:
 
 
 def varlen_values(op: str, cu_seqlens, total: int, max_draft_tokens: int) -> None:
-    """The values of `cu_seqlens`: 0 first, non-decreasing, at most max_draft_tokens per row, total_tokens
-    last. Reads the tensor (a host sync), so only the reference path calls it."""
+    """The values of `cu_seqlens`: 0 first, growing by 0 .. max_draft_tokens per row, at most total_tokens
+    last (tokens after it are an engine's padding to a graph's size). Reads the tensor (a host sync), so
+    only the reference path calls it."""
     cu = cu_seqlens.tolist()
     if cu[0] != 0:
         raise ValueError(f"{op}: `cu_seqlens` must start at 0, got cu_seqlens[0] = {cu[0]}")
@@ -228,8 +229,8 @@ def varlen_values(op: str, cu_seqlens, total: int, max_draft_tokens: int) -> Non
         if not 0 <= end - start <= max_draft_tokens:
             raise ValueError(f"{op}: `cu_seqlens` must grow by 0 .. max_draft_tokens = {max_draft_tokens} per row, "
                              f"got cu_seqlens[{r + 1}] - cu_seqlens[{r}] = {end} - {start}")
-    if cu[-1] != total:
-        raise ValueError(f"{op}: `cu_seqlens` must end at total_tokens = {total} (the inputs' dim 0), "
+    if cu[-1] > total:
+        raise ValueError(f"{op}: `cu_seqlens` must end at most at total_tokens = {total} (the inputs' dim 0), "
                          f"got cu_seqlens[-1] = {cu[-1]}")
 
 

@@ -65,9 +65,10 @@ class _DraftLayout:
 
     Flat token i belongs to row r = searchsorted(cu_seqlens[1:], i, right=True) at position
     t = i - cu_seqlens[r]; it goes to row r * T + t of the block flattened to (batch * T + 1, ...). The
-    extra last row takes the tokens a malformed cu_seqlens puts outside every row's first T positions,
-    so that no index leaves the block (they get zero output and are not verified). All of it is device
-    ops on shapes the host knows, with no read of cu_seqlens: a CUDA graph can capture it."""
+    extra last row takes the tokens outside every row: those from cu_seqlens[-1] on (an engine's padding
+    of total_tokens to a graph's size) and any that a malformed cu_seqlens puts past a row's first T, so
+    that no index leaves the block; they get zero output and are not verified. All of it is device ops on
+    shapes the host knows, with no read of cu_seqlens: a CUDA graph can capture it."""
     batch: int
     T: int
     pos: torch.Tensor      # (total_tokens,) int64 row of the flattened block

@@ -96,6 +96,25 @@ def test_output_is_the_padded_dense_block_without_padding(name):
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_tokens_after_the_last_row_get_zero_output(name):
+    """total_tokens may exceed cu_seqlens[-1] (an engine padding the flattened batch to a graph's size):
+    those tokens get zero output and change nothing."""
+    fam = family(name, seed=13)
+    init = random_states(fam, 3)
+    caches = [fam.make_cache(3, buffer_len=8, max_draft_tokens=T_MAX) for _ in range(2)]
+    for c in caches:
+        c.load(init)
+    counts = [1, 3, 0]
+    flat = fam.inputs(sum(counts) + 2)
+    exact = caches[0].verify_varlen(*(t[:4] for t in flat), cu_seqlens=cu_of(counts))
+    padded = caches[1].verify_varlen(*flat, cu_seqlens=cu_of(counts))
+    assert torch.equal(padded[:4], exact)
+    assert torch.count_nonzero(padded[4:]) == 0
+    for a, b in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_no_draft_tokens_at_all(name):
     fam = family(name, seed=9)
     cache = fam.make_cache(3, buffer_len=8, max_draft_tokens=T_MAX)
@@ -174,9 +193,9 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match=r"must grow by 0 .. max_draft_tokens = 4 per row, "
                                          r"got cu_seqlens\[2\] - cu_seqlens\[1\] = 1 - 2"):
         call(cu_seqlens=torch.tensor([0, 2, 1]))
-    with pytest.raises(ValueError, match=r"`cu_seqlens` must end at total_tokens = 3 \(the inputs' dim 0\), "
-                                         r"got cu_seqlens\[-1\] = 2"):
-        call(cu_seqlens=torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match=r"`cu_seqlens` must end at most at total_tokens = 3 \(the inputs' "
+                                         r"dim 0\), got cu_seqlens\[-1\] = 4"):
+        call(cu_seqlens=torch.tensor([0, 2, 4]))
     # the per-token inputs, checked as step's are
     with pytest.raises(ValueError, match=r"mamba2_verify: `x` must have shape \(3, 6, 5\), got \(3, 6, 4\)"):
         call(flat[0][..., :4], *flat[1:])
