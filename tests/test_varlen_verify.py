@@ -1,7 +1,7 @@
 """verify_varlen on the reference path: flattened drafts (total_tokens, ...) with cu_seqlens, 0 ..
 max_draft_tokens of them per row, equal row by row to a dense verify of each row's own drafts, over
 spec rounds with pads in the slot list; the padding-free layout of the output; commit after it; bad
-arguments.
+arguments; torch.compile(fullgraph=True).
 
 Tolerance: the reference's einsums sum in an order that depends on the batch size and T (CPU BLAS
 blocking), so a row verified alone with its own T drafts differs from the same row in the padded
@@ -205,3 +205,21 @@ def test_bad_arguments_name_the_argument():
     q, k, v, a, b = gdn.inputs(3)
     with pytest.raises(ValueError, match=r"gdn_verify: `a` must hold total_tokens = 3 tokens in dim 0 \(like `q`\)"):
         cache.verify_varlen(q, k, v, a[:1], b, cu_seqlens=cu)
+
+
+@pytest.mark.parametrize("name", ["mamba2", "gdn"])
+def test_compiles_fullgraph(name):
+    """verify_varlen traces whole (no host read of cu_seqlens to break the graph) and equals eager."""
+    torch._dynamo.reset()
+    fam = family(name, dtype=torch.float32, seed=14)
+    eager, compiled = (fam.make_cache(4, buffer_len=4, max_draft_tokens=2) for _ in range(2))
+    init = random_states(fam, 4).float()
+    eager.load(init)
+    compiled.load(init)
+    verify_varlen = torch.compile(compiled.verify_varlen, fullgraph=True)
+    slots, cu = torch.tensor([2, 0, 3], dtype=torch.int32), cu_of([2, 0, 1])
+    flat = fam.inputs(3)
+    assert torch.equal(verify_varlen(*flat, cu_seqlens=cu, slots=slots),
+                       eager.verify_varlen(*flat, cu_seqlens=cu, slots=slots))
+    for a, b in zip(compiled.cache_tensors, eager.cache_tensors):
+        assert torch.equal(a, b)
