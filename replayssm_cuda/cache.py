@@ -9,6 +9,7 @@ reference runs it, and then calls that op with its tensors:
                         read_copy_dtype=torch.bfloat16, device="cuda")
     y = cache.step(x, dt, B, C, z, slots=state_batch_indices)        # plain decode
     y = cache.verify(x, dt, B, C, z, slots=...)                        # T draft tokens, (batch, T, ...)
+    y = cache.verify_varlen(x, dt, B, C, z, cu_seqlens=..., slots=...) # or flattened, (total_tokens, ...)
     cache.commit(num_accepted, slots=...)                              # device tensor, no host sync
 
 On the compiled path a method hands its arguments straight to torch.ops.replayssm.* (which checks them

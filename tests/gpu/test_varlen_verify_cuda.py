@@ -2,7 +2,7 @@
 with cu_seqlens, random per-row counts (a 0 and a max_draft_tokens in every round) and pads in the slot
 list, against the fp64 reference over spec rounds that cross folds; bitwise the compiled dense verify
 of the block it packs; captured once in a CUDA graph and replayed with other cu_seqlens contents,
-bitwise eager.
+bitwise eager; commit accepting at most each row's drafts.
 
 Tolerances, as in test_mamba2_spec_cuda.py and test_gdn_spec_cuda.py (the same kernels, fed the same
 bf16 inputs as the fp64 reference): bf16 outputs within a few bf16 ulps (norm-relative over the rows
@@ -228,3 +228,18 @@ def test_cuda_graph_replays_new_cu_seqlens_bitwise_eager(name):
             assert torch.equal(a, b)
         folded = folded or bool((caches[0].num_committed < cursors).any())
     assert folded, "the replayed rounds must cross a fold"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_commit_accepts_at_most_the_rows_drafts(name):
+    """Accepting T_MAX in every row after a varlen verify commits each row's own draft count."""
+    fam = FAMILIES[name](seed=6)
+    cache = fam.cache(6, "cuda")
+    if not hasattr(cache, "num_verified"):
+        pytest.skip("needs num_verified")
+    cache.load(fam.states(6).to(DEVICE, torch.float32))
+    slots = torch.tensor([4, -1, 0, 2], dtype=torch.int32, device=DEVICE)
+    counts = [3, 2, 0, 1]
+    cache.verify_varlen(*fam.inputs(sum(counts)), cu_seqlens=cu_of(counts), slots=slots)
+    cache.commit(torch.full((4,), T_MAX, dtype=torch.int32, device=DEVICE), slots=slots)
+    assert cache.num_committed.tolist() == [0, 0, 1, 0, 3, 0]
