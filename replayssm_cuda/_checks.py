@@ -184,6 +184,56 @@ def lead_of(op, name, t, ndim):
     return tuple(t.shape[:ndim - 2])
 
 
+def varlen(op: str, cu_seqlens, slots_, device, flat: dict) -> tuple[int, int]:
+    """The layout arguments of a varlen verify: `cu_seqlens` (batch + 1,) int32/int64 on the cache's
+    device, batch being the length of `slots` (row r uses slot r when it is None), and flattened inputs
+    (a name -> tensor or None dict, the first one required) that all hold the same number of tokens in
+    dim 0. Returns (batch, total_tokens). The values of cu_seqlens are not read here (a host sync):
+    varlen_values checks them where reading costs nothing."""
+    expect(op, "cu_seqlens", cu_seqlens, shape=(None,), dtypes=INDEX_DTYPES, device=device)
+    if slots_ is None:
+        if cu_seqlens.shape[0] < 1:
+            raise ValueError(f"{op}: `cu_seqlens` must hold batch + 1 >= 1 offsets, got shape (0,)")
+        batch = cu_seqlens.shape[0] - 1
+    else:
+        slot_list(op, "slots", slots_, device)
+        batch = slots_.shape[0]
+        if cu_seqlens.shape[0] != batch + 1:
+            raise ValueError(f"{op}: `cu_seqlens` must have batch + 1 = {batch + 1} offsets for the {batch} rows "
+                             f"of `slots`, got shape {tuple(cu_seqlens.shape)}")
+    first = next(iter(flat))
+    total = None
+    for name, t in flat.items():
+        if t is None and name != first:
+            continue
+        expect(op, name, t)
+        if t.dim() < 2:
+            raise ValueError(f"{op}: `{name}` must be (total_tokens, ...) with a feature dim, got shape "
+                             f"{tuple(t.shape)}")
+        if total is None:
+            total = t.shape[0]
+        elif t.shape[0] != total:
+            raise ValueError(f"{op}: `{name}` must hold total_tokens = {total} tokens in dim 0 (like `{first}`), "
+                             f"got shape {tuple(t.shape)}")
+    return batch, total
+
+
+def varlen_values(op: str, cu_seqlens, total: int, max_draft_tokens: int) -> None:
+    """The values of `cu_seqlens`: 0 first, growing by 0 .. max_draft_tokens per row, at most total_tokens
+    last (tokens after it are an engine's padding to a graph's size). Reads the tensor (a host sync), so
+    only the reference path calls it."""
+    cu = cu_seqlens.tolist()
+    if cu[0] != 0:
+        raise ValueError(f"{op}: `cu_seqlens` must start at 0, got cu_seqlens[0] = {cu[0]}")
+    for r, (start, end) in enumerate(zip(cu, cu[1:])):
+        if not 0 <= end - start <= max_draft_tokens:
+            raise ValueError(f"{op}: `cu_seqlens` must grow by 0 .. max_draft_tokens = {max_draft_tokens} per row, "
+                             f"got cu_seqlens[{r + 1}] - cu_seqlens[{r}] = {end} - {start}")
+    if cu[-1] > total:
+        raise ValueError(f"{op}: `cu_seqlens` must end at most at total_tokens = {total} (the inputs' dim 0), "
+                         f"got cu_seqlens[-1] = {cu[-1]}")
+
+
 def check_make_read_copy(checkpoint, read_copy_, read_scale=None, slots_=None, pad_slot_id=-1):
     op = "make_read_copy"
     state(op, "checkpoint", checkpoint)

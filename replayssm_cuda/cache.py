@@ -9,6 +9,7 @@ reference runs it, and then calls that op with its tensors:
                         read_copy_dtype=torch.bfloat16, device="cuda")
     y = cache.step(x, dt, B, C, z, slots=state_batch_indices)        # plain decode
     y = cache.verify(x, dt, B, C, z, slots=...)                        # T draft tokens, (batch, T, ...)
+    y = cache.verify_varlen(x, dt, B, C, z, cu_seqlens=..., slots=...) # or flattened, (total_tokens, ...)
     cache.commit(num_accepted, slots=...)                              # device tensor, no host sync
 
 On the compiled path a method hands its arguments straight to torch.ops.replayssm.* (which checks them
@@ -57,6 +58,54 @@ class DeltaRuleWeights:
     dt_bias: torch.Tensor
     scale: float | None = None
     use_qk_l2norm: bool = True
+
+
+@dataclass(frozen=True)
+class _DraftLayout:
+    """Where each flattened draft token of a varlen verify sits in verify's dense (batch, T, ...) block.
+
+    Flat token i belongs to row r = searchsorted(cu_seqlens[1:], i, right=True) at position
+    t = i - cu_seqlens[r]; it goes to row r * T + t of the block flattened to (batch * T + 1, ...). The
+    extra last row takes the tokens outside every row: those from cu_seqlens[-1] on (an engine's padding
+    of total_tokens to a graph's size) and any that a malformed cu_seqlens puts past a row's first T, so
+    that no index leaves the block; they get zero output and are not verified. All of it is device ops on
+    shapes the host knows, with no read of cu_seqlens: a CUDA graph can capture it."""
+    batch: int
+    T: int
+    pos: torch.Tensor      # (total_tokens,) int64 row of the flattened block
+    counts: torch.Tensor   # (batch,) draft tokens of each row, clamped to [0, T]
+
+    @classmethod
+    def of(cls, cu_seqlens: torch.Tensor, batch: int, T: int, total: int) -> "_DraftLayout":
+        i = torch.arange(total, dtype=cu_seqlens.dtype, device=cu_seqlens.device)
+        row = torch.searchsorted(cu_seqlens[1:], i, right=True)          # in [0, batch]
+        t = i - cu_seqlens[row]
+        inside = (row < batch) & (t >= 0) & (t < T)
+        pos = torch.where(inside, row * T + t, batch * T)
+        counts = (cu_seqlens[1:] - cu_seqlens[:-1]).clamp(0, T)
+        return cls(batch, T, pos, counts)
+
+    def pack(self, flat: torch.Tensor | None) -> torch.Tensor | None:
+        """(total_tokens, ...) -> (batch, T, ...), zeros where a row has fewer than T drafts."""
+        if flat is None:
+            return None
+        block = flat.new_zeros(self.batch * self.T + 1, *flat.shape[1:])
+        block.index_copy_(0, self.pos, flat)
+        return self.dense(block)
+
+    def dense(self, block: torch.Tensor) -> torch.Tensor:
+        """The (batch, T, ...) view of a block (batch * T + 1, ...), without its extra row."""
+        return block[:-1].view(self.batch, self.T, *block.shape[1:])
+
+    def out_block(self, out: torch.Tensor) -> torch.Tensor:
+        """The dense output block for `out` (total_tokens, ...); its extra row stays zero."""
+        block = out.new_empty(self.batch * self.T + 1, *out.shape[1:])
+        block[-1].zero_()
+        return block
+
+    def unpack(self, block: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The flattened tokens' rows of the dense output block into `out` (total_tokens, ...)."""
+        return torch.index_select(block, 0, self.pos, out=out)
 
 
 def _cache_device(name: str, device) -> torch.device:
@@ -278,6 +327,40 @@ class _ReplayCache:
             raise ValueError(f"{type(self).__name__}.{op}: T={T} draft tokens exceed max_draft_tokens="
                              f"{self.max_draft_tokens} set at construction")
 
+    def _draft_layout(self, op: str, cu_seqlens, max_draft_tokens, slots, flat: dict) -> _DraftLayout:
+        """Checks the layout arguments of a varlen verify (the values of cu_seqlens on the reference path
+        only: reading them elsewhere would be a host sync) and places the flattened tokens."""
+        name = f"{type(self).__name__}.verify_varlen"
+        T = self.max_draft_tokens if max_draft_tokens is None else max_draft_tokens
+        if not isinstance(T, int) or isinstance(T, bool) or not 1 <= T <= self.max_draft_tokens:
+            raise ValueError(f"{name}: `max_draft_tokens` must be None or an int in [1, {self.max_draft_tokens}] "
+                             f"(max_draft_tokens set at construction), got {max_draft_tokens!r}")
+        _checks.slots_type(op, slots)
+        batch, total = _checks.varlen(op, cu_seqlens, slots, self.device, flat)
+        # Without slots the batch comes from cu_seqlens; _limit_verified indexes num_verified with it.
+        _checks.slots(op, slots, batch, self.num_slots, self.device)
+        if self._reference_path(op):
+            _checks.varlen_values(op, cu_seqlens, total, T)
+        return _DraftLayout.of(cu_seqlens, batch, T, total)
+
+    def _limit_verified(self, slots, counts: torch.Tensor) -> None:
+        """After a varlen verify, lower num_verified[slot] (which the dense verify set to T) to the row's
+        own draft count, so that commit accepts at most the drafts the row had. A pad or out-of-range row
+        names slot 0 with the int32 maximum, which changes nothing; row r uses slot r without `slots`."""
+        num_verified = getattr(self, "num_verified", None)
+        if num_verified is None:
+            # A cache without per-slot verified counts has a commit that trusts num_accepted: the caller
+            # keeps each row's num_accepted <= its draft count.
+            return
+        if slots is None:
+            idx, src = torch.arange(counts.shape[0], device=self.device), counts
+        else:
+            idx = slots.long()
+            named = (idx != self.pad_slot_id) & (idx >= 0) & (idx < self.num_slots)
+            idx = torch.where(named, idx, 0)
+            src = torch.where(named, counts, torch.iinfo(torch.int32).max)
+        num_verified.scatter_reduce_(0, idx, src.to(num_verified.dtype), reduce="amin")
+
     def _state_out(self, op: str, slots, out):
         """materialize's output: allocated (batch, *state shape) in the aux dtype, or the caller's, checked
         on the reference path."""
@@ -401,6 +484,23 @@ class Mamba2Cache(_ReplayCache):
             self._inputs(op, x, dt, B, C, out, z, slots, 4)
         self._run(op, (*self._cache, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots, self.pad_slot_id))
         return out
+
+    def verify_varlen(self, x, dt, B, C, z=None, *, cu_seqlens, max_draft_tokens=None, slots=None, out=None):
+        """verify of flattened drafts, as engines pass them: x, z, out (total_tokens, H, P); dt
+        (total_tokens, H); B, C (total_tokens, G, N); row r's drafts are tokens cu_seqlens[r] ..
+        cu_seqlens[r + 1] - 1 (0 .. max_draft_tokens of them). Packs them into verify's dense block of
+        max_draft_tokens (the cache's unless given) per row, runs it and unpacks the outputs. Returns out."""
+        op = "mamba2_verify"
+        layout = self._draft_layout(op, cu_seqlens, max_draft_tokens, slots,
+                                    {"x": x, "dt": dt, "B": B, "C": C, "z": z, "out": out})
+        out = torch.empty_like(x) if out is None else out
+        if self._reference_path(op):
+            _checks.mamba2_inputs(op, self.num_heads, self.head_dim, self.state_dim, self.activation_dtype,
+                                  self.device, x, dt, B, C, out, z, (x.shape[0],), self.num_groups)
+        block = layout.out_block(out)
+        self.verify(*(layout.pack(t) for t in (x, dt, B, C, z)), slots=slots, out=layout.dense(block))
+        self._limit_verified(slots, layout.counts)
+        return layout.unpack(block, out)
 
     def commit(self, num_accepted, slots=None):
         """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
@@ -533,6 +633,24 @@ class _DeltaRuleCache(_ReplayCache):
         self._run(op, (*self._cache, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm, slots,
                        self.pad_slot_id))
         return out
+
+    def verify_varlen(self, q, k, v, a, b, *, cu_seqlens, max_draft_tokens=None, slots=None, out=None):
+        """verify of flattened drafts, as engines pass them: q, k (total_tokens, H, K); v, out
+        (total_tokens, HV, V); a, b (total_tokens, HV) (KDA: a (total_tokens, HV, K)); row r's drafts are
+        tokens cu_seqlens[r] .. cu_seqlens[r + 1] - 1 (0 .. max_draft_tokens of them). Packs them into
+        verify's dense block of max_draft_tokens (the cache's unless given) per row, runs it and unpacks
+        the outputs. Returns out."""
+        op = self._family_ops["verify"]
+        layout = self._draft_layout(op, cu_seqlens, max_draft_tokens, slots,
+                                    {"q": q, "k": k, "v": v, "a": a, "b": b, "out": out})
+        out = torch.empty_like(v) if out is None else out
+        if self._reference_path(op):
+            _checks.delta_inputs(op, self.family, self.num_heads, self.num_v_heads, self.head_v_dim, self.head_k_dim,
+                                 self.activation_dtype, self.device, q, k, v, a, b, out, (q.shape[0],))
+        block = layout.out_block(out)
+        self.verify(*(layout.pack(t) for t in (q, k, v, a, b)), slots=slots, out=layout.dense(block))
+        self._limit_verified(slots, layout.counts)
+        return layout.unpack(block, out)
 
     def commit(self, num_accepted, slots=None):
         """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""

@@ -48,6 +48,10 @@ def engine_tensors(H, P, N, G, act, T, batch=3):
         "xT": rnd(batch, T, H, P, dtype=act), "dtT": rnd(batch, T, H, dtype=act),
         "BT": rnd(batch, T, G, N, dtype=act), "CT": rnd(batch, T, G, N, dtype=act),
         "zT": rnd(batch, T, H, P, dtype=act),
+        # flattened drafts: T, 0 and 1 of them in the three rows (num_accepted stays within each row's)
+        "cu_seqlens": torch.tensor([0, T, T, T + 1], dtype=torch.int32)[:batch + 1],
+        "xF": rnd(T + 1, H, P, dtype=act), "dtF": rnd(T + 1, H, dtype=act), "BF": rnd(T + 1, G, N, dtype=act),
+        "CF": rnd(T + 1, G, N, dtype=act), "zF": rnd(T + 1, H, P, dtype=act),
         "num_accepted": torch.tensor([T, 0, 1], dtype=torch.int32)[:batch],
         "src_slots": slot_ids[:2].clone(), "dst_slots": torch.tensor([1, 2], dtype=torch.int32),
     }
@@ -70,5 +74,6 @@ def test_using_it_runs_as_pasted_on_the_cpu(capsys):
     exec(compile(code, "README.md (Using it)", "exec"), namespace)
     cache = namespace["cache"]
     assert namespace["y"].shape == given["xT"].shape
+    assert namespace["y_flat"].shape == given["xF"].shape
     assert namespace["state"].shape == (3, *cache.checkpoint.shape[1:])
     assert "total" in capsys.readouterr().out
