@@ -17,7 +17,8 @@ its own names when they land, without touching the other family.
 
 from __future__ import annotations
 
-CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots", "fill_slots_table", "copy_slots_table")
+CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots", "fill_slots_table",
+             "copy_slots_table")
 REPLAY_OPS = ("update", "update_snapshots", "step", "verify", "commit", "flush", "materialize")
 FAMILIES = ("mamba2", "gdn", "kda")
 

@@ -197,7 +197,8 @@ def build_calls(args) -> list[Call]:
              else torch.zeros(0, dtype=torch.int64))
     calls += [Call("fill_slots_table", f"{k} slots, 2 layers",
                    lambda: ops.fill_slots_table(layers, table, fills, periods, src, -1)),
-              Call("copy_slots_table", f"{k} pairs, 2 layers", lambda: ops.copy_slots_table(layers, table, src, dst, -1))]
+              Call("copy_slots_table", f"{k} pairs, 2 layers",
+                   lambda: ops.copy_slots_table(layers, table, src, dst, -1))]
     return calls
 
 

@@ -78,7 +78,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def(
       "slot_table",
       [](const std::vector<at::Tensor>& cache_tensors, const std::vector<double>& fill_values,
-         const std::vector<int64_t>& fill_periods) { return replayssm::slot_table(cache_tensors, fill_values, fill_periods); },
+         const std::vector<int64_t>& fill_periods) {
+        return replayssm::slot_table(cache_tensors, fill_values, fill_periods);
+      },
       "the device table of fill_slots_table / copy_slots_table for these cache tensors (built once: it validates "
       "them and copies the table to their device)",
       pybind11::arg("cache_tensors"), pybind11::arg("fill_values"), pybind11::arg("fill_periods"));

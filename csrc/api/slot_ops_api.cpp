@@ -187,9 +187,9 @@ std::vector<SlotTensor> table_records(const char* op, at::TensorList cache_tenso
       TORCH_CHECK(period >= 0 && period <= INT32_MAX,
                   checks::cat(op, ": fill_periods[", i, "] must be in [0, 2^31 - 1], got ", period));
       TORCH_CHECK(period == 0 || (t.scalar_type() == at::kInt && t.dim() == 1),
-                  checks::cat(op, ": fill_periods[", i, "] = ", period, " needs an int32 (num_slots,) cursor tensor, got ",
-                              name, " of dtype ", checks::dtype_str(t.scalar_type()), " and shape ",
-                              shape_str(t.sizes())));
+                  checks::cat(op, ": fill_periods[", i, "] = ", period,
+                              " needs an int32 (num_slots,) cursor tensor, got ", name, " of dtype ",
+                              checks::dtype_str(t.scalar_type()), " and shape ", shape_str(t.sizes())));
       record.fill = float_bits(static_cast<float>(value));
       record.fill_slot_period = static_cast<uint32_t>(period);
     }

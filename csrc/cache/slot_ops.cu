@@ -399,7 +399,9 @@ std::string build_slot_table(const SlotTensor* tensors, int64_t num_tensors, int
     if (t.fill_slot_period != 0 && (t.bytes_per_slot != 4 || g != 4)) {
       return name + ": a fill_slot_period needs 4-byte slots (an int32 per slot)";
     }
-    if (num_slots > 1 && t.slot_stride < t.bytes_per_slot) return name + ": its slots overlap (slot stride < slot size)";
+    if (num_slots > 1 && t.slot_stride < t.bytes_per_slot) {
+      return name + ": its slots overlap (slot stride < slot size)";
+    }
   }
   // No byte may belong to two tensors' slots: sweep the tensors by where their extents start; tensors
   // whose extents overlap (layer views of one pool) are checked slot by slot.
