@@ -587,6 +587,57 @@ def check_copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id=-1):
     index(op, "pad_slot_id", pad_slot_id)
 
 
+def _slot_tensors(op, cache_tensors) -> list:
+    """cache_tensors of a slot op: a non-empty list of tensors of num_slots slots on one device."""
+    tensors = [t for t in _tensor_list(op, "cache_tensors", cache_tensors) if t is not None]
+    if not tensors:
+        raise ValueError(f"{op}: `cache_tensors` must hold at least one tensor, got none")
+    expect(op, "cache_tensors[0]", tensors[0])
+    if tensors[0].dim() < 1:
+        raise ValueError(f"{op}: `cache_tensors[0]` must have a slot dim 0, got a 0-D tensor")
+    num_slots, dev = tensors[0].shape[0], tensors[0].device
+    for i, t in enumerate(tensors):
+        expect(op, f"cache_tensors[{i}]", t, device=dev)
+        if t.dim() < 1 or t.shape[0] != num_slots:
+            raise ValueError(f"{op}: every cache tensor must have {num_slots} slots in dim 0, "
+                             f"cache_tensors[{i}] has shape {tuple(t.shape)}")
+    return tensors
+
+
+def _slot_table(op, table) -> None:
+    # The reference never reads the table (it holds device addresses); its type is still checked.
+    expect(op, "slot_table", table, shape=(None,), dtypes=(torch.int64,))
+
+
+def check_fill_slots_table(cache_tensors, slot_table, fill_values, fill_periods, slots_=None, pad_slot_id=-1):
+    op = "fill_slots_table"
+    tensors = _slot_tensors(op, cache_tensors)
+    _slot_table(op, slot_table)
+    for name, values in (("fill_values", fill_values), ("fill_periods", fill_periods)):
+        if not isinstance(values, (list, tuple)) or len(values) != len(tensors):
+            got = f"{len(values)} entries" if isinstance(values, (list, tuple)) else type(values).__name__
+            raise ValueError(f"{op}: `{name}` must hold one entry per cache tensor ({len(tensors)}), got {got}")
+    for i, (t, value, period) in enumerate(zip(tensors, fill_values, fill_periods)):
+        if not isinstance(period, int) or isinstance(period, bool) or not 0 <= period < 2**31:
+            raise ValueError(f"{op}: `fill_periods[{i}]` must be an int in [0, 2^31 - 1], got {period!r}")
+        if period and (t.dtype != torch.int32 or t.dim() != 1):
+            raise ValueError(f"{op}: `fill_periods[{i}]` = {period} needs an int32 (num_slots,) cursor tensor, got "
+                             f"cache_tensors[{i}] of dtype {dtype_text(t.dtype)} and shape {tuple(t.shape)}")
+        if value != 0 and t.dtype != torch.float32:
+            raise ValueError(f"{op}: `fill_values[{i}]` must be 0 for a {dtype_text(t.dtype)} cache_tensors[{i}] "
+                             f"(a non-zero fill needs a float32 tensor), got {value!r}")
+    slot_list(op, "slots", slots_, tensors[0].device)
+    index(op, "pad_slot_id", pad_slot_id)
+
+
+def check_copy_slots_table(cache_tensors, slot_table, src_slots, dst_slots, pad_slot_id=-1):
+    op = "copy_slots_table"
+    tensors = _slot_tensors(op, cache_tensors)
+    _slot_table(op, slot_table)
+    copy_pairs(op, src_slots, dst_slots, tensors[0].device)
+    index(op, "pad_slot_id", pad_slot_id)
+
+
 OP_CHECKS = {
     "make_read_copy": check_make_read_copy,
     "mamba2_update": check_mamba2_update,
@@ -600,6 +651,8 @@ OP_CHECKS = {
     "reset": check_reset,
     "stagger_cursors": check_stagger_cursors,
     "copy_slots": check_copy_slots,
+    "fill_slots_table": check_fill_slots_table,
+    "copy_slots_table": check_copy_slots_table,
     **_delta_checks("gdn"),
     **_delta_checks("kda"),
 }

@@ -61,7 +61,8 @@ except OSError as exc:  # a shared library it needs is missing
 else:
     _LOAD_ERROR = None
 
-_CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
+_CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots", "fill_slots_table",
+              "copy_slots_table")
 
 # The pure-Python build's answer, with the op lists cut to what _C registered: the limits of the
 # Mamba-2, GDN and cache kernels, in the format of _C.capabilities(), for builds of _C that do not report

@@ -34,6 +34,8 @@ REFERENCE = {
     "reset": reference.reset,
     "stagger_cursors": reference.stagger_cursors,
     "copy_slots": reference.copy_slots,
+    "fill_slots_table": reference.fill_slots_table,
+    "copy_slots_table": reference.copy_slots_table,
     **{f"{family}_{op}": getattr(reference, f"delta_{op}") for family in ("gdn", "kda")
        for op in ("update", "update_snapshots", "step", "verify", "commit", "flush", "materialize")},
 }

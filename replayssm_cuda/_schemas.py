@@ -17,7 +17,8 @@ its own names when they land, without touching the other family.
 
 from __future__ import annotations
 
-CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots")
+CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots", "fill_slots_table",
+             "copy_slots_table")
 REPLAY_OPS = ("update", "update_snapshots", "step", "verify", "commit", "flush", "materialize")
 FAMILIES = ("mamba2", "gdn", "kda")
 
@@ -95,6 +96,14 @@ SCHEMAS: dict[str, str] = {
         "int period) -> ()"),
     "copy_slots": (
         "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()"),
+    # The slot ops of many layers in one launch (replayssm_cuda.LayerCaches): slot_table is the device
+    # table of the tensors, built once by replayssm_cuda._C.slot_table; the reference ignores it.
+    "fill_slots_table": (
+        "fill_slots_table(Tensor(a!)[] cache_tensors, Tensor slot_table, float[] fill_values, int[] fill_periods, "
+        "Tensor? slots, int pad_slot_id) -> ()"),
+    "copy_slots_table": (
+        "copy_slots_table(Tensor(a!)[] cache_tensors, Tensor slot_table, Tensor src_slots, Tensor dst_slots, "
+        "int pad_slot_id) -> ()"),
     **_delta_schemas("gdn"),
     **_delta_schemas("kda"),
 }

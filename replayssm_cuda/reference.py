@@ -322,6 +322,28 @@ def copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id: int = -1) -> No
             t[dst.to(t.device)] = values
 
 
+def fill_slots_table(cache_tensors, slot_table, fill_values, fill_periods, slots=None, pad_slot_id: int = -1) -> None:
+    """The model-level reset: every tensor's named slots (all when None) <- fill_values[i], or, where
+    fill_periods[i] > 0 (an int32 cursor tensor), slot % fill_periods[i]. slot_table (the compiled
+    kernel's device table of the tensors) is not read here."""
+    tensors = list(cache_tensors)
+    idx = _named_slots(slots, tensors[0].shape[0], pad_slot_id, tensors[0].device)
+    for t, value, period in zip(tensors, fill_values, fill_periods):
+        i = idx.to(t.device)
+        if period:
+            t[i] = (i % period).to(t.dtype)
+        elif value == 0:
+            _scatter(t, i, torch.zeros((i.numel(), *t.shape[1:]), dtype=torch.float32, device=t.device))
+        else:
+            t[i] = value
+
+
+def copy_slots_table(cache_tensors, slot_table, src_slots, dst_slots, pad_slot_id: int = -1) -> None:
+    """copy_slots over the tensors of many layers at once (the tensors own disjoint memory, so this is
+    each layer's copy_slots). slot_table is not read here."""
+    copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id)
+
+
 def _commit_cursors(num_committed, num_accepted, L: int, max_draft_tokens: int, slots, pad_slot_id: int):
     """Move each row's cursor past its accepted entries; return the rows' slots and the mask of rows
     whose slot must fold now because the next verify of max_draft_tokens would not fit."""

@@ -84,6 +84,11 @@ def _op_args(op_name):
             "reset": (ck, rc, rs, bufs, cache.num_committed, slots, -1),
             "stagger_cursors": (bufs, cache.num_committed, slots, -1, 3),
             "copy_slots": (cache.cache_tensors, torch.tensor([0, 1]), torch.tensor([2, 0]), -1),
+            "fill_slots_table": (cache.cache_tensors, torch.zeros(0, dtype=torch.int64),
+                                 [1.0 if t is rs else 0.0 for t in cache.cache_tensors],
+                                 [3 if t is cache.num_committed else 0 for t in cache.cache_tensors], slots, -1),
+            "copy_slots_table": (cache.cache_tensors, torch.zeros(0, dtype=torch.int64), torch.tensor([0, 1]),
+                                 torch.tensor([2, 0]), -1),
         }[op_name]
     family_name, kind = op_name.split("_", 1)
     fam, cache = _filled_cache(family_name, torch.bfloat16)

@@ -13,7 +13,8 @@ never merge in the table):
     cursors spread over [0, L-T]), <family>_step folding (cursors at L-1: the token fills the buffer),
     <family>_commit (1 to T accepted, max_draft_tokens T: some rows fold), <family>_flush (cursors at L/2)
     for mamba2 then gdn; then on the Mamba-2 layer: make_read_copy, load, reset, stagger_cursors and
-    copy_slots (batch/8 slots or pairs: the requests that finish or fork in one decode step).
+    copy_slots (batch/8 slots or pairs: the requests that finish or fork in one decode step); then
+    fill_slots_table and copy_slots_table over both layers' tensors (LayerCaches' one launch).
 
 Each compiled op opens an NVTX range named after it (domain "replayssm"), so
 `ncu --nvtx --nvtx-include "regex:replayssm@.+/"` profiles the ops' kernels and none of the launcher's
@@ -185,6 +186,19 @@ def build_calls(args) -> list[Call]:
               Call("reset", f"{k} slots", lambda: ops.reset(ck, rc, rs, bufs, nc, src, -1)),
               Call("stagger_cursors", f"period {L}", lambda: ops.stagger_cursors(bufs, nc, slots, -1, L)),
               Call("copy_slots", f"{k} pairs", lambda: ops.copy_slots(every, src, dst, -1))]
+
+    # The same two slot ops over both layers' tensors in one launch (replayssm_cuda.LayerCaches).
+    layers = every + [g["checkpoint"], *g["buffers"], g["num_committed"]]
+    fills = [1.0 if t is rs else 0.0 for t in layers]
+    periods = [L if t is nc else 0 for t in layers]
+    from replayssm_cuda import _extension
+
+    table = (_extension._C.slot_table(layers, fills, periods) if ck.is_cuda and _extension.is_compiled()
+             else torch.zeros(0, dtype=torch.int64))
+    calls += [Call("fill_slots_table", f"{k} slots, 2 layers",
+                   lambda: ops.fill_slots_table(layers, table, fills, periods, src, -1)),
+              Call("copy_slots_table", f"{k} pairs, 2 layers",
+                   lambda: ops.copy_slots_table(layers, table, src, dst, -1))]
     return calls
 
 

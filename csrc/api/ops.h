@@ -70,6 +70,12 @@
     "int period) -> ()")                                                                          \
   X(copy_slots,                                                                                    \
     "copy_slots(Tensor(a!)[] cache_tensors, Tensor src_slots, Tensor dst_slots, int pad_slot_id) -> ()") \
+  X(fill_slots_table,                                                                              \
+    "fill_slots_table(Tensor(a!)[] cache_tensors, Tensor slot_table, float[] fill_values, int[] fill_periods, " \
+    "Tensor? slots, int pad_slot_id) -> ()")                                                      \
+  X(copy_slots_table,                                                                              \
+    "copy_slots_table(Tensor(a!)[] cache_tensors, Tensor slot_table, Tensor src_slots, Tensor dst_slots, " \
+    "int pad_slot_id) -> ()")                                                                     \
   X(gdn_verify,                                                                                    \
     "gdn_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) k_buf, "      \
     "Tensor(b!) v_buf, Tensor(c!) g_buf, Tensor(d!) beta_buf, Tensor(e!) u_buf, "                  \
@@ -171,6 +177,16 @@ void stagger_cursors(at::TensorList buffers, const at::Tensor& num_committed, co
 
 void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const at::Tensor& dst_slots,
                 int64_t pad_slot_id);
+
+// The slot ops of many layers in one launch (api/slot_ops_api.cpp): slot_table (not an op; _C.slot_table)
+// builds, once, the device table of the tensors that fill_slots_table and copy_slots_table then take.
+at::Tensor slot_table(at::TensorList cache_tensors, at::ArrayRef<double> fill_values, at::IntArrayRef fill_periods);
+
+void fill_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table, at::ArrayRef<double> fill_values,
+                      at::IntArrayRef fill_periods, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void copy_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table, const at::Tensor& src_slots,
+                      const at::Tensor& dst_slots, int64_t pad_slot_id);
 
 // Gated DeltaNet speculative ops (families/gdn/spec_api.cpp). commit and flush read the buffers (the
 // fold recomputes u in registers and shared memory, never into u_buf) and write the checkpoint, the

@@ -75,6 +75,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "replayssm_cuda compiled ops (torch.ops.replayssm.*) and build facts";
   m.def("build_info", &build_info, "dict(version, cuda_version, archs) of this build");
   m.def("compiled_ops", &compiled_ops, "names of the torch.ops.replayssm ops that have a CUDA kernel");
+  m.def(
+      "slot_table",
+      [](const std::vector<at::Tensor>& cache_tensors, const std::vector<double>& fill_values,
+         const std::vector<int64_t>& fill_periods) {
+        return replayssm::slot_table(cache_tensors, fill_values, fill_periods);
+      },
+      "the device table of fill_slots_table / copy_slots_table for these cache tensors (built once: it validates "
+      "them and copies the table to their device)",
+      pybind11::arg("cache_tensors"), pybind11::arg("fill_values"), pybind11::arg("fill_periods"));
   replayssm::register_launch_api(m);
   replayssm::register_capabilities(m);
 }

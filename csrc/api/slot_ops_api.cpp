@@ -11,11 +11,22 @@
 //   stagger_cursors  buffers <- 0 (neutral entries: dt = 0, resp. g = beta = 0); num_committed <- slot % period,
 //               so slots started together fold at different steps (staggered flush)
 //   copy_slots  every tensor of cache_tensors: slot src_slots[i] -> slot dst_slots[i], gather semantics
+//
+// The model-level forms take the tensors of all layers at once, described once in a device table
+// (slot_table, called at construction: it validates, builds the table on the host and copies it to the
+// device once). Each call re-checks its tensors on the host, as the per-layer ops do, and passes their
+// fingerprints, which the kernel compares with the table's:
+//   fill_slots_table  every tensor of cache_tensors <- fill_values[i] (0, or a float32 tensor's value),
+//                     or slot % fill_periods[i] for an int32 cursor tensor: reset + stagger_cursors of
+//                     every layer in one launch
+//   copy_slots_table  copy_slots of every tensor of every layer in one launch
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -138,6 +149,145 @@ void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const
   if (p.num_tensors == 0) return;
   const c10::cuda::CUDAGuard device_guard(ref.device());
   checks::launched(op, launch_copy_slots(p, stream_of(ref)));
+}
+
+namespace {
+
+// The records of the tensors of a model-level call (empty tensors left out), each checked as the
+// per-layer ops check theirs; fills from fill_values / fill_periods when given.
+std::vector<SlotTensor> table_records(const char* op, at::TensorList cache_tensors, int64_t& num_slots,
+                                      const at::ArrayRef<double>* fill_values = nullptr,
+                                      const at::IntArrayRef* fill_periods = nullptr) {
+  TORCH_CHECK(!cache_tensors.empty(), checks::cat(op, ": cache_tensors must hold at least one tensor, got none"));
+  const at::Tensor& ref = cache_tensors[0];
+  checks::cuda(op, "cache_tensors[0]", ref);
+  TORCH_CHECK(ref.dim() >= 1, checks::cat(op, ": cache_tensors[0] must have a slot dim 0, got a 0-D tensor"));
+  num_slots = ref.size(0);
+  const int64_t n = static_cast<int64_t>(cache_tensors.size());
+  if (fill_values != nullptr) {
+    TORCH_CHECK(static_cast<int64_t>(fill_values->size()) == n,
+                checks::cat(op, ": fill_values must hold one value per cache tensor (", n, "), got ",
+                            static_cast<int64_t>(fill_values->size())));
+    TORCH_CHECK(static_cast<int64_t>(fill_periods->size()) == n,
+                checks::cat(op, ": fill_periods must hold one period per cache tensor (", n, "), got ",
+                            static_cast<int64_t>(fill_periods->size())));
+  }
+  std::vector<SlotTensor> records;
+  records.reserve(cache_tensors.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string name = "cache_tensors[" + std::to_string(i) + "]";
+    const at::Tensor& t = cache_tensors[i];
+    SlotTensor record = slot_tensor(op, name, t, ref, num_slots);
+    if (fill_values != nullptr) {
+      const double value = (*fill_values)[i];
+      const int64_t period = (*fill_periods)[i];
+      TORCH_CHECK(value == 0.0 || t.scalar_type() == at::kFloat,
+                  checks::cat(op, ": fill_values[", i, "] must be 0 for a ", checks::dtype_str(t.scalar_type()), " ",
+                              name, " (a non-zero fill needs a float32 tensor), got ", c10::str(value)));
+      TORCH_CHECK(period >= 0 && period <= INT32_MAX,
+                  checks::cat(op, ": fill_periods[", i, "] must be in [0, 2^31 - 1], got ", period));
+      TORCH_CHECK(period == 0 || (t.scalar_type() == at::kInt && t.dim() == 1),
+                  checks::cat(op, ": fill_periods[", i, "] = ", period,
+                              " needs an int32 (num_slots,) cursor tensor, got ", name, " of dtype ",
+                              checks::dtype_str(t.scalar_type()), " and shape ", shape_str(t.sizes())));
+      record.fill = float_bits(static_cast<float>(value));
+      record.fill_slot_period = static_cast<uint32_t>(period);
+    }
+    if (record.bytes_per_slot > 0) records.push_back(record);  // an empty tensor owns nothing
+  }
+  return records;
+}
+
+// The device table of a call's tensors: the one slot_table built for them (the kernel checks the
+// fingerprints; the host checks what it can without reading it).
+void check_table(const char* op, const at::Tensor& table, const at::Tensor& ref, int64_t num_tensors) {
+  checks::cuda(op, "slot_table", table);
+  checks::same_device(op, "slot_table", table, "cache_tensors[0]", ref);
+  checks::dtype_in(op, "slot_table", table, {at::kLong});
+  const int64_t len = slot_table_len(num_tensors);
+  TORCH_CHECK(table.dim() == 1 && table.size(0) == len && table.is_contiguous(),
+              checks::cat(op, ": slot_table must be the contiguous (", len, ",) int64 table that replayssm_cuda._C.",
+                          "slot_table built for these ", num_tensors, " non-empty cache tensors, got shape ",
+                          shape_str(table.sizes()), " and strides ", shape_str(table.strides())));
+}
+
+SlotTableParams table_params(const at::Tensor& table, const std::vector<SlotTensor>& records, int64_t num_slots,
+                             int64_t pad_slot_id) {
+  SlotTableParams p{};
+  p.table = table.data_ptr<int64_t>();
+  p.num_tensors = static_cast<int32_t>(records.size());
+  p.num_slots = num_slots;
+  p.geometry_fingerprint = slot_geometry_fingerprint(records.data(), p.num_tensors, num_slots);
+  p.fill_fingerprint = slot_fill_fingerprint(records.data(), p.num_tensors);
+  p.pad_slot_id = pad_slot_id;
+  return p;
+}
+
+}  // namespace
+
+at::Tensor slot_table(at::TensorList cache_tensors, at::ArrayRef<double> fill_values, at::IntArrayRef fill_periods) {
+  constexpr const char* op = "slot_table";
+  int64_t num_slots = 0;
+  const std::vector<SlotTensor> records = table_records(op, cache_tensors, num_slots, &fill_values, &fill_periods);
+  TORCH_CHECK(!records.empty(), checks::cat(op, ": cache_tensors must hold a non-empty tensor, got only empty ones"));
+  TORCH_CHECK(static_cast<int64_t>(records.size()) <= INT32_MAX,
+              checks::cat(op, ": at most 2^31 - 1 cache tensors, got ", static_cast<int64_t>(records.size())));
+  at::Tensor host = at::empty({slot_table_len(static_cast<int64_t>(records.size()))}, at::dtype(at::kLong));
+  const std::string why = build_slot_table(records.data(), static_cast<int64_t>(records.size()), num_slots,
+                                           host.data_ptr<int64_t>());
+  // Records count only non-empty tensors; the message names cache_tensors by record index otherwise.
+  TORCH_CHECK(why.empty(), checks::cat(op, ": cache_tensors must own disjoint slot bytes with fills the kernel ",
+                                       "takes; of the non-empty ones, ", why));
+  return host.to(cache_tensors[0].device());
+}
+
+void fill_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table, at::ArrayRef<double> fill_values,
+                      at::IntArrayRef fill_periods, const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  constexpr const char* op = "fill_slots_table";
+  int64_t num_slots = 0;
+  const std::vector<SlotTensor> records = table_records(op, cache_tensors, num_slots, &fill_values, &fill_periods);
+  const at::Tensor& ref = cache_tensors[0];
+  if (records.empty()) return;
+  check_table(op, slot_table, ref, static_cast<int64_t>(records.size()));
+  SlotTableParams p = table_params(slot_table, records, num_slots, pad_slot_id);
+  if (slots) {
+    check_index_list(op, "slots", *slots, ref);
+    p.dst = slots->data_ptr();
+    p.dst_dtype = kernel_dtype(slots->scalar_type());
+    p.dst_stride = slots->stride(0);
+    p.num_entries = slots->size(0);
+  } else {
+    p.num_entries = num_slots;
+  }
+  const c10::cuda::CUDAGuard device_guard(ref.device());
+  checks::launched(op, launch_fill_slots_table(p, records.data(), stream_of(ref)));
+}
+
+void copy_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table, const at::Tensor& src_slots,
+                      const at::Tensor& dst_slots, int64_t pad_slot_id) {
+  constexpr const char* op = "copy_slots_table";
+  int64_t num_slots = 0;
+  const std::vector<SlotTensor> records = table_records(op, cache_tensors, num_slots);
+  const at::Tensor& ref = cache_tensors[0];
+  check_index_list(op, "src_slots", src_slots, ref);
+  check_index_list(op, "dst_slots", dst_slots, ref);
+  checks::same_shape(op, "dst_slots", dst_slots, "src_slots", src_slots.sizes());
+  TORCH_CHECK(src_slots.size(0) <= kCopySlotsMaxPairs,
+              checks::cat(op, ": src_slots must hold at most ", kCopySlotsMaxPairs,
+                          " pairs (the one-launch gather stages every source in shared memory), got ",
+                          src_slots.size(0)));
+  if (records.empty()) return;
+  check_table(op, slot_table, ref, static_cast<int64_t>(records.size()));
+  SlotTableParams p = table_params(slot_table, records, num_slots, pad_slot_id);
+  p.src = src_slots.data_ptr();
+  p.src_dtype = kernel_dtype(src_slots.scalar_type());
+  p.src_stride = src_slots.stride(0);
+  p.dst = dst_slots.data_ptr();
+  p.dst_dtype = kernel_dtype(dst_slots.scalar_type());
+  p.dst_stride = dst_slots.stride(0);
+  p.num_entries = src_slots.size(0);
+  const c10::cuda::CUDAGuard device_guard(ref.device());
+  checks::launched(op, launch_copy_slots_table(p, records.data(), stream_of(ref)));
 }
 
 void reset(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,

@@ -6,8 +6,11 @@
 // so pools of any alignment work and ordinary ones move 16-byte vectors.
 #include "cache/slot_ops.cuh"
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "cache/slot_map.cuh"
 #include "cache/variants.h"
@@ -46,9 +49,10 @@ __device__ __forceinline__ int tensor_of_block(const Chunks& c, int num_tensors,
   return t;
 }
 
-// Moves one chunk of one tensor for all pairs: sources to shared memory, barrier, destinations.
-template <int kG>
-__device__ void copy_chunk(const SlotOpsParams& p, const SlotTensor& t, int64_t offset, int units,
+// Moves one chunk of one tensor for all pairs: sources to shared memory, barrier, destinations. P:
+// SlotOpsParams or SlotTableParams (the same slot-list fields).
+template <int kG, class P>
+__device__ void copy_chunk(const P& p, const SlotTensor& t, int64_t offset, int units,
                            unsigned char* stage, int64_t chunk) {
   using U = typename Unit<kG>::T;
   const int total = static_cast<int>(p.num_entries) * units;
@@ -94,8 +98,8 @@ __global__ void __launch_bounds__(kThreads) copy_slots_kernel(const SlotOpsParam
   }
 }
 
-template <int kG>
-__device__ void fill_chunk(const SlotOpsParams& p, const SlotTensor& t, int64_t offset, int units) {
+template <int kG, class P>
+__device__ void fill_chunk(const P& p, const SlotTensor& t, int64_t offset, int units) {
   using U = typename Unit<kG>::T;
   U value;
   if constexpr (kG == 16) {
@@ -162,6 +166,108 @@ bool plan(const SlotOpsParams& p, int64_t chunk, Chunks& c, bool fill) {
 
 bool common_ok(const SlotOpsParams& p) {
   if (p.num_tensors < 1 || p.num_tensors > kSlotOpsMaxTensors || p.num_slots < 0 || p.num_entries < 0) return false;
+  auto index_ok = [](const void* list, DType d) { return list == nullptr || d == DType::kInt32 || d == DType::kInt64; };
+  return index_ok(p.src, p.src_dtype) && index_ok(p.dst, p.dst_dtype);
+}
+
+// ---- the table form (all layers in one launch) -----------------------------------------------------
+
+// The tensor whose blocks hold `block`: the last i with first[i] <= block (every tensor of a table has
+// at least one block, so first[] rises strictly).
+__device__ __forceinline__ int table_tensor_of_block(const int64_t* first, int num_tensors, int64_t block) {
+  int lo = 0, hi = num_tensors - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (__ldg(first + mid) <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// granule_of on the device: the lowest set bit of base | stride | size, at most 16.
+__device__ __forceinline__ int device_granule(const SlotTensor& t) {
+  const uint64_t bits = reinterpret_cast<uintptr_t>(t.base) | static_cast<uint64_t>(t.slot_stride) |
+                        static_cast<uint64_t>(t.bytes_per_slot);
+  const uint64_t low = bits & (~bits + 1);
+  return low >= 16 ? 16 : static_cast<int>(low);
+}
+
+// The block's tensor record and byte offset; traps when the table is not the one of the call's tensors.
+__device__ __forceinline__ SlotTensor table_block(const SlotTableParams& p, const int64_t* first, int64_t chunk,
+                                                  bool fill, int64_t& offset) {
+  if (static_cast<uint64_t>(__ldg(p.table)) != p.geometry_fingerprint ||
+      (fill && static_cast<uint64_t>(__ldg(p.table + 1)) != p.fill_fingerprint)) {
+    __trap();
+  }
+  const int64_t block = blockIdx.x;
+  const int ti = table_tensor_of_block(first, p.num_tensors, block);
+  const SlotTensor* records = reinterpret_cast<const SlotTensor*>(p.table + kSlotTableHeader);
+  offset = (block - __ldg(first + ti)) * chunk;
+  return records[ti];
+}
+
+__global__ void __launch_bounds__(kThreads)
+    copy_slots_table_kernel(const SlotTableParams p, const int64_t* first, int64_t chunk) {
+  extern __shared__ uint4 stage_vec[];
+  unsigned char* stage = reinterpret_cast<unsigned char*>(stage_vec);
+  int64_t offset;
+  const SlotTensor t = table_block(p, first, chunk, false, offset);
+  const int64_t len = t.bytes_per_slot - offset < chunk ? t.bytes_per_slot - offset : chunk;
+  const int g = device_granule(t);
+  const int units = static_cast<int>(len / g);
+  switch (g) {
+    case 16: copy_chunk<16>(p, t, offset, units, stage, chunk); break;
+    case 8: copy_chunk<8>(p, t, offset, units, stage, chunk); break;
+    case 4: copy_chunk<4>(p, t, offset, units, stage, chunk); break;
+    case 2: copy_chunk<2>(p, t, offset, units, stage, chunk); break;
+    default: copy_chunk<1>(p, t, offset, units, stage, chunk); break;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) fill_slots_table_kernel(const SlotTableParams p, const int64_t* first) {
+  int64_t offset;
+  const SlotTensor t = table_block(p, first, kFillChunk, true, offset);
+  const int64_t len = t.bytes_per_slot - offset < kFillChunk ? t.bytes_per_slot - offset : kFillChunk;
+  const int g = device_granule(t);
+  const int units = static_cast<int>(len / g);
+  switch (g) {
+    case 16: fill_chunk<16>(p, t, offset, units); break;
+    case 8: fill_chunk<8>(p, t, offset, units); break;
+    case 4: fill_chunk<4>(p, t, offset, units); break;
+    case 2: fill_chunk<2>(p, t, offset, units); break;
+    default: fill_chunk<1>(p, t, offset, units); break;
+  }
+}
+
+// FNV-1a over 64-bit words.
+struct Fingerprint {
+  uint64_t h = 1469598103934665603ull;
+  void add(uint64_t w) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (w >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+};
+
+int chunk_index(int64_t chunk) {
+  int k = 0;
+  while ((int64_t{16} << k) < chunk) ++k;
+  return k;
+}
+
+// The blocks of `tensors` at `chunk` bytes per block, or -1 past INT_MAX.
+int64_t table_blocks(const SlotTensor* tensors, int64_t num_tensors, int64_t chunk) {
+  int64_t blocks = 0;
+  for (int64_t i = 0; i < num_tensors; ++i) blocks += (tensors[i].bytes_per_slot + chunk - 1) / chunk;
+  return blocks <= INT_MAX ? blocks : -1;
+}
+
+bool table_common_ok(const SlotTableParams& p) {
+  if (p.table == nullptr || p.num_tensors < 1 || p.num_slots < 0 || p.num_entries < 0) return false;
   auto index_ok = [](const void* list, DType d) { return list == nullptr || d == DType::kInt32 || d == DType::kInt64; };
   return index_ok(p.src, p.src_dtype) && index_ok(p.dst, p.dst_dtype);
 }
@@ -256,6 +362,128 @@ cudaError_t launch_fill_slots(const SlotOpsParams& p, cudaStream_t stream) {
   Chunks c{};
   if (!plan(p, kFillChunk, c, true)) return cudaErrorInvalidValue;
   fill_slots_kernel<<<static_cast<unsigned>(c.first_block[p.num_tensors]), kThreads, 0, stream>>>(p, c);
+  return cudaGetLastError();
+}
+
+int64_t slot_table_len(int64_t num_tensors) {
+  return kSlotTableHeader + 4 * num_tensors + kSlotTableChunkSizes * (num_tensors + 1);
+}
+
+uint64_t slot_geometry_fingerprint(const SlotTensor* tensors, int64_t num_tensors, int64_t num_slots) {
+  slot_ops::Fingerprint f;
+  f.add(static_cast<uint64_t>(num_slots));
+  f.add(static_cast<uint64_t>(num_tensors));
+  for (int64_t i = 0; i < num_tensors; ++i) {
+    f.add(reinterpret_cast<uintptr_t>(tensors[i].base));
+    f.add(static_cast<uint64_t>(tensors[i].slot_stride));
+    f.add(static_cast<uint64_t>(tensors[i].bytes_per_slot));
+  }
+  return f.h;
+}
+
+uint64_t slot_fill_fingerprint(const SlotTensor* tensors, int64_t num_tensors) {
+  slot_ops::Fingerprint f;
+  for (int64_t i = 0; i < num_tensors; ++i) f.add((uint64_t{tensors[i].fill_slot_period} << 32) | tensors[i].fill);
+  return f.h;
+}
+
+std::string build_slot_table(const SlotTensor* tensors, int64_t num_tensors, int64_t num_slots, int64_t* out) {
+  using namespace slot_ops;
+  if (num_tensors < 1 || num_tensors > INT_MAX || num_slots < 0) return "at least one tensor and num_slots >= 0";
+  for (int64_t i = 0; i < num_tensors; ++i) {
+    const SlotTensor& t = tensors[i];
+    const std::string name = "tensor " + std::to_string(i);
+    if (t.base == nullptr || t.bytes_per_slot < 1) return name + " owns no bytes";
+    const int g = granule_of(t);
+    if (t.fill != 0 && g < 4) return name + ": a non-zero fill needs 4-byte aligned slots";
+    if (t.fill_slot_period != 0 && (t.bytes_per_slot != 4 || g != 4)) {
+      return name + ": a fill_slot_period needs 4-byte slots (an int32 per slot)";
+    }
+    if (num_slots > 1 && t.slot_stride < t.bytes_per_slot) {
+      return name + ": its slots overlap (slot stride < slot size)";
+    }
+  }
+  // No byte may belong to two tensors' slots: sweep the tensors by where their extents start; tensors
+  // whose extents overlap (layer views of one pool) are checked slot by slot.
+  struct Extent {
+    uint64_t begin, end;
+    int64_t tensor;
+  };
+  std::vector<Extent> extents;
+  for (int64_t i = 0; i < num_tensors; ++i) {
+    const uint64_t begin = reinterpret_cast<uintptr_t>(tensors[i].base);
+    const int64_t span = num_slots == 0 ? 0 : (num_slots - 1) * tensors[i].slot_stride + tensors[i].bytes_per_slot;
+    extents.push_back({begin, begin + static_cast<uint64_t>(span), i});
+  }
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+  for (size_t first = 0; first < extents.size();) {
+    size_t last = first + 1;
+    uint64_t end = extents[first].end;
+    while (last < extents.size() && extents[last].begin < end) end = std::max(end, extents[last++].end);
+    if (last - first > 1) {
+      std::vector<Extent> ranges;
+      for (size_t e = first; e < last; ++e) {
+        const SlotTensor& t = tensors[extents[e].tensor];
+        for (int64_t s = 0; s < num_slots; ++s) {
+          const uint64_t b = reinterpret_cast<uintptr_t>(t.base) + static_cast<uint64_t>(s * t.slot_stride);
+          ranges.push_back({b, b + static_cast<uint64_t>(t.bytes_per_slot), extents[e].tensor});
+        }
+      }
+      std::sort(ranges.begin(), ranges.end(), [](const Extent& a, const Extent& b) { return a.begin < b.begin; });
+      for (size_t r = 1; r < ranges.size(); ++r) {
+        if (ranges[r].begin < ranges[r - 1].end) {
+          return "tensors " + std::to_string(std::min(ranges[r - 1].tensor, ranges[r].tensor)) + " and " +
+                 std::to_string(std::max(ranges[r - 1].tensor, ranges[r].tensor)) + " share slot bytes";
+        }
+      }
+    }
+    first = last;
+  }
+  for (int k = 0; k < kSlotTableChunkSizes; ++k) {
+    if (table_blocks(tensors, num_tensors, int64_t{16} << k) < 0) return "more than 2^31 - 1 blocks";
+  }
+  out[0] = static_cast<int64_t>(slot_geometry_fingerprint(tensors, num_tensors, num_slots));
+  out[1] = static_cast<int64_t>(slot_fill_fingerprint(tensors, num_tensors));
+  out[2] = num_tensors;
+  out[3] = num_slots;
+  static_assert(sizeof(SlotTensor) == 4 * sizeof(int64_t), "a table record is 4 words");
+  std::memcpy(out + kSlotTableHeader, tensors, static_cast<size_t>(num_tensors) * sizeof(SlotTensor));
+  int64_t* first = out + kSlotTableHeader + 4 * num_tensors;
+  for (int k = 0; k < kSlotTableChunkSizes; ++k, first += num_tensors + 1) {
+    const int64_t chunk = int64_t{16} << k;
+    first[0] = 0;
+    for (int64_t i = 0; i < num_tensors; ++i) first[i + 1] = first[i] + (tensors[i].bytes_per_slot + chunk - 1) / chunk;
+  }
+  return "";
+}
+
+// The table launches size their grid from the call's records, which the fingerprints tie to the table.
+cudaError_t launch_copy_slots_table(const SlotTableParams& p, const SlotTensor* tensors, cudaStream_t stream) {
+  using namespace slot_ops;
+  if (!table_common_ok(p) || p.src == nullptr || p.dst == nullptr || p.num_entries > kCopySlotsMaxPairs) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.num_entries == 0) return cudaSuccess;
+  int64_t chunk = 4096;
+  while (chunk > 16 && chunk * p.num_entries > kCopySlotsStagingBytes) chunk /= 2;
+  const int64_t blocks = table_blocks(tensors, p.num_tensors, chunk);
+  if (blocks < 0) return cudaErrorInvalidValue;
+  const int64_t* first = p.table + kSlotTableHeader + 4 * int64_t{p.num_tensors} +
+                         chunk_index(chunk) * (int64_t{p.num_tensors} + 1);
+  const size_t smem = static_cast<size_t>(chunk * p.num_entries);
+  copy_slots_table_kernel<<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p, first, chunk);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_fill_slots_table(const SlotTableParams& p, const SlotTensor* tensors, cudaStream_t stream) {
+  using namespace slot_ops;
+  if (!table_common_ok(p)) return cudaErrorInvalidValue;
+  if (p.num_entries == 0) return cudaSuccess;
+  const int64_t blocks = table_blocks(tensors, p.num_tensors, kFillChunk);
+  if (blocks < 0) return cudaErrorInvalidValue;
+  const int64_t* first = p.table + kSlotTableHeader + 4 * int64_t{p.num_tensors} +
+                         chunk_index(kFillChunk) * (int64_t{p.num_tensors} + 1);
+  fill_slots_table_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, first);
   return cudaGetLastError();
 }
 

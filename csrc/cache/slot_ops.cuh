@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -82,5 +83,57 @@ struct LoadStatesParams {
 cudaError_t launch_copy_slots(const SlotOpsParams& params, cudaStream_t stream);
 cudaError_t launch_fill_slots(const SlotOpsParams& params, cudaStream_t stream);
 cudaError_t launch_load_states(const LoadStatesParams& params, cudaStream_t stream);
+
+// ---- the model-level form: any number of tensors, in a device table ----------------------------------
+//
+// An engine resets and forks every SSM layer of a model at once. copy_slots_table / fill_slots_table do
+// what copy_slots / fill_slots do, for the tensors of all layers in one launch: the tensors are described
+// by a table in device memory, built once (build_slot_table, then one host-to-device copy) and read by
+// every launch, so a call passes only the slot lists and stays CUDA-graph capturable. Gather semantics
+// hold across all tensors for the same reason as in one layer: a CTA owns one byte range of one tensor
+// for every pair, and build_slot_table rejects tensors whose slot byte ranges overlap, so no CTA writes
+// bytes another CTA reads.
+//
+// The table, int64 words:
+//   [0] geometry fingerprint: num_slots and every tensor's base, slot stride and bytes per slot
+//   [1] fill fingerprint: every tensor's fill and fill_slot_period
+//   [2] num_tensors T, [3] num_slots
+//   [4, 4 + 4T)  T SlotTensor records (32 bytes each)
+//   then, for each chunk size 16 << k (k = 0 .. kSlotTableChunkSizes - 1), T + 1 block offsets: the
+//   blocks of tensor i are [first[i], first[i + 1]) when a block moves that many bytes of a slot.
+// Each launch compares the fingerprints it was given (computed from the tensors of the call) with the
+// table's and traps on a mismatch (a table built for other tensors), like a device-side assert.
+constexpr int kSlotTableHeader = 4;
+constexpr int kSlotTableChunkSizes = 9;  // 16 B .. 4 KB
+
+struct SlotTableParams {
+  const int64_t* table;  // device
+  int32_t num_tensors;
+  uint64_t geometry_fingerprint;
+  uint64_t fill_fingerprint;  // checked by fill_slots_table only
+  int64_t num_slots;
+  // As in SlotOpsParams.
+  const void* src;
+  DType src_dtype;
+  int64_t src_stride;
+  const void* dst;
+  DType dst_dtype;
+  int64_t dst_stride;
+  int64_t num_entries;
+  int64_t pad_slot_id;
+};
+
+// Host side. The words of a table of `num_tensors` tensors.
+int64_t slot_table_len(int64_t num_tensors);
+uint64_t slot_geometry_fingerprint(const SlotTensor* tensors, int64_t num_tensors, int64_t num_slots);
+uint64_t slot_fill_fingerprint(const SlotTensor* tensors, int64_t num_tensors);
+// Writes the table of `tensors` into `out` (host memory, slot_table_len words). Returns an empty string,
+// or why the tensors are outside the contract (a non-zero fill needs 4-byte aligned slots, a
+// fill_slot_period a 4-byte slot; no two tensors' slot byte ranges may overlap).
+std::string build_slot_table(const SlotTensor* tensors, int64_t num_tensors, int64_t num_slots, int64_t* out);
+
+// `tensors` are the host records of the call (the launch sizes its grid from them).
+cudaError_t launch_copy_slots_table(const SlotTableParams& params, const SlotTensor* tensors, cudaStream_t stream);
+cudaError_t launch_fill_slots_table(const SlotTableParams& params, const SlotTensor* tensors, cudaStream_t stream);
 
 }  // namespace replayssm

@@ -17,7 +17,8 @@ def test_capabilities_lists_every_compiled_op_once():
     listed = [op for entry in caps.values() for op in entry["ops"]]
     assert sorted(listed) == sorted(_extension._C.compiled_ops())
     assert all(op.startswith("mamba2_") for op in caps["mamba2"]["ops"])
-    assert caps["cache"]["ops"] == ["make_read_copy", "load", "reset", "stagger_cursors", "copy_slots"]
+    assert caps["cache"]["ops"] == ["make_read_copy", "load", "reset", "stagger_cursors", "copy_slots",
+                                    "fill_slots_table", "copy_slots_table"]
     assert caps["cache"]["read_copy_max_cols"] == 256 and caps["cache"]["copy_slots_max_pairs"] == 3072
     assert caps["cache"]["checkpoint_dtypes"] == ["float32", "bfloat16", "float16"]
     assert caps["cache"]["read_copy_dtypes"] == ["bfloat16", "float16", "float8_e4m3fn"]

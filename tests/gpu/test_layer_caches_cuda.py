@@ -1,0 +1,222 @@
+"""LayerCaches on the GPU: reset and copy_slots of a 40-layer hybrid model (Mamba-2, GDN, KDA caches with
+mixed checkpoint / read-copy dtypes, staggered cursors, layer views of one engine pool) run as ONE
+launch and equal the loop over the layers' own methods bit for bit: random slots, pads, out-of-range
+ids, overlapping source and destination lists (the gather across all layers), eagerly and replayed in
+a CUDA graph. The launches are counted with torch.profiler."""
+
+import warnings
+
+import pytest
+import torch
+
+from families import family
+from replayssm_cuda import LayerCaches, Mamba2Cache
+
+FP8 = torch.float8_e4m3fn
+NUM_LAYERS = 40
+S = 300
+
+# (family, dims, checkpoint dtype, read copy dtype, activation dtype, buffer_len, max_draft_tokens,
+# staggered_flush)
+LAYER_KINDS = [
+    ("mamba2", dict(heads=4, head_dim=64, state_dim=128, groups=1), torch.float32, torch.bfloat16, torch.bfloat16,
+     8, 2, True),
+    ("gdn", {}, torch.float32, FP8, torch.bfloat16, 6, 2, True),
+    ("kda", {}, torch.bfloat16, None, torch.bfloat16, 4, 1, False),
+    ("mamba2", {}, torch.float16, FP8, torch.float16, 8, 1, False),
+    ("gdn", dict(heads=2, v_heads=4, head_k_dim=128, head_v_dim=128), torch.bfloat16, None, torch.bfloat16, 4, 2,
+     False),
+]
+
+
+def make_model(seed, num_layers=NUM_LAYERS, pool_layers=0):
+    """The caches of a hybrid model on the GPU, every byte random. The first `pool_layers` are Mamba-2
+    layers whose checkpoints are views of one (S, pool_layers, H, P, N) engine pool."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    caches = []
+    pool = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # family ops of odd dims run the reference
+        for i in range(num_layers):
+            name, dims, ck, rc, act, L, T, staggered = LAYER_KINDS[i % len(LAYER_KINDS)]
+            kw = dict(buffer_len=L, max_draft_tokens=T, read_copy_dtype=rc, staggered_flush=staggered,
+                      backend="auto")
+            if i < pool_layers:
+                name, dims, ck = "mamba2", dict(heads=4, head_dim=64, state_dim=128, groups=1), torch.float32
+                if pool is None:
+                    pool = torch.zeros(S, pool_layers, 4, 64, 128, device="cuda")
+                kw["checkpoint"] = pool[:, i]
+            fam = family(name, dtype=ck, act_dtype=act, device="cuda", seed=seed + i, **dims)
+            cache = fam.make_cache(S, **kw)
+            for t in cache.cache_tensors:
+                random_fill(t, gen)
+            caches.append(cache)
+    return caches
+
+
+def random_fill(t, gen):
+    if t.dtype == FP8:
+        t.view(torch.uint8).copy_(torch.randint(1, 0x7e, t.shape, generator=gen, device="cuda", dtype=torch.uint8))
+    elif t.dtype == torch.int32:
+        t.copy_(torch.randint(1, 9, t.shape, generator=gen, device="cuda", dtype=torch.int32))
+    else:
+        t.copy_(torch.rand(t.shape, generator=gen, device="cuda") + 2.0)
+
+
+def assert_same_models(a, b, what):
+    for i, (ca, cb) in enumerate(zip(a, b)):
+        for j, (x, y) in enumerate(zip(ca.cache_tensors, cb.cache_tensors)):
+            if x.dtype == FP8:
+                x, y = x.view(torch.uint8), y.view(torch.uint8)
+            assert torch.equal(x, y), f"{what}: layer {i} cache tensor {j} differs from the per-layer loop"
+
+
+def reset_loop(caches, slots):
+    for cache in caches:
+        cache.reset(slots)
+
+
+def copy_loop(caches, src, dst):
+    for cache in caches:
+        cache.copy_slots(src, dst)
+
+
+def reset_slots(kind, batch, seed):
+    gen = torch.Generator().manual_seed(seed)
+    if kind == "all":
+        return None
+    slots = torch.randint(0, S, (batch,), generator=gen)
+    slots[::7] = -1                     # pads
+    slots[3::11] = S + 5                # out of range: skipped
+    slots[5::13] = slots[0]             # a slot named twice
+    return slots.to("cuda", torch.int32 if kind == "int32" else torch.int64)
+
+
+def gather_pairs(batch, seed):
+    """`batch` pairs whose sources and destinations overlap (a permutation of one set of slots: chains
+    and cycles), with pads and out-of-range ids; every named destination once."""
+    gen = torch.Generator().manual_seed(seed)
+    chosen = torch.randperm(S, generator=gen)[:batch]
+    src, dst = chosen.clone(), chosen[torch.randperm(batch, generator=gen)]
+    src[::9] = -1
+    dst[4::10] = -1
+    src[6::17] = S + 2
+    return src.cuda(), dst.cuda()
+
+
+@pytest.fixture(scope="module")
+def twin_models():
+    return make_model(seed=11, pool_layers=4), make_model(seed=11, pool_layers=4)
+
+
+def refill(models, seed):
+    for model in models:
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        for cache in model:
+            for t in cache.cache_tensors:
+                random_fill(t, gen)
+
+
+def test_the_model_runs_one_launch(twin_models):
+    layers = LayerCaches(twin_models[0])
+    assert layers.one_launch, "every cache runs its slot ops compiled, so LayerCaches must launch once"
+
+
+@pytest.mark.parametrize("kind", ["all", "int64", "int32"])
+@pytest.mark.parametrize("batch", [64, 256])
+def test_reset_equals_the_per_layer_loop(twin_models, kind, batch):
+    model, loop = twin_models
+    refill(twin_models, seed=batch)
+    slots = reset_slots(kind, batch, seed=batch)
+    LayerCaches(model).reset(slots)
+    reset_loop(loop, slots)
+    assert_same_models(model, loop, f"reset {kind} batch {batch}")
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("batch", [1, 64, 256])
+def test_copy_slots_is_a_gather_over_all_layers(twin_models, batch, index_dtype):
+    model, loop = twin_models
+    refill(twin_models, seed=batch + 1)
+    src, dst = (t.to(index_dtype) for t in gather_pairs(batch, seed=batch))
+    LayerCaches(model).copy_slots(src, dst)
+    copy_loop(loop, src, dst)
+    assert_same_models(model, loop, f"copy_slots batch {batch}")
+
+
+def test_cuda_graph_replay_equals_the_eager_loop(twin_models):
+    model, loop = twin_models
+    layers = LayerCaches(model)
+    slots = reset_slots("int64", 64, seed=3)
+    src, dst = gather_pairs(256, seed=4)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):       # warm-up outside the capture
+        layers.copy_slots(src, dst)
+        layers.reset(slots)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layers.copy_slots(src, dst)
+        layers.reset(slots)
+    for round_ in range(2):
+        refill(twin_models, seed=100 + round_)
+        # New slot lists in the captured tensors: the graph reads them on the device.
+        slots.copy_(reset_slots("int64", 64, seed=5 + round_))
+        new_src, new_dst = gather_pairs(256, seed=6 + round_)
+        src.copy_(new_src)
+        dst.copy_(new_dst)
+        graph.replay()
+        copy_loop(loop, src, dst)
+        reset_loop(loop, slots)
+        torch.cuda.synchronize()
+        assert_same_models(model, loop, f"graph replay {round_}")
+
+
+def _cuda_events(fn):
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_one_launch_per_call_where_the_loop_launches_per_layer(twin_models):
+    model, loop = twin_models
+    layers = LayerCaches(model)
+    slots = reset_slots("int64", 64, seed=7)
+    src, dst = gather_pairs(64, seed=8)
+    reset_events = _cuda_events(lambda: layers.reset(slots))
+    copy_events = _cuda_events(lambda: layers.copy_slots(src, dst))
+    assert len(reset_events) == 1 and "fill_slots_table" in reset_events[0], reset_events
+    assert len(copy_events) == 1 and "copy_slots_table" in copy_events[0], copy_events
+    staggered = sum(c.staggered_flush and c.flush_period > 1 for c in loop)
+    assert len(_cuda_events(lambda: reset_loop(loop, slots))) == NUM_LAYERS + staggered
+    assert len(_cuda_events(lambda: copy_loop(loop, src, dst))) == NUM_LAYERS
+
+
+def test_caches_that_share_slot_bytes_are_refused():
+    model = make_model(seed=12, num_layers=1)
+    first = model[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # A second cache on the same checkpoint memory: its slots are the first one's.
+        twin = Mamba2Cache(S, 4, 64, 128, 1, first.weights, buffer_len=8, max_draft_tokens=2,
+                           read_copy_dtype=torch.bfloat16, device="cuda", checkpoint=first.checkpoint)
+    with pytest.raises(RuntimeError, match=r"slot_table: cache_tensors must own disjoint slot bytes .* share slot "
+                                           r"bytes"):
+        LayerCaches([first, twin])
+
+
+def test_bad_input_on_the_compiled_path_names_the_argument(twin_models):
+    layers = LayerCaches(twin_models[0])
+    with pytest.raises(RuntimeError, match=r"fill_slots_table: slots"):
+        layers.reset(torch.tensor([0.0, 1.0], device="cuda"))
+    with pytest.raises(RuntimeError, match=r"copy_slots_table: src_slots"):
+        layers.copy_slots(torch.tensor([0, 1]), torch.tensor([2, 3], device="cuda"))
+    with pytest.raises(RuntimeError, match=r"copy_slots_table: dst_slots"):
+        layers.copy_slots(torch.tensor([0, 1], device="cuda"), torch.tensor([2], device="cuda"))
+    other = LayerCaches(twin_models[1][:3])
+    with pytest.raises(RuntimeError, match=r"copy_slots_table: slot_table must be the contiguous"):
+        torch.ops.replayssm.copy_slots_table(layers._tensors, other._table, torch.tensor([0], device="cuda"),
+                                             torch.tensor([1], device="cuda"), -1)
