@@ -11,6 +11,11 @@ reference runs it, and then calls that op with its tensors:
     y = cache.verify(x, dt, B, C, z, slots=...)                        # T draft tokens, (batch, T, ...)
     cache.commit(num_accepted, slots=...)                              # device tensor, no host sync
 
+Commit is safe by construction: each slot records on the device how many entries its last verify
+appended (num_verified), and commit accepts num_accepted clamped to [0, that count], then zeroes it, so
+a count larger than the drafts, a negative one or a second commit without a verify never accepts a
+buffer entry that no verify wrote.
+
 On the compiled path a method hands its arguments straight to torch.ops.replayssm.* (which checks them
 in C++), runs without host synchronisation and can be captured in a CUDA graph; on the reference path
 it checks the per-call inputs in Python (never its own tensors again) and runs replayssm_cuda.reference.
@@ -146,6 +151,10 @@ class _ReplayCache:
         self.read_scale = (torch.ones(shape[:3], dtype=torch.float32, device=self.device)
                            if read_copy_dtype == torch.float8_e4m3fn else None)
         self.num_committed = torch.zeros(num_slots, dtype=torch.int32, device=self.device)
+        # Entries each slot's last verify appended: the most its commit accepts (0 after a commit, load
+        # or reset). copy_slots copies it with the buffers it describes, so a fork between a verify and
+        # its commit may commit in either slot.
+        self.num_verified = torch.zeros(num_slots, dtype=torch.int32, device=self.device)
 
     # ---- what the families provide ------------------------------------------------------------------
 
@@ -210,8 +219,9 @@ class _ReplayCache:
 
     @property
     def cache_tensors(self) -> list[torch.Tensor]:
-        """Everything a slot owns, slot-major: checkpoint, read copy, scales, buffers, cursor."""
-        tensors = [self.checkpoint, self.read_copy, self.read_scale, *self._buffers().values(), self.num_committed]
+        """Everything a slot owns, slot-major: checkpoint, read copy, scales, buffers, cursor, verified count."""
+        tensors = [self.checkpoint, self.read_copy, self.read_scale, *self._buffers().values(), self.num_committed,
+                   self.num_verified]
         return [t for t in tensors if t is not None]
 
     def bytes_per_slot(self) -> dict[str, int]:
@@ -224,6 +234,7 @@ class _ReplayCache:
         for buf_name, buf in self._buffers().items():
             sizes[buf_name] = buf[0].numel() * buf.element_size()
         sizes["num_committed"] = self.num_committed.element_size()
+        sizes["num_verified"] = self.num_verified.element_size()
         sizes["total"] = sum(sizes.values())
         return sizes
 
@@ -234,15 +245,18 @@ class _ReplayCache:
             _checks.load_states("load", self.checkpoint, states, slots)
         self._run("load", (self.checkpoint, self.read_copy, self.read_scale, self.num_committed, states, slots,
                            self.pad_slot_id))
+        # No verify is pending in a loaded slot: stagger_cursors with period 1 and no buffers sets the
+        # named slots' counter (here num_verified) to slot % 1 = 0, on the device like load itself.
+        self._run("stagger_cursors", ([], self.num_verified, slots, self.pad_slot_id, 1))
         self._stagger(slots)
 
     def reset(self, slots=None):
-        """Zero the checkpoint, read copy, buffers and cursor of the slots (all when None)."""
+        """Zero the checkpoint, read copy, buffers, cursor and verified count of the slots (all when None)."""
         _checks.slots_type("reset", slots)
         if self._reference_path("reset"):
             _checks.slot_list("reset", "slots", slots, self.device)
-        self._run("reset", (self.checkpoint, self.read_copy, self.read_scale, self._buffer_list, self.num_committed,
-                            slots, self.pad_slot_id))
+        self._run("reset", (self.checkpoint, self.read_copy, self.read_scale, [*self._buffer_list, self.num_verified],
+                            self.num_committed, slots, self.pad_slot_id))
         self._stagger(slots)
 
     def _stagger(self, slots):
@@ -270,8 +284,12 @@ class _ReplayCache:
         ops.KERNELS["copy_slots"](*args)
 
     def _cache_args(self) -> tuple:
-        """The cache tensors in the order of the family's replay ops (checkpoint ... num_committed)."""
+        """The cache tensors in the order of the family's step, flush (checkpoint ... num_committed)."""
         return self._cache
+
+    def _spec_cache_args(self) -> tuple:
+        """The cache tensors in the order of the family's verify and commit (... num_committed, num_verified)."""
+        return (*self._cache, self.num_verified)
 
     def _check_draft_count(self, op: str, T: int):
         if T > self.max_draft_tokens:
@@ -399,18 +417,21 @@ class Mamba2Cache(_ReplayCache):
         out = torch.empty_like(x) if out is None else out
         if self._reference_path(op):
             self._inputs(op, x, dt, B, C, out, z, slots, 4)
-        self._run(op, (*self._cache, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots, self.pad_slot_id))
+        self._run(op, (*self._cache, self.num_verified, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots,
+                       self.pad_slot_id))
         return out
 
     def commit(self, num_accepted, slots=None):
-        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
+        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync),
+        num_accepted clamped to [0, the tokens the slot's last verify appended]; a second commit without
+        a verify keeps nothing."""
         op = "mamba2_commit"
         _checks.slots_type(op, slots)
         if self._reference_path(op):
             ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
             _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
-        self._run(op, (*self._cache, num_accepted, self.weights.A, self.max_draft_tokens, slots, self.pad_slot_id,
-                       self.rounding_seed))
+        self._run(op, (*self._cache, self.num_verified, num_accepted, self.weights.A, self.max_draft_tokens, slots,
+                       self.pad_slot_id, self.rounding_seed))
 
     def flush(self, slots=None):
         """Fold all committed tokens of the slots (all when None) into their checkpoints."""
@@ -530,19 +551,21 @@ class _DeltaRuleCache(_ReplayCache):
         out = torch.empty_like(v) if out is None else out
         if self._reference_path(op):
             self._inputs(op, q, k, v, a, b, out, slots, 4)
-        self._run(op, (*self._cache, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm, slots,
-                       self.pad_slot_id))
+        self._run(op, (*self._cache, self.num_verified, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale,
+                       w.use_qk_l2norm, slots, self.pad_slot_id))
         return out
 
     def commit(self, num_accepted, slots=None):
-        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
+        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync),
+        num_accepted clamped to [0, the tokens the slot's last verify appended]; a second commit without
+        a verify keeps nothing."""
         op = self._family_ops["commit"]
         _checks.slots_type(op, slots)
         if self._reference_path(op):
             ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
             _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
-        self._run(op, (*self._cache, num_accepted, self.max_draft_tokens, self.weights.use_qk_l2norm, slots,
-                       self.pad_slot_id))
+        self._run(op, (*self._cache, self.num_verified, num_accepted, self.max_draft_tokens,
+                       self.weights.use_qk_l2norm, slots, self.pad_slot_id))
 
     def flush(self, slots=None):
         """Fold all committed tokens of the slots (all when None) into their checkpoints."""

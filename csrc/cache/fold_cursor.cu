@@ -13,12 +13,13 @@ __global__ void move_cursors_kernel(const CursorMoveParams p) {
   if (slot < 0) return;
   const int L = p.buffer_len;
   const int w = p.num_committed[slot];
-  if (w < 0 || w > L) return;
   if (p.mode == kFoldFlush) {
-    if (w > 0) p.num_committed[slot] = 0;
+    if (w > 0 && w <= L) p.num_committed[slot] = 0;
     return;
   }
-  const int64_t accepted = load_index(p.num_accepted, p.num_accepted_dtype, row, p.num_accepted_stride);
+  const int64_t accepted = accepted_entries(p, row, p.num_verified[slot]);
+  p.num_verified[slot] = 0;
+  if (w < 0 || w > L) return;
   const int n = cursor_after_accept(w, accepted, L);
   p.num_committed[slot] = n + p.max_draft_tokens > L ? 0 : n;
 }
@@ -27,7 +28,7 @@ __global__ void move_cursors_kernel(const CursorMoveParams p) {
 
 cudaError_t launch_move_cursors(const CursorMoveParams& p, cudaStream_t stream) {
   if (p.num_committed == nullptr || p.batch < 0 || (p.mode != kFoldCommit && p.mode != kFoldFlush) ||
-      (p.mode == kFoldCommit && p.num_accepted == nullptr)) {
+      (p.mode == kFoldCommit && (p.num_accepted == nullptr || p.num_verified == nullptr))) {
     return cudaErrorInvalidValue;
   }
   if (p.batch == 0 && p.rounding_seed == nullptr) return cudaSuccess;

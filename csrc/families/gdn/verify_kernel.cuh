@@ -31,7 +31,9 @@
 // drafts' k, v, g, beta, u (T (K + V) act + T (V + 2) fp32).
 //
 // Verify never writes the checkpoint, the read copy or the cursor. A row whose slot is a pad or out of
-// range, or whose cursor leaves no room for T entries, gets zero output and touches no cache memory.
+// range, or whose cursor leaves no room for T entries, gets zero output and touches no buffer. The
+// row's first CTA records in num_verified[slot] how many entries it appended (T, or 0 without room;
+// nothing for a pad row): the most the commit after it may accept.
 #pragma once
 
 #include "cache/slot_map.cuh"
@@ -151,6 +153,8 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
   }
   __syncthreads();  // the barriers are initialised
   const int w = c.num_committed[slot];
+  // What this verify appends to the slot, the most its commit may accept (cache/fold_rows.cuh).
+  if (blockIdx.x == 0 && producer) c.num_verified[slot] = (w < 0 || w + T > L) ? 0 : T;
   if (w < 0 || w + T > L) {
     write_zero_outputs<kAct>(p, row, head0, nh, kV);
     if (producer) {

@@ -31,8 +31,9 @@
 // carried the epilogue on top of their rows while the rest waited at the barrier: 35% of the warp
 // samples. docs/EXPERIMENTS.md has what was tried and lost.)
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
-// for T tokens (or a pad row) gets zero output and touches no cache memory. It appends the drafts'
-// x and dt (every CTA, its heads) and B (the group's first CTA).
+// for T tokens (or a pad row) gets zero output and touches no buffer. It appends the drafts' x and dt
+// (every CTA, its heads) and B (the group's first CTA), and the row's first CTA records in
+// num_verified[slot] how many entries it appended (T, or 0 without room; nothing for a pad row).
 // docs/TUNING.md has its launch rule and what it measured.
 #pragma once
 
@@ -418,6 +419,8 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     for (int s = 0; s < first_stages; ++s) issue_tile(s, head0 + s);
   }
   const int w = p.num_committed[slot];
+  // What this verify appends to the slot, the most its commit may accept (cache/fold_rows.cuh).
+  if (blockIdx.x == 0 && tid == 0) p.num_verified[slot] = (w < 0 || w > L - T) ? 0 : T;
   __syncthreads();  // the barriers are initialised; every thread has read the cursor
 
   if (w < 0 || w > L - T) {  // no room for T entries: touch nothing (but let the copies land first)
