@@ -331,7 +331,7 @@ def _accepted_entries(num_accepted, verified):
 
 
 def _commit_cursors(num_committed, num_verified, num_accepted, L: int, max_draft_tokens: int, slots,
-                    pad_slot_id: int):
+                    pad_slot_id: int, error_word=None):
     """Move each row's cursor past its accepted entries (num_accepted clamped to [0, num_verified[slot]]
     and to the buffer's room), consume the verify (num_verified[slot] = 0); return the rows' slots and the
     mask of rows whose slot must fold now because the next verify of max_draft_tokens would not fit."""
@@ -339,11 +339,45 @@ def _commit_cursors(num_committed, num_verified, num_accepted, L: int, max_draft
                                num_committed.device)
     w = num_committed[idx].long()
     valid = named & (w >= 0) & (w <= L)
-    accepted = torch.minimum(_accepted_entries(num_accepted, num_verified[idx]), L - w)
+    verified = num_verified[idx]
+    if error_word is not None:
+        codes, ids = _slot_errors(slots, num_accepted.shape[0], num_committed.shape[0], pad_slot_id,
+                                  ERROR_COMMIT_SLOT, num_committed.device)
+        asked = num_accepted.to(num_committed.device).long()
+        outside = named & (asked != _accepted_entries(asked, verified))
+        codes = torch.where(outside & (codes == 0), ERROR_COMMIT_ACCEPTED, codes)
+        limits = torch.where(codes == ERROR_COMMIT_SLOT, num_committed.shape[0], verified.long().clamp(min=0))
+        _record_error(error_word, codes, torch.where(codes == ERROR_COMMIT_SLOT, ids, asked), limits)
+    accepted = torch.minimum(_accepted_entries(num_accepted, verified), L - w)
     new_w = w + accepted
     num_committed[idx[valid]] = new_w[valid].to(num_committed.dtype)
     num_verified[idx[named]] = 0
     return idx, valid & (new_w + max_draft_tokens > L)
+
+
+ERROR_VERIFY_SLOT, ERROR_COMMIT_SLOT, ERROR_COMMIT_ACCEPTED = 1, 2, 3   # csrc/cache/error_word.cuh
+_INT32 = (-2**31, 2**31 - 1)
+
+
+def _slot_errors(slots, batch: int, num_slots: int, pad_slot_id: int, code: int, device):
+    """Per row: `code` where the row's slot id is neither the pad id nor in [0, num_slots), else 0; and
+    the slot ids (the values an error word records)."""
+    named = torch.arange(batch, device=device) if slots is None else slots.to(device=device, dtype=torch.long)
+    bad = (named != pad_slot_id) & ((named < 0) | (named >= num_slots))
+    return torch.where(bad, code, 0), named
+
+
+def _record_error(error_word, codes, values, limits) -> None:
+    """The first row (in row order) with a nonzero code goes into an empty error word [code, row, value,
+    limit] (int32 (4,)); a word that holds an error keeps it. No host synchronisation."""
+    if error_word is None or codes.numel() == 0:
+        return
+    device = error_word.device
+    codes, values, limits = (t.to(device=device, dtype=torch.long) for t in (codes, values, limits))
+    first = torch.argmax((codes != 0).to(torch.int32))
+    entry = torch.stack([codes[first], first, values[first].clamp(*_INT32), limits[first].clamp(*_INT32)])
+    write = (codes != 0).any() & (error_word[0] == 0)
+    error_word.copy_(torch.where(write, entry.to(error_word.dtype), error_word))
 
 
 def _record_verified(num_verified, idx, named, appended, T: int) -> None:
@@ -461,10 +495,11 @@ def _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_co
 
 def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified,
                   x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-                  slots=None, pad_slot_id: int = -1):
+                  slots=None, pad_slot_id: int = -1, error_word=None):
     """Outputs for T draft tokens per row; their entries go into the buffer after the committed
     history (positions w .. w+T-1). Never writes the checkpoint, read copy or cursor; sets
     num_verified[slot] to the entries appended (T, or 0 where the cursor leaves no room; pads: nothing).
+    error_word: records the first row whose slot id is neither in range nor the pad id.
 
     x, z, out (batch, T, H, P); dt (batch, T, H); B, C (batch, T, G, N). For output position t:
         y_t = e^{Lambda_t} (S_read C_t) + sum_{j<=t} dt_j e^{Lambda_t - Lambda_j} (B_j . C_t) x_j + D x_t
@@ -476,6 +511,8 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
     w = torch.where(valid, num_committed[idx].long(), 0)
     named, valid = valid, valid & (w >= 0) & (w + T <= L)
     _record_verified(num_verified, idx, named, valid, T)
+    codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, x.device)
+    _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
     w = torch.where(valid, w, 0)
     pos = w[:, None] + torch.arange(T, device=x.device)[None, :]      # (batch, T)
 
@@ -506,15 +543,17 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
 
 def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified,
                   num_accepted, A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1,
-                  rounding_seed=None) -> None:
+                  rounding_seed=None, error_word=None) -> None:
     """Accept the first num_accepted[r] verified entries of each row (a cursor move), then fold the
     slots where the next verify of max_draft_tokens would not fit (flush-early rule). num_accepted is
     clamped to [0, num_verified[slot]] (what the slot's last verify appended), and num_verified[slot]
     becomes 0: a second commit without a verify accepts nothing.
-    rounding_seed: stochastic rounding of a bf16 / fp16 checkpoint's folds; offset += 1 per call."""
+    rounding_seed: stochastic rounding of a bf16 / fp16 checkpoint's folds; offset += 1 per call.
+    error_word: records the first row whose slot id is neither in range nor the pad id, or whose
+    num_accepted lies outside [0, num_verified[slot]]."""
     _check_rounding_seed(checkpoint, rounding_seed)
     idx, fold = _commit_cursors(num_committed, num_verified, num_accepted, x_buf.shape[2], max_draft_tokens,
-                                slots, pad_slot_id)
+                                slots, pad_slot_id, error_word)
     _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold,
                  rounding_seed)
     _advance_rounding_offset(rounding_seed)
@@ -732,7 +771,7 @@ def _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf
 
 def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                  num_verified, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
-                 slots=None, pad_slot_id: int = -1):
+                 slots=None, pad_slot_id: int = -1, error_word=None):
     """Outputs for T draft tokens of GDN (a: (batch, T, HV)) or KDA (a: (batch, T, HV, K)); entries
     (raw k, v, g, beta and the corrected value u in fp32) go into the buffer after the committed
     history. Never writes the checkpoint, read copy or cursor; sets num_verified[slot] to the entries
@@ -749,6 +788,8 @@ def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
     w = torch.where(valid, num_committed[idx].long(), 0)
     named, valid = valid, valid & (w >= 0) & (w + T <= L)
     _record_verified(num_verified, idx, named, valid, T)
+    codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, q.device)
+    _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
     w = torch.where(valid, w, 0)
     pos = w[:, None] + torch.arange(T, device=q.device)[None, :]
 
@@ -780,11 +821,12 @@ def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
 
 def delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                  num_verified, num_accepted, max_draft_tokens: int, use_qk_l2norm: bool = True,
-                 slots=None, pad_slot_id: int = -1) -> None:
+                 slots=None, pad_slot_id: int = -1, error_word=None) -> None:
     """Accept num_accepted[r] verified entries per row, then fold where the next verify would not fit.
-    As mamba2_commit: num_accepted is clamped to [0, num_verified[slot]], which then becomes 0."""
+    As mamba2_commit: num_accepted is clamped to [0, num_verified[slot]], which then becomes 0;
+    error_word records the first misuse."""
     idx, fold = _commit_cursors(num_committed, num_verified, num_accepted, k_buf.shape[2], max_draft_tokens, slots,
-                                pad_slot_id)
+                                pad_slot_id, error_word)
     _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                 use_qk_l2norm, idx, fold)
 

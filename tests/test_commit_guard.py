@@ -167,3 +167,78 @@ def test_num_verified_is_checked(name):
         commit(*args, torch.zeros(3, dtype=torch.int32), counts(1, 1), *extra, *tail, backend="reference")
     with pytest.raises(ValueError, match=rf"{name}_commit: `num_verified` must not share memory with num_committed"):
         commit(*args, cache.num_committed, counts(1, 1), *extra, *tail, backend="reference")
+
+
+# ---- the error word: misuse is recorded on the device and raised by check() ----------------------
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_check_names_the_op_row_and_value(name):
+    fam, (cache, _) = loaded_pair(name, num_slots=4, seed=10)
+    cache.check()                                            # nothing recorded
+    cache.verify(*fam.inputs(2, 3), slots=torch.tensor([0, 1]))
+    cache.commit(counts(3, 5), slots=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=rf"{name}_commit row 1: num_accepted = 5 is outside \[0, 3\] \(the entries "
+                                         r"the slot's last verify appended\); it was clamped"):
+        cache.check()
+    cache.check()                                            # check() cleared it
+    assert cache.num_committed.tolist() == [3, 3, 0, 0]
+    cache.commit(counts(-2), slots=torch.tensor([2]))
+    with pytest.raises(ValueError, match=rf"{name}_commit row 0: num_accepted = -2 is outside \[0, 0\]"):
+        cache.check()
+    cache.commit(counts(0, 1), slots=torch.tensor([0, 1]))   # no verify since the last commit
+    with pytest.raises(ValueError, match=rf"{name}_commit row 1: num_accepted = 1 is outside \[0, 0\]"):
+        cache.check()
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_check_reports_slot_ids_out_of_range(name):
+    """A slot id neither in [0, num_slots) nor the pad id is recorded (the row still acts as a pad); the
+    pad id is not; the first violation wins until check() clears it."""
+    fam, (cache, _) = loaded_pair(name, num_slots=4, seed=11)
+    cache.verify(*fam.inputs(3, 2), slots=torch.tensor([0, -1, 2]))
+    cache.commit(counts(2, 2, 2), slots=torch.tensor([0, -1, 2]))
+    cache.check()
+    cache.verify(*fam.inputs(3, 2), slots=torch.tensor([0, 4, -7]))
+    cache.commit(counts(9, 0, 0), slots=torch.tensor([0, 1, 2]))      # a later violation: not recorded
+    with pytest.raises(ValueError, match=rf"{name}_verify row 1: slot id 4 is neither in \[0, num_slots=4\) nor "
+                                         r"pad_slot_id=-1; the row was treated as a pad"):
+        cache.check()
+    cache.commit(counts(0, 0), slots=torch.tensor([1, -3]))
+    with pytest.raises(ValueError, match=rf"{name}_commit row 1: slot id -3 is neither in \[0, num_slots=4\)"):
+        cache.check()
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_validate_checks_after_every_op(name):
+    """validate=True raises at the op that misused the cache (after it ran, clamped); correct use never
+    raises."""
+    fam = family(name, seed=12)
+    cache = fam.make_cache(3, buffer_len=8, max_draft_tokens=4, validate=True)
+    cache.load(random_states(fam, 3))
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(10):
+        T = int(torch.randint(1, 5, (1,), generator=gen))
+        cache.verify(*fam.inputs(3, T))
+        cache.commit(torch.randint(0, T + 1, (3,), generator=gen, dtype=torch.int32))
+    cache.step(*fam.inputs(3))
+    cache.flush()
+    cache.verify(*fam.inputs(3, 2))
+    with pytest.raises(ValueError, match=rf"{name}_commit row 2: num_accepted = 3 is outside \[0, 2\]"):
+        cache.commit(counts(2, 2, 3))
+    assert cache.num_committed.tolist() == [2, 2, 2]
+    with pytest.raises(ValueError, match=r"`validate` must be a bool, got 1"):
+        fam.make_cache(3, validate=1)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_error_word_is_checked(name):
+    fam, (cache, _) = loaded_pair(name, num_slots=2, seed=13)
+    commit = getattr(ops, f"{name}_commit")
+    extra = (cache.weights.A,) if name == "mamba2" else ()
+    tail = (2, None, -1, None) if name == "mamba2" else (2, True, None, -1)
+    with pytest.raises(TypeError, match=rf"{name}_commit: `error_word` must have dtype in \{{int32\}}, got int64"):
+        commit(*cache._spec_cache_args(), counts(1, 1), *extra, *tail, torch.zeros(4, dtype=torch.int64),
+               backend="reference")
+    with pytest.raises(ValueError, match=rf"{name}_commit: `error_word` must have shape \(4\), got \(3,\)"):
+        commit(*cache._spec_cache_args(), counts(1, 1), *extra, *tail, torch.zeros(3, dtype=torch.int32),
+               backend="reference")

@@ -1,4 +1,5 @@
 // The cursor kernel of commit and flush (fold_cursor.h).
+#include "cache/error_word.cuh"
 #include "cache/fold_cursor.h"
 #include "cache/fold_rows.cuh"
 
@@ -9,6 +10,10 @@ __global__ void move_cursors_kernel(const CursorMoveParams p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row == 0 && p.rounding_seed != nullptr) p.rounding_seed[1] += 1;
   if (row >= p.batch) return;
+  const int64_t named = named_slot(p, row);
+  if (p.mode == kFoldCommit && slot_out_of_range(p, named)) {
+    record_error(p.error_word, kErrorCommitSlot, row, named, p.num_slots);
+  }
   const int64_t slot = resolve_slot(p, row);
   if (slot < 0) return;
   const int L = p.buffer_len;
@@ -17,7 +22,12 @@ __global__ void move_cursors_kernel(const CursorMoveParams p) {
     if (w > 0 && w <= L) p.num_committed[slot] = 0;
     return;
   }
-  const int64_t accepted = accepted_entries(p, row, p.num_verified[slot]);
+  const int verified = p.num_verified[slot];
+  const int64_t accepted = accepted_entries(p, row, verified);
+  if (p.error_word != nullptr) {
+    const int64_t asked = load_index(p.num_accepted, p.num_accepted_dtype, row, p.num_accepted_stride);
+    if (asked != accepted) record_error(p.error_word, kErrorCommitAccepted, row, asked, verified > 0 ? verified : 0);
+  }
   p.num_verified[slot] = 0;
   if (w < 0 || w > L) return;
   const int n = cursor_after_accept(w, accepted, L);

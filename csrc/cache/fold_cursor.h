@@ -6,8 +6,11 @@
 // Commit: num_committed[slot] = n, or 0 where the row folded (fold_rows.cuh's rule, n = the cursor
 // after accepting), and num_verified[slot] = 0 (the verify is consumed: a second commit without a
 // verify accepts nothing). Flush: 0 where the slot folded (w > 0). Pad rows and out-of-range slots are
-// left alone; cursors outside [0, L] too (commit still zeroes num_verified). A given rounding seed's offset ([seed, offset], int64) advances by one
-// (every fold CTA has read it by then), so stochastic rounding costs no launch of its own.
+// left alone; cursors outside [0, L] too (commit still zeroes num_verified). A given rounding seed's
+// offset ([seed, offset], int64) advances by one (every fold CTA has read it by then), so stochastic
+// rounding costs no launch of its own. With an error word, commit records the first row whose slot id
+// is out of range and not the pad id, or whose num_accepted lies outside [0, num_verified[slot]]
+// (cache/error_word.cuh).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,7 @@ struct CursorMoveParams {
   int32_t buffer_len;
   int32_t max_draft_tokens;  // commit
   int64_t* rounding_seed;    // nullptr: none
+  int32_t* error_word;       // commit: (4,) [code, row, value, limit] (cache/error_word.cuh), or nullptr
 };
 
 // Launches on `stream` (nothing for batch 0 without a seed); returns the launch status.

@@ -149,3 +149,66 @@ def test_cuda_graph_replay_matches_the_reference(name):
             torch.cuda.synchronize()
             assert torch.equal(gpu.num_committed, cursors), "a replayed second commit accepted entries"
             assert_same(gpu, ref, f"replay {rnd} second commit")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_error_word_matches_the_reference(name):
+    """One misuse per op (so that the first violation is the only one): the compiled kernels record the
+    reference's [code, row, value, limit]; check() raises it and clears the word; correct use records
+    nothing. Also replayed from a CUDA graph."""
+    gpu, ref = make_cache(name, "cuda", seed=5), make_cache(name, "reference", seed=5)
+    gen = torch.Generator().manual_seed(6)
+    T = 3
+    cases = [  # (verify slots, commit slots, num_accepted): at most one misuse each
+        ([0, 1, 2], [0, 1, 2], [3, 0, 2]),
+        ([0, -1, 4], [0, -1, 4], [3, 3, 7]),          # commit row 2 accepts 7 of 3
+        ([3, 9, 1], [3, 1], [1, 1]),                  # verify row 1 names slot 9
+        ([2, 0], [2, -4], [1, 1]),                    # commit row 1 names slot -4
+        ([1, 2], [1, 2], [-1, 0]),                    # commit row 0: -1
+        ([4], [4, 1], [0, 1]),                        # commit row 1: slot 1 has nothing verified
+    ]
+    for v_slots, c_slots, acc in cases:
+        inputs = draft_inputs(name, gpu, len(v_slots), T, gen)
+        vs, cs = (torch.tensor(s, device="cuda") for s in (v_slots, c_slots))
+        a = torch.tensor(acc, dtype=torch.int32, device="cuda")
+        for c in (gpu, ref):
+            c.verify(*inputs, slots=vs)
+        assert torch.equal(gpu.error_word, ref.error_word), f"verify {v_slots}: error words differ"
+        if int(ref.error_word[0]) == 0:
+            for c in (gpu, ref):
+                c.commit(a, slots=cs)
+            assert torch.equal(gpu.error_word, ref.error_word), f"commit {c_slots} {acc}: error words differ"
+        assert_same(gpu, ref, f"case {v_slots} {c_slots} {acc}")
+        expected = ref.error_word.tolist()
+        ref.error_word.zero_()
+        if expected[0] == 0:
+            gpu.check()
+        else:
+            with pytest.raises(ValueError, match=rf"{name}_(verify|commit) row {expected[1]}: "):
+                gpu.check()
+        assert int(gpu.error_word.count_nonzero()) == 0, "check() clears the word"
+
+    slots = torch.tensor([0, 2], device="cuda")
+    static_in = draft_inputs(name, gpu, 2, T, gen)
+    static_acc = torch.zeros(2, dtype=torch.int32, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        warm = make_cache(name, "cuda", seed=5)
+        warm.verify(*static_in, slots=slots)
+        warm.commit(static_acc, slots=slots)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gpu.verify(*static_in, slots=slots)
+        gpu.commit(static_acc, slots=slots)
+    for acc in ([1, 3], [0, 4], [2, 2], [-5, 1]):
+        static_acc.copy_(torch.tensor(acc, dtype=torch.int32))
+        graph.replay()
+        ref.verify(*static_in, slots=slots)
+        ref.commit(static_acc.clone(), slots=slots)
+        torch.cuda.synchronize()
+        assert torch.equal(gpu.error_word, ref.error_word), f"replay {acc}: error words differ"
+        assert_same(gpu, ref, f"replay {acc}")
+        gpu.error_word.zero_()
+        ref.error_word.zero_()

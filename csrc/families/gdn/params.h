@@ -14,6 +14,7 @@
 //   u_buf           (slots, HV, L, V)       fp32                       corrected values u = beta (v - S' k)
 //   num_committed   (slots,)                int32                      committed buffer entries per slot
 //   num_verified    (slots,)                int32                      entries the slot's last verify appended
+//   error_word      (4,)                    int32                      verify / commit, optional: the first misuse
 //   q, k            (batch, [T,] H, K)      activation                 L2-normalised in the kernel when use_qk_l2norm
 //   snapshots       (batch, T, HV, V, K)    state dtype                update_snapshots: the state after token t
 //   v, out          (batch, [T,] HV, V)     activation
@@ -118,6 +119,9 @@ struct GdnParams {
   int32_t batch, heads, v_heads, head_k_dim, head_v_dim;
   // step: the caller's slots fold at different steps (continuous batching); a launch hint only
   bool staggered_flush;
+  // verify / commit: (4,) int32 [code, row, value, limit], the first misuse (cache/error_word.cuh), or
+  // nullptr: record nothing.
+  int32_t* error_word;
 };
 
 // Conventional T=1 update of cache.checkpoint (the state), one launch.

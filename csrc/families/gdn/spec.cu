@@ -68,6 +68,7 @@ cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
   cm.buffer_len = p.cache.buffer_len;
   cm.max_draft_tokens = p.cache.max_draft_tokens;
   cm.rounding_seed = nullptr;
+  cm.error_word = commit ? p.error_word : nullptr;
   return launch_move_cursors(cm, stream);
 }
 

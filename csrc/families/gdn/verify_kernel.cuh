@@ -36,6 +36,7 @@
 // nothing for a pad row): the most the commit after it may accept.
 #pragma once
 
+#include "cache/error_word.cuh"
 #include "cache/slot_map.cuh"
 #include "common/math.cuh"
 #include "families/gdn/fold.cuh"
@@ -131,6 +132,9 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
   const VerifySmem<kK, kV, kSrc, kAct> sm(smem_base, S, L, T);
 
   const int64_t slot = resolve_slot(p, row);
+  if (slot < 0 && blockIdx.x == 0 && producer && slot_out_of_range(p, named_slot(p, row))) {
+    record_error(p.error_word, kErrorVerifySlot, row, named_slot(p, row), p.num_slots);
+  }
   if (slot < 0) {
     write_zero_outputs<kAct>(p, row, head0, nh, kV);
     return;

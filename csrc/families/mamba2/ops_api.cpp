@@ -290,7 +290,8 @@ void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>
                    const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
                    const at::Tensor& C, const at::Tensor& out, const std::optional<at::Tensor>& D,
                    const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
-                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                   const std::optional<at::Tensor>& error_word) {
   constexpr const char* op = "mamba2_verify";
   const Expect expect{op, checkpoint};
   expect("checkpoint", checkpoint, {-1, -1, -1, -1}, checkpoint_dtypes(), 16);
@@ -323,6 +324,7 @@ void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>
   if (z) expect("z", *z, {batch, T, H, P}, {act});
   if (dt_bias) expect("dt_bias", *dt_bias, {H}, {at::kFloat});
   fill_slots(p, expect, op, slots, batch, pad_slot_id, S);
+  p.error_word = error_word_arg(expect, op, error_word);
 
   p.num_tokens = static_cast<int32_t>(T);
   fill_token_inputs(p, x, dt, A, B, C, out, D, z, dt_bias, dt_softplus);
@@ -375,7 +377,7 @@ void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>
                    const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_verified,
                    const at::Tensor& num_accepted, const at::Tensor& A, int64_t max_draft_tokens,
                    const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
-                   const std::optional<at::Tensor>& rounding_seed) {
+                   const std::optional<at::Tensor>& rounding_seed, const std::optional<at::Tensor>& error_word) {
   constexpr const char* op = "mamba2_commit";
   const Expect expect{op, checkpoint};
   expect("num_accepted", num_accepted, {-1}, {at::kInt, at::kLong});
@@ -383,6 +385,7 @@ void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>
                                    dt_buf, num_committed, A, slots, num_accepted.size(0), pad_slot_id);
   TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= p.buffer_len, checks::cat(op, ": max_draft_tokens must be in [1, L = ", p.buffer_len, "], got ", max_draft_tokens));
   fill_num_verified(p, expect, op, num_verified, num_committed);
+  p.error_word = error_word_arg(expect, op, error_word);
   p.mode = Mamba2FoldMode::kCommit;
   p.max_draft_tokens = static_cast<int32_t>(max_draft_tokens);
   p.num_accepted = num_accepted.data_ptr();

@@ -70,6 +70,7 @@ cudaError_t launch_mamba2_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
   cm.buffer_len = p.buffer_len;
   cm.max_draft_tokens = p.max_draft_tokens;
   cm.rounding_seed = p.rounding_seed;
+  cm.error_word = commit ? p.error_word : nullptr;
   return launch_move_cursors(cm, stream);
 }
 

@@ -20,6 +20,7 @@
 //   num_accepted    (batch,)                int32 / int64              commit
 //   state_out       (batch, H, P, N)        fp32                       materialize
 //   rounding_seed   (2,)                    int64                      commit / flush, optional: [seed, offset]
+//   error_word      (4,)                    int32                      verify / commit, optional: the first misuse
 //
 // Cursors: verify reads num_committed and never writes it; it sets num_verified[slot] to the entries it
 // appended (T, or 0 for a row whose cursor leaves no room). Commit and flush are two launches: the
@@ -114,6 +115,10 @@ struct Mamba2SpecParams {
   // checkpoint's stores (stochastic_rounding.cuh); nullptr: round to nearest even. The cursor kernel
   // advances the offset.
   int64_t* rounding_seed;
+
+  // verify / commit: (4,) int32 [code, row, value, limit], the first misuse (cache/error_word.cuh), or
+  // nullptr: record nothing.
+  int32_t* error_word;
 };
 
 // What the launcher chose (launch/mamba2_policy.h): the kernels' second argument.

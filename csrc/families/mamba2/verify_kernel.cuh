@@ -37,6 +37,7 @@
 // docs/TUNING.md has its launch rule and what it measured.
 #pragma once
 
+#include "cache/error_word.cuh"
 #include "families/mamba2/tensor_dot.cuh"
 #include "families/mamba2/spec_common.cuh"
 
@@ -395,6 +396,9 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   const int group = blockIdx.x / ctas_per_group;
   const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;
   const int64_t slot = resolve_slot(p, row);
+  if (slot < 0 && blockIdx.x == 0 && tid == 0 && slot_out_of_range(p, named_slot(p, row))) {
+    record_error(p.error_word, kErrorVerifySlot, row, named_slot(p, row), p.num_slots);
+  }
   if (slot < 0) {
     for (int i = 0; i < num_heads; ++i) write_zero_outputs<kAct>(p, row, head0 + i);
     return;
