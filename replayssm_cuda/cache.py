@@ -287,7 +287,9 @@ class _ReplayCache:
                            self.pad_slot_id))
         # No verify is pending in a loaded slot: stagger_cursors with period 1 and no buffers sets the
         # named slots' counter (here num_verified) to slot % 1 = 0, on the device like load itself.
-        self._run("stagger_cursors", ([], self.num_verified, slots, self.pad_slot_id, 1))
+        # Without slots, load's rows are slots 0 .. batch - 1 (stagger_cursors' None means every slot).
+        loaded = slots if slots is not None else torch.arange(states.shape[0], device=self.device)
+        self._run("stagger_cursors", ([], self.num_verified, loaded, self.pad_slot_id, 1))
         self._stagger(slots)
 
     def reset(self, slots=None):

@@ -119,6 +119,10 @@ def test_load_reset_and_copy_slots_keep_the_counts_consistent(name):
     a.reset(torch.tensor([0]))
     a.load(random_states(fam, 1), slots=torch.tensor([2]))
     assert a.num_verified.tolist() == [0, 3, 0, 3]
+    c = fam.make_cache(4, buffer_len=8, max_draft_tokens=4)
+    c.num_verified.fill_(2)
+    c.load(random_states(fam, 2))                     # rows 0, 1 -> slots 0, 1 only
+    assert c.num_verified.tolist() == [0, 0, 2, 2]
     a.commit(counts(3, 3, 3, 3))
     assert a.num_committed.tolist() == [0, 3, 0, 3]
     b.verify(*inputs)
