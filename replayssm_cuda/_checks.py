@@ -152,6 +152,24 @@ def mamba2_cache(op, checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, n
     return L
 
 
+def num_verified(op, num_verified_, num_committed) -> None:
+    """The per-slot count of entries the last verify appended (verify and commit): int32 (num_slots,),
+    not the cursors' memory."""
+    expect(op, "num_verified", num_verified_, shape=tuple(num_committed.shape), dtypes=(torch.int32,),
+           device=num_committed.device)
+    def byte_range(t):
+        return t.data_ptr(), t.data_ptr() + (t.shape[0] - 1) * t.stride(0) * t.element_size() + t.element_size()
+
+    (a0, a1), (b0, b1) = byte_range(num_verified_), byte_range(num_committed)
+    if num_committed.shape[0] > 0 and a0 < b1 and b0 < a1:
+        raise ValueError(f"{op}: `num_verified` must not share memory with num_committed, got overlapping tensors")
+
+
+def error_word(op, word, device) -> None:
+    """The optional error word of verify and commit: int32 (4,) [code, row, value, limit]."""
+    expect(op, "error_word", word, shape=(4,), dtypes=(torch.int32,), device=device, optional=True)
+
+
 def mamba2_weights(op, H: int, dev, A, D, dt_bias, prefix: str = "") -> None:
     expect(op, f"{prefix}A", A, shape=(H,), dtypes=WEIGHT_DTYPES, device=dev)
     expect(op, f"{prefix}D", D, shape=(H,), dtypes=WEIGHT_DTYPES, device=dev, optional=True)
@@ -274,11 +292,13 @@ def check_mamba2_update_snapshots(state_, x, dt, A, B, C, out, snapshots, D=None
     index(op, "pad_slot_id", pad_slot_id)
 
 
-def check_mamba2_verify(checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, num_committed,
+def check_mamba2_verify(checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified_,
                         x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
-                        slots_=None, pad_slot_id=-1):
+                        slots_=None, pad_slot_id=-1, error_word_=None):
     op = "mamba2_verify"
     L = mamba2_cache(op, checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, num_committed)
+    num_verified(op, num_verified_, num_committed)
+    error_word(op, error_word_, checkpoint.device)
     S, H, P, N = checkpoint.shape
     lead = lead_of(op, "x", x, 4)
     if lead[1] > L:
@@ -307,10 +327,13 @@ def check_mamba2_step(checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, 
     rounding_seed(op, checkpoint, rounding_seed_)
 
 
-def check_mamba2_commit(checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
-                        A, max_draft_tokens, slots_=None, pad_slot_id=-1, rounding_seed_=None):
+def check_mamba2_commit(checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified_,
+                        num_accepted, A, max_draft_tokens, slots_=None, pad_slot_id=-1, rounding_seed_=None,
+                        error_word_=None):
     op = "mamba2_commit"
     L = mamba2_cache(op, checkpoint, read_copy_, read_scale, x_buf, B_buf, dt_buf, num_committed)
+    num_verified(op, num_verified_, num_committed)
+    error_word(op, error_word_, checkpoint.device)
     positive_int(op, "max_draft_tokens", max_draft_tokens, L)
     expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
     expect(op, "A", A, shape=(checkpoint.shape[1],), dtypes=WEIGHT_DTYPES, device=checkpoint.device)
@@ -433,10 +456,13 @@ def _delta_checks(family: str) -> dict:
         index(op, "pad_slot_id", pad_slot_id)
 
     def check_verify(checkpoint, read_copy_, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-                     q, k, v, a, b, A_log, dt_bias, out, scale_=None, use_qk_l2norm=True, slots_=None, pad_slot_id=-1):
+                     num_verified_, q, k, v, a, b, A_log, dt_bias, out, scale_=None, use_qk_l2norm=True, slots_=None,
+                     pad_slot_id=-1, error_word_=None):
         op = f"{family}_verify"
         H, L = delta_cache(op, family, checkpoint, read_copy_, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf,
                            num_committed)
+        num_verified(op, num_verified_, num_committed)
+        error_word(op, error_word_, checkpoint.device)
         _, HV, V, K = checkpoint.shape
         expect(op, "q", q, shape=(None, None, H, None))
         batch, T = q.shape[:2]
@@ -467,10 +493,13 @@ def _delta_checks(family: str) -> dict:
         index(op, "pad_slot_id", pad_slot_id)
 
     def check_commit(checkpoint, read_copy_, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-                     num_accepted, max_draft_tokens, use_qk_l2norm=True, slots_=None, pad_slot_id=-1):
+                     num_verified_, num_accepted, max_draft_tokens, use_qk_l2norm=True, slots_=None, pad_slot_id=-1,
+                     error_word_=None):
         op = f"{family}_commit"
         _, L = delta_cache(op, family, checkpoint, read_copy_, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf,
                            num_committed)
+        num_verified(op, num_verified_, num_committed)
+        error_word(op, error_word_, checkpoint.device)
         positive_int(op, "max_draft_tokens", max_draft_tokens, L)
         expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=INDEX_DTYPES, device=checkpoint.device)
         flag(op, "use_qk_l2norm", use_qk_l2norm)

@@ -7,7 +7,11 @@ compiled (TORCH_LIBRARY_IMPL). csrc/api/ops.h lists the compiled ops with the sa
 tests/test_library.py checks that the two agree character for character.
 
 Every op writes caller-allocated outputs and cache tensors in place and returns nothing; `(a!)` marks
-what an op may write. rounding_seed (an int64 (2,) [seed, offset] for stochastic rounding of a bf16 /
+what an op may write. num_verified (int32 (num_slots,), verify and commit): the entries each slot's
+last verify appended, which verify sets and commit clamps num_accepted to, then zeroes. error_word
+(int32 (4,) [code, row, value, limit], optional, last): the first misuse verify or commit detected (a
+slot id neither in range nor the pad id, a num_accepted outside [0, num_verified[slot]]); see
+Mamba2Cache.check. rounding_seed (an int64 (2,) [seed, offset] for stochastic rounding of a bf16 /
 fp16 checkpoint's stores, advanced by the op) and staggered_flush (the steps' launch hint) come last
 with defaults, so calls written before them stay valid.
 
@@ -41,10 +45,10 @@ def _delta_schemas(family: str) -> dict[str, str]:
                       "int max_draft_tokens, Tensor? slots, int pad_slot_id, bool staggered_flush=False) -> ()"),
         f"{f}_verify": (f"{f}_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) k_buf, "
                         "Tensor(b!) v_buf, Tensor(c!) g_buf, Tensor(d!) beta_buf, Tensor(e!) u_buf, "
-                        f"Tensor num_committed, {inputs}, Tensor(f!) out, float? scale, bool use_qk_l2norm, "
-                        "Tensor? slots, int pad_slot_id) -> ()"),
-        f"{f}_commit": (f"{f}_commit({cache_fold}, Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, "
-                        "Tensor? slots, int pad_slot_id) -> ()"),
+                        f"Tensor num_committed, Tensor(f!) num_verified, {inputs}, Tensor(g!) out, float? scale, "
+                        "bool use_qk_l2norm, Tensor? slots, int pad_slot_id, Tensor(h!)? error_word=None) -> ()"),
+        f"{f}_commit": (f"{f}_commit({cache_fold}, Tensor(e!) num_verified, Tensor num_accepted, int max_draft_tokens, "
+                        "bool use_qk_l2norm, Tensor? slots, int pad_slot_id, Tensor(f!)? error_word=None) -> ()"),
         f"{f}_flush": f"{f}_flush({cache_fold}, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()",
         f"{f}_materialize": (f"{f}_materialize(Tensor checkpoint, Tensor k_buf, Tensor v_buf, Tensor g_buf, "
                              "Tensor beta_buf, Tensor u_buf, Tensor num_committed, Tensor(a!) out, "
@@ -67,13 +71,14 @@ SCHEMAS: dict[str, str] = {
         "Tensor? slots, int pad_slot_id, Tensor(i!)? rounding_seed=None, bool staggered_flush=False) -> ()"),
     "mamba2_verify": (
         "mamba2_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) x_buf, "
-        "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, "
-        "Tensor C, Tensor(d!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "
-        "int pad_slot_id) -> ()"),
+        "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor(d!) num_verified, Tensor x, Tensor dt, "
+        "Tensor A, Tensor B, Tensor C, Tensor(e!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, "
+        "Tensor? slots, int pad_slot_id, Tensor(f!)? error_word=None) -> ()"),
     "mamba2_commit": (
         "mamba2_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, "
-        "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor num_accepted, Tensor A, "
-        "int max_draft_tokens, Tensor? slots, int pad_slot_id, Tensor(e!)? rounding_seed=None) -> ()"),
+        "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor(e!) num_verified, Tensor num_accepted, "
+        "Tensor A, int max_draft_tokens, Tensor? slots, int pad_slot_id, Tensor(f!)? rounding_seed=None, "
+        "Tensor(g!)? error_word=None) -> ()"),
     "mamba2_flush": (
         "mamba2_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, "
         "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor A, Tensor? slots, int pad_slot_id, "

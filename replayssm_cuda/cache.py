@@ -12,6 +12,14 @@ reference runs it, and then calls that op with its tensors:
     y = cache.verify_varlen(x, dt, B, C, z, cu_seqlens=..., slots=...) # or flattened, (total_tokens, ...)
     cache.commit(num_accepted, slots=...)                              # device tensor, no host sync
 
+Commit is safe by construction: each slot records on the device how many entries its last verify
+appended (num_verified), and commit accepts num_accepted clamped to [0, that count], then zeroes it, so
+a count larger than the drafts, a negative one or a second commit without a verify never accepts a
+buffer entry that no verify wrote. Misuse is counted, not silent: verify and commit record the first
+one (a count outside that range, a slot id neither in range nor the pad id) in a device-side error word
+that `cache.check()` reads and raises (a host synchronisation: for debugging, tests, or now and then);
+`validate=True` checks after every op.
+
 On the compiled path a method hands its arguments straight to torch.ops.replayssm.* (which checks them
 in C++), runs without host synchronisation and can be captured in a CUDA graph; on the reference path
 it checks the per-call inputs in Python (never its own tensors again) and runs replayssm_cuda.reference.
@@ -36,6 +44,9 @@ from ._library import REFERENCE
 # short (docs/DESIGN.md section 6).
 MAX_BUFFER_LEN = {"mamba2": 64, "gdn": 16, "kda": 16}
 MAX_DRAFT_TOKENS = 16
+# The codes of a cache's error word (csrc/cache/error_word.cuh, reference.ERROR_*): the op kind and
+# what was wrong.
+ERROR_CODES = {1: ("verify", "slot"), 2: ("commit", "slot"), 3: ("commit", "accepted")}
 
 _is_compiling = torch.compiler.is_compiling
 
@@ -131,7 +142,8 @@ class _ReplayCache:
     _family_ops: dict[str, str]
 
     def __init__(self, num_slots, state_shape, *, buffer_len, max_draft_tokens, checkpoint_dtype,
-                 read_copy_dtype, activation_dtype, pad_slot_id, device, backend, checkpoint, staggered_flush):
+                 read_copy_dtype, activation_dtype, pad_slot_id, device, backend, checkpoint, staggered_flush,
+                 validate=False):
         name = type(self).__name__
         if not isinstance(num_slots, int) or num_slots < 1:
             raise ValueError(f"{name}: `num_slots` must be an int >= 1, got {num_slots!r}")
@@ -162,6 +174,8 @@ class _ReplayCache:
         ops.check_backend(name, backend)
         if not isinstance(staggered_flush, bool):
             raise ValueError(f"{name}: `staggered_flush` must be a bool, got {staggered_flush!r}")
+        if not isinstance(validate, bool):
+            raise ValueError(f"{name}: `validate` must be a bool, got {validate!r}")
         if max_draft_tokens == buffer_len > 1:
             warnings.warn(f"{name}: buffer_len == max_draft_tokens == {buffer_len}: every step folds the buffer "
                           f"into the checkpoint (a slot folds every buffer_len - max_draft_tokens + 1 tokens), "
@@ -195,6 +209,14 @@ class _ReplayCache:
         self.read_scale = (torch.ones(shape[:3], dtype=torch.float32, device=self.device)
                            if read_copy_dtype == torch.float8_e4m3fn else None)
         self.num_committed = torch.zeros(num_slots, dtype=torch.int32, device=self.device)
+        # Entries each slot's last verify appended: the most its commit accepts (0 after a commit, load
+        # or reset). copy_slots copies it with the buffers it describes, so a fork between a verify and
+        # its commit may commit in either slot.
+        self.num_verified = torch.zeros(num_slots, dtype=torch.int32, device=self.device)
+        # The first misuse verify or commit detected, [code, row, value, limit] (ERROR_CODES), written
+        # on the device and read only by check(); validate=True checks after every op.
+        self.error_word = torch.zeros(4, dtype=torch.int32, device=self.device)
+        self.validate = validate
 
     # ---- what the families provide ------------------------------------------------------------------
 
@@ -245,11 +267,38 @@ class _ReplayCache:
             ops.warn_fallback(", ".join(names), reason, stacklevel=4)
 
     def _run(self, op: str, args: tuple) -> None:
-        """Run op on the path chosen for it; the reference path's callers have checked their inputs."""
+        """Run op on the path chosen for it; the reference path's callers have checked their inputs.
+        With validate=True, check() after it (eagerly, outside CUDA-graph capture)."""
         if self._compiled[op] or _is_compiling():
             ops.KERNELS[op](*args)
         else:
             REFERENCE[op](*args)
+        if self.validate and not _is_compiling() and not (self.device.type == "cuda"
+                                                           and torch.cuda.is_current_stream_capturing()):
+            self.check()
+
+    def check(self) -> None:
+        """Raise ValueError for the first misuse a verify or commit recorded since the last check (the op,
+        the row and the value), and clear the record. Reads the device-side error word, so it
+        synchronises with the device: for debugging and tests, or once in a while in serving; the ops
+        themselves never wait on it. Misuse that is recorded: a slot id neither in [0, num_slots) nor
+        pad_slot_id (the row was treated as a pad), a num_accepted outside [0, the entries the slot's
+        last verify appended] (it was clamped there)."""
+        code, row, value, limit = self.error_word.tolist()
+        if code == 0:
+            return
+        self.error_word.zero_()
+        name = type(self).__name__
+        kind, what = ERROR_CODES.get(code, ("?", None))
+        op = self._family_ops.get(kind, kind)
+        if what == "slot":
+            raise ValueError(f"{name}.check: {op} row {row}: slot id {value} is neither in [0, num_slots={limit}) "
+                             f"nor pad_slot_id={self.pad_slot_id}; the row was treated as a pad (zero output, "
+                             f"nothing written)")
+        if what == "accepted":
+            raise ValueError(f"{name}.check: {op} row {row}: num_accepted = {value} is outside [0, {limit}] (the "
+                             f"entries the slot's last verify appended); it was clamped to that range")
+        raise ValueError(f"{name}.check: unknown error code {code} (row {row}, value {value}, limit {limit})")
 
     def _reference_path(self, op: str) -> bool:
         """True where a method must check its per-call inputs (the reference path, eagerly)."""
@@ -259,8 +308,9 @@ class _ReplayCache:
 
     @property
     def cache_tensors(self) -> list[torch.Tensor]:
-        """Everything a slot owns, slot-major: checkpoint, read copy, scales, buffers, cursor."""
-        tensors = [self.checkpoint, self.read_copy, self.read_scale, *self._buffers().values(), self.num_committed]
+        """Everything a slot owns, slot-major: checkpoint, read copy, scales, buffers, cursor, verified count."""
+        tensors = [self.checkpoint, self.read_copy, self.read_scale, *self._buffers().values(), self.num_committed,
+                   self.num_verified]
         return [t for t in tensors if t is not None]
 
     def bytes_per_slot(self) -> dict[str, int]:
@@ -273,6 +323,7 @@ class _ReplayCache:
         for buf_name, buf in self._buffers().items():
             sizes[buf_name] = buf[0].numel() * buf.element_size()
         sizes["num_committed"] = self.num_committed.element_size()
+        sizes["num_verified"] = self.num_verified.element_size()
         sizes["total"] = sum(sizes.values())
         return sizes
 
@@ -283,15 +334,20 @@ class _ReplayCache:
             _checks.load_states("load", self.checkpoint, states, slots)
         self._run("load", (self.checkpoint, self.read_copy, self.read_scale, self.num_committed, states, slots,
                            self.pad_slot_id))
+        # No verify is pending in a loaded slot: stagger_cursors with period 1 and no buffers sets the
+        # named slots' counter (here num_verified) to slot % 1 = 0, on the device like load itself.
+        # Without slots, load's rows are slots 0 .. batch - 1 (stagger_cursors' None means every slot).
+        loaded = slots if slots is not None else torch.arange(states.shape[0], device=self.device)
+        self._run("stagger_cursors", ([], self.num_verified, loaded, self.pad_slot_id, 1))
         self._stagger(slots)
 
     def reset(self, slots=None):
-        """Zero the checkpoint, read copy, buffers and cursor of the slots (all when None)."""
+        """Zero the checkpoint, read copy, buffers, cursor and verified count of the slots (all when None)."""
         _checks.slots_type("reset", slots)
         if self._reference_path("reset"):
             _checks.slot_list("reset", "slots", slots, self.device)
-        self._run("reset", (self.checkpoint, self.read_copy, self.read_scale, self._buffer_list, self.num_committed,
-                            slots, self.pad_slot_id))
+        self._run("reset", (self.checkpoint, self.read_copy, self.read_scale, [*self._buffer_list, self.num_verified],
+                            self.num_committed, slots, self.pad_slot_id))
         self._stagger(slots)
 
     def _stagger(self, slots):
@@ -319,8 +375,12 @@ class _ReplayCache:
         ops.KERNELS["copy_slots"](*args)
 
     def _cache_args(self) -> tuple:
-        """The cache tensors in the order of the family's replay ops (checkpoint ... num_committed)."""
+        """The cache tensors in the order of the family's step, flush (checkpoint ... num_committed)."""
         return self._cache
+
+    def _spec_cache_args(self) -> tuple:
+        """The cache tensors in the order of the family's verify and commit (... num_committed, num_verified)."""
+        return (*self._cache, self.num_verified)
 
     def _check_draft_count(self, op: str, T: int):
         if T > self.max_draft_tokens:
@@ -383,13 +443,15 @@ class Mamba2Cache(_ReplayCache):
                  weights: Mamba2Weights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
                  checkpoint_dtype=torch.float32, read_copy_dtype=None, activation_dtype=torch.bfloat16,
                  pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None,
-                 staggered_flush: bool = False, stochastic_rounding: bool = False, seed: int = 0):
+                 staggered_flush: bool = False, stochastic_rounding: bool = False, seed: int = 0,
+                 validate: bool = False):
         """stochastic_rounding: a bf16 / fp16 checkpoint rounds its folds (and the L=1 update)
         stochastically, unbiased, instead of to nearest (reference.stochastic_round); the cache owns the
         device tensor `rounding_seed` = [seed, offset] that the ops advance. Give each layer its own seed.
         staggered_flush: slots start with different fold phases (_stagger), and step() passes the flag on
         to ops.mamba2_step as its launch hint (smaller CTAs for steps in which only a few slots fold, and
-        with a read copy the folding rows first)."""
+        with a read copy the folding rows first). validate: check() after every op, which raises the
+        first misuse verify or commit recorded (synchronising: for debugging)."""
         if not isinstance(stochastic_rounding, bool):
             raise ValueError(f"Mamba2Cache: `stochastic_rounding` must be a bool, got {stochastic_rounding!r}")
         if stochastic_rounding and checkpoint_dtype not in (torch.bfloat16, torch.float16):
@@ -401,7 +463,7 @@ class Mamba2Cache(_ReplayCache):
                          buffer_len=buffer_len, max_draft_tokens=max_draft_tokens,
                          checkpoint_dtype=checkpoint_dtype, read_copy_dtype=read_copy_dtype,
                          activation_dtype=activation_dtype, pad_slot_id=pad_slot_id, device=device,
-                         backend=backend, checkpoint=checkpoint, staggered_flush=staggered_flush)
+                         backend=backend, checkpoint=checkpoint, staggered_flush=staggered_flush, validate=validate)
         if not isinstance(num_groups, int) or num_groups < 1 or num_heads % num_groups != 0:
             raise ValueError(f"Mamba2Cache: `num_groups` must divide num_heads={num_heads}, got {num_groups!r}")
         if not isinstance(weights, Mamba2Weights):
@@ -482,7 +544,8 @@ class Mamba2Cache(_ReplayCache):
         out = torch.empty_like(x) if out is None else out
         if self._reference_path(op):
             self._inputs(op, x, dt, B, C, out, z, slots, 4)
-        self._run(op, (*self._cache, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots, self.pad_slot_id))
+        self._run(op, (*self._cache, self.num_verified, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots,
+                       self.pad_slot_id, self.error_word))
         return out
 
     def verify_varlen(self, x, dt, B, C, z=None, *, cu_seqlens, max_draft_tokens=None, slots=None, out=None):
@@ -503,14 +566,16 @@ class Mamba2Cache(_ReplayCache):
         return layout.unpack(block, out)
 
     def commit(self, num_accepted, slots=None):
-        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
+        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync),
+        num_accepted clamped to [0, the tokens the slot's last verify appended]; a second commit without
+        a verify keeps nothing."""
         op = "mamba2_commit"
         _checks.slots_type(op, slots)
         if self._reference_path(op):
             ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
             _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
-        self._run(op, (*self._cache, num_accepted, self.weights.A, self.max_draft_tokens, slots, self.pad_slot_id,
-                       self.rounding_seed))
+        self._run(op, (*self._cache, self.num_verified, num_accepted, self.weights.A, self.max_draft_tokens, slots,
+                       self.pad_slot_id, self.rounding_seed, self.error_word))
 
     def flush(self, slots=None):
         """Fold all committed tokens of the slots (all when None) into their checkpoints."""
@@ -539,13 +604,13 @@ class _DeltaRuleCache(_ReplayCache):
                  weights: DeltaRuleWeights, *, buffer_len: int = 16, max_draft_tokens: int = 1,
                  checkpoint_dtype=torch.float32, read_copy_dtype=None, activation_dtype=torch.bfloat16,
                  pad_slot_id: int = -1, device=None, backend: str = "auto", checkpoint=None,
-                 staggered_flush: bool = False):
+                 staggered_flush: bool = False, validate: bool = False):
         name = type(self).__name__
         super().__init__(num_slots, {"num_v_heads": num_v_heads, "head_v_dim": head_v_dim, "head_k_dim": head_k_dim},
                          buffer_len=buffer_len, max_draft_tokens=max_draft_tokens,
                          checkpoint_dtype=checkpoint_dtype, read_copy_dtype=read_copy_dtype,
                          activation_dtype=activation_dtype, pad_slot_id=pad_slot_id, device=device,
-                         backend=backend, checkpoint=checkpoint, staggered_flush=staggered_flush)
+                         backend=backend, checkpoint=checkpoint, staggered_flush=staggered_flush, validate=validate)
         if not isinstance(num_heads, int) or num_heads < 1 or num_v_heads % num_heads != 0:
             raise ValueError(f"{name}: `num_v_heads` ({num_v_heads}) must be a multiple of `num_heads`, "
                              f"got num_heads={num_heads!r}")
@@ -630,8 +695,8 @@ class _DeltaRuleCache(_ReplayCache):
         out = torch.empty_like(v) if out is None else out
         if self._reference_path(op):
             self._inputs(op, q, k, v, a, b, out, slots, 4)
-        self._run(op, (*self._cache, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale, w.use_qk_l2norm, slots,
-                       self.pad_slot_id))
+        self._run(op, (*self._cache, self.num_verified, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale,
+                       w.use_qk_l2norm, slots, self.pad_slot_id, self.error_word))
         return out
 
     def verify_varlen(self, q, k, v, a, b, *, cu_seqlens, max_draft_tokens=None, slots=None, out=None):
@@ -653,14 +718,16 @@ class _DeltaRuleCache(_ReplayCache):
         return layout.unpack(block, out)
 
     def commit(self, num_accepted, slots=None):
-        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync)."""
+        """Keep the first num_accepted[r] verified tokens of each row (device tensor; no host sync),
+        num_accepted clamped to [0, the tokens the slot's last verify appended]; a second commit without
+        a verify keeps nothing."""
         op = self._family_ops["commit"]
         _checks.slots_type(op, slots)
         if self._reference_path(op):
             ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
             _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
-        self._run(op, (*self._cache, num_accepted, self.max_draft_tokens, self.weights.use_qk_l2norm, slots,
-                       self.pad_slot_id))
+        self._run(op, (*self._cache, self.num_verified, num_accepted, self.max_draft_tokens,
+                       self.weights.use_qk_l2norm, slots, self.pad_slot_id, self.error_word))
 
     def flush(self, slots=None):
         """Fold all committed tokens of the slots (all when None) into their checkpoints."""

@@ -273,14 +273,16 @@ def mamba2_update_snapshots(state, x, dt, A, B, C, out, snapshots, D=None, z=Non
     return out
 
 
-def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified,
                   x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus=False,
-                  slots=None, pad_slot_id: int = -1, *, backend="auto"):
-    """Outputs of T draft tokens; entries appended after the committed history. See reference."""
+                  slots=None, pad_slot_id: int = -1, error_word=None, *, backend="auto"):
+    """Outputs of T draft tokens; entries appended after the committed history, their count recorded
+    in num_verified[slot] (int32 (num_slots,)) for the commit. error_word: int32 (4,) that records the
+    first misuse (Mamba2Cache.check), or None. See reference."""
     _checks.slots_type("mamba2_verify", slots)
     _call("mamba2_verify", backend, checkpoint, _verify_limit, (checkpoint, read_copy, x, dt_buf),
-          (checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
-           x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id))
+          (checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified,
+           x, dt, A, B, C, out, D, z, dt_bias, bool(dt_softplus), slots, pad_slot_id, error_word))
     return out
 
 
@@ -306,15 +308,16 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
     return out
 
 
-def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
-                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1, rounding_seed=None, *,
-                  backend="auto"):
+def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified,
+                  num_accepted, A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1, rounding_seed=None,
+                  error_word=None, *, backend="auto"):
     """Accept verified entries (a device-side cursor move) and fold where the next verify would not fit.
-    rounding_seed: as in mamba2_step."""
+    num_accepted is clamped to [0, num_verified[slot]] (what the slot's last verify appended), which
+    becomes 0. rounding_seed: as in mamba2_step. error_word: as in mamba2_verify."""
     _checks.slots_type("mamba2_commit", slots)
     _call("mamba2_commit", backend, checkpoint, mamba2_spec_kernel_limit, (checkpoint, read_copy, x_buf, dt_buf),
-          (checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted, A,
-           max_draft_tokens, slots, pad_slot_id, rounding_seed))
+          (checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified, num_accepted, A,
+           max_draft_tokens, slots, pad_slot_id, rounding_seed, error_word))
 
 
 def mamba2_flush(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A,
@@ -408,15 +411,16 @@ def _delta_ops(family: str):
         return out
 
     def verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-               q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True,
-               slots=None, pad_slot_id: int = -1, *, backend="auto"):
+               num_verified, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True,
+               slots=None, pad_slot_id: int = -1, error_word=None, *, backend="auto"):
         op = names["verify"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
               limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
                                        weights=(A_log, dt_bias), T=q.shape[1])), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-               q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id))
+               num_verified, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id,
+               error_word))
         return out
 
     def step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
@@ -433,14 +437,14 @@ def _delta_ops(family: str):
         return out
 
     def commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-               num_accepted, max_draft_tokens: int, use_qk_l2norm=True, slots=None, pad_slot_id: int = -1,
-               *, backend="auto"):
+               num_verified, num_accepted, max_draft_tokens: int, use_qk_l2norm=True, slots=None,
+               pad_slot_id: int = -1, error_word=None, *, backend="auto"):
         op = names["commit"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
               limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-               num_accepted, max_draft_tokens, bool(use_qk_l2norm), slots, pad_slot_id))
+               num_verified, num_accepted, max_draft_tokens, bool(use_qk_l2norm), slots, pad_slot_id, error_word))
 
     def flush(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
               use_qk_l2norm=True, slots=None, pad_slot_id: int = -1, *, backend="auto"):

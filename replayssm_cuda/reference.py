@@ -14,6 +14,7 @@ Cache tensors (one layer, slot-major; see docs/DESIGN.md):
     read_copy      same shape, bf16/fp16/fp8-e4m3, or None; read_scale (slots, H, rows) for fp8
     buffers        the inputs since the checkpoint, (slots, heads, L, dim)
     num_committed  int32 (slots,): committed buffer entries per slot
+    num_verified   int32 (slots,): entries the slot's last verify appended, the most its commit accepts
 
 Rows and slots: row r of a batch uses slot ``slots[r]`` (row r when ``slots`` is None). A row whose
 slot equals ``pad_slot_id`` or lies outside [0, num_slots), or whose cursor leaves no room for its
@@ -344,17 +345,68 @@ def copy_slots_table(cache_tensors, slot_table, src_slots, dst_slots, pad_slot_i
     copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id)
 
 
-def _commit_cursors(num_committed, num_accepted, L: int, max_draft_tokens: int, slots, pad_slot_id: int):
-    """Move each row's cursor past its accepted entries; return the rows' slots and the mask of rows
-    whose slot must fold now because the next verify of max_draft_tokens would not fit."""
-    idx, valid = _resolve_rows(slots, num_accepted.shape[0], num_committed.shape[0], pad_slot_id,
+def _accepted_entries(num_accepted, verified):
+    """What a commit row accepts: num_accepted clamped to [0, verified], the entries its slot's last
+    verify appended (so no entry that verify did not write is ever accepted)."""
+    most = verified.long().clamp(min=0)
+    return torch.minimum(num_accepted.to(most.device).long().clamp(min=0), most)
+
+
+def _commit_cursors(num_committed, num_verified, num_accepted, L: int, max_draft_tokens: int, slots,
+                    pad_slot_id: int, error_word=None):
+    """Move each row's cursor past its accepted entries (num_accepted clamped to [0, num_verified[slot]]
+    and to the buffer's room), consume the verify (num_verified[slot] = 0); return the rows' slots and the
+    mask of rows whose slot must fold now because the next verify of max_draft_tokens would not fit."""
+    idx, named = _resolve_rows(slots, num_accepted.shape[0], num_committed.shape[0], pad_slot_id,
                                num_committed.device)
     w = num_committed[idx].long()
-    valid = valid & (w >= 0) & (w <= L)
-    accepted = torch.minimum(num_accepted.to(w.device).long().clamp(min=0), L - w)
+    valid = named & (w >= 0) & (w <= L)
+    verified = num_verified[idx]
+    if error_word is not None:
+        codes, ids = _slot_errors(slots, num_accepted.shape[0], num_committed.shape[0], pad_slot_id,
+                                  ERROR_COMMIT_SLOT, num_committed.device)
+        asked = num_accepted.to(num_committed.device).long()
+        outside = named & (asked != _accepted_entries(asked, verified))
+        codes = torch.where(outside & (codes == 0), ERROR_COMMIT_ACCEPTED, codes)
+        limits = torch.where(codes == ERROR_COMMIT_SLOT, num_committed.shape[0], verified.long().clamp(min=0))
+        _record_error(error_word, codes, torch.where(codes == ERROR_COMMIT_SLOT, ids, asked), limits)
+    accepted = torch.minimum(_accepted_entries(num_accepted, verified), L - w)
     new_w = w + accepted
     num_committed[idx[valid]] = new_w[valid].to(num_committed.dtype)
+    num_verified[idx[named]] = 0
     return idx, valid & (new_w + max_draft_tokens > L)
+
+
+ERROR_VERIFY_SLOT, ERROR_COMMIT_SLOT, ERROR_COMMIT_ACCEPTED = 1, 2, 3   # csrc/cache/error_word.cuh
+_INT32 = (-2**31, 2**31 - 1)
+
+
+def _slot_errors(slots, batch: int, num_slots: int, pad_slot_id: int, code: int, device):
+    """Per row: `code` where the row's slot id is neither the pad id nor in [0, num_slots), else 0; and
+    the slot ids (the values an error word records)."""
+    named = torch.arange(batch, device=device) if slots is None else slots.to(device=device, dtype=torch.long)
+    bad = (named != pad_slot_id) & ((named < 0) | (named >= num_slots))
+    return torch.where(bad, code, 0), named
+
+
+def _record_error(error_word, codes, values, limits) -> None:
+    """The first row (in row order) with a nonzero code goes into an empty error word [code, row, value,
+    limit] (int32 (4,)); a word that holds an error keeps it. No host synchronisation."""
+    if error_word is None or codes.numel() == 0:
+        return
+    device = error_word.device
+    codes, values, limits = (t.to(device=device, dtype=torch.long) for t in (codes, values, limits))
+    first = torch.argmax((codes != 0).to(torch.int32))
+    entry = torch.stack([codes[first], first, values[first].clamp(*_INT32), limits[first].clamp(*_INT32)])
+    write = (codes != 0).any() & (error_word[0] == 0)
+    error_word.copy_(torch.where(write, entry.to(error_word.dtype), error_word))
+
+
+def _record_verified(num_verified, idx, named, appended, T: int) -> None:
+    """num_verified[slot] = T for each named row whose verify appended its drafts, 0 for a named row
+    without room; pad rows write nothing."""
+    count = torch.where(appended, T, 0).to(num_verified.dtype)
+    num_verified[idx[named]] = count[named]
 
 
 def _rows_to_flush(num_committed, L: int, slots, pad_slot_id: int):
@@ -463,11 +515,13 @@ def _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_co
         make_read_copy(checkpoint, read_copy, read_scale, idx)
 
 
-def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified,
                   x, dt, A, B, C, out, D=None, z=None, dt_bias=None, dt_softplus: bool = False,
-                  slots=None, pad_slot_id: int = -1):
+                  slots=None, pad_slot_id: int = -1, error_word=None):
     """Outputs for T draft tokens per row; their entries go into the buffer after the committed
-    history (positions w .. w+T-1). Never writes the checkpoint, read copy or cursor.
+    history (positions w .. w+T-1). Never writes the checkpoint, read copy or cursor; sets
+    num_verified[slot] to the entries appended (T, or 0 where the cursor leaves no room; pads: nothing).
+    error_word: records the first row whose slot id is neither in range nor the pad id.
 
     x, z, out (batch, T, H, P); dt (batch, T, H); B, C (batch, T, G, N). For output position t:
         y_t = e^{Lambda_t} (S_read C_t) + sum_{j<=t} dt_j e^{Lambda_t - Lambda_j} (B_j . C_t) x_j + D x_t
@@ -477,7 +531,10 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
     L = x_buf.shape[2]
     idx, valid = _resolve_rows(slots, batch, checkpoint.shape[0], pad_slot_id, checkpoint.device)
     w = torch.where(valid, num_committed[idx].long(), 0)
-    valid = valid & (w >= 0) & (w + T <= L)
+    named, valid = valid, valid & (w >= 0) & (w + T <= L)
+    _record_verified(num_verified, idx, named, valid, T)
+    codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, x.device)
+    _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
     w = torch.where(valid, w, 0)
     pos = w[:, None] + torch.arange(T, device=x.device)[None, :]      # (batch, T)
 
@@ -506,13 +563,19 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
     return out
 
 
-def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_accepted,
-                  A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1, rounding_seed=None) -> None:
+def mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, num_verified,
+                  num_accepted, A, max_draft_tokens: int, slots=None, pad_slot_id: int = -1,
+                  rounding_seed=None, error_word=None) -> None:
     """Accept the first num_accepted[r] verified entries of each row (a cursor move), then fold the
-    slots where the next verify of max_draft_tokens would not fit (flush-early rule).
-    rounding_seed: stochastic rounding of a bf16 / fp16 checkpoint's folds; offset += 1 per call."""
+    slots where the next verify of max_draft_tokens would not fit (flush-early rule). num_accepted is
+    clamped to [0, num_verified[slot]] (what the slot's last verify appended), and num_verified[slot]
+    becomes 0: a second commit without a verify accepts nothing.
+    rounding_seed: stochastic rounding of a bf16 / fp16 checkpoint's folds; offset += 1 per call.
+    error_word: records the first row whose slot id is neither in range nor the pad id, or whose
+    num_accepted lies outside [0, num_verified[slot]]."""
     _check_rounding_seed(checkpoint, rounding_seed)
-    idx, fold = _commit_cursors(num_committed, num_accepted, x_buf.shape[2], max_draft_tokens, slots, pad_slot_id)
+    idx, fold = _commit_cursors(num_committed, num_verified, num_accepted, x_buf.shape[2], max_draft_tokens,
+                                slots, pad_slot_id, error_word)
     _mamba2_fold(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, A, idx, fold,
                  rounding_seed)
     _advance_rounding_offset(rounding_seed)
@@ -542,7 +605,8 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
     rounding_seed: as in mamba2_commit (the step's fold rounds with it; offset += 1 per call).
     staggered_flush: the CUDA kernel's launch hint (ops.mamba2_step); no effect on the results here."""
     _check_rounding_seed(checkpoint, rounding_seed)
-    mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed,
+    verified = torch.zeros_like(num_committed)     # the step's own verify(T=1) and commit(1)
+    mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, verified,
                   x[:, None], dt[:, None], A, B[:, None], C[:, None], out[:, None], D,
                   None if z is None else z[:, None], dt_bias, dt_softplus, slots, pad_slot_id)
     idx, folding, counts = _rows_folding_after_append(num_committed, x_buf, slots, x.shape[0], pad_slot_id,
@@ -556,7 +620,7 @@ def mamba2_step(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_com
                                   None if z is None else z[rows], cd)
         out[rows] = y.to(out.dtype)
     ones = torch.ones(x.shape[0], dtype=torch.int32, device=x.device)
-    mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, ones, A,
+    mamba2_commit(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_committed, verified, ones, A,
                   max_draft_tokens, slots, pad_slot_id, rounding_seed)
     return out
 
@@ -728,11 +792,12 @@ def _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf
 
 
 def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-                 q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
-                 slots=None, pad_slot_id: int = -1):
+                 num_verified, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm: bool = True,
+                 slots=None, pad_slot_id: int = -1, error_word=None):
     """Outputs for T draft tokens of GDN (a: (batch, T, HV)) or KDA (a: (batch, T, HV, K)); entries
     (raw k, v, g, beta and the corrected value u in fp32) go into the buffer after the committed
-    history. Never writes the checkpoint, read copy or cursor.
+    history. Never writes the checkpoint, read copy or cursor; sets num_verified[slot] to the entries
+    appended (T, or 0 where the cursor leaves no room; pads: nothing).
 
     q, k (batch, T, H, K); v, out (batch, T, HV, V); b (batch, T, HV). For output position t:
         o_t = S_read (e^{Lambda_t} q_t) + sum_{j<=t} u_j ((k_j * e^{Lambda_t - Lambda_j}) . q_t)
@@ -743,7 +808,10 @@ def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
     scale = K ** -0.5 if scale is None else scale
     idx, valid = _resolve_rows(slots, batch, checkpoint.shape[0], pad_slot_id, checkpoint.device)
     w = torch.where(valid, num_committed[idx].long(), 0)
-    valid = valid & (w >= 0) & (w + T <= L)
+    named, valid = valid, valid & (w >= 0) & (w + T <= L)
+    _record_verified(num_verified, idx, named, valid, T)
+    codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, q.device)
+    _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
     w = torch.where(valid, w, 0)
     pos = w[:, None] + torch.arange(T, device=q.device)[None, :]
 
@@ -774,10 +842,13 @@ def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
 
 
 def delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-                 num_accepted, max_draft_tokens: int, use_qk_l2norm: bool = True,
-                 slots=None, pad_slot_id: int = -1) -> None:
-    """Accept num_accepted[r] verified entries per row, then fold where the next verify would not fit."""
-    idx, fold = _commit_cursors(num_committed, num_accepted, k_buf.shape[2], max_draft_tokens, slots, pad_slot_id)
+                 num_verified, num_accepted, max_draft_tokens: int, use_qk_l2norm: bool = True,
+                 slots=None, pad_slot_id: int = -1, error_word=None) -> None:
+    """Accept num_accepted[r] verified entries per row, then fold where the next verify would not fit.
+    As mamba2_commit: num_accepted is clamped to [0, num_verified[slot]], which then becomes 0;
+    error_word records the first misuse."""
+    idx, fold = _commit_cursors(num_committed, num_verified, num_accepted, k_buf.shape[2], max_draft_tokens, slots,
+                                pad_slot_id, error_word)
     _delta_fold(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                 use_qk_l2norm, idx, fold)
 
@@ -788,7 +859,8 @@ def delta_step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf,
     """T=1 decode of GDN/KDA: verify(T=1) followed by commit(1), except that on a step that folds the
     output is o = S_new q from the freshly folded full-precision state (as in mamba2_step).
     staggered_flush: the compiled kernel's launch hint (see mamba2_step); no effect on the results."""
-    delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+    verified = torch.zeros_like(num_committed)     # the step's own verify(T=1) and commit(1)
+    delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, verified,
                  q[:, None], k[:, None], v[:, None], a[:, None], b[:, None], A_log, dt_bias, out[:, None],
                  scale, use_qk_l2norm, slots, pad_slot_id)
     idx, folding, counts = _rows_folding_after_append(num_committed, k_buf, slots, q.shape[0], pad_slot_id,
@@ -803,7 +875,7 @@ def delta_step(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf,
         out[rows] = torch.einsum("bhvk,bhk->bhv", state, qn).to(out.dtype)
     ones = torch.ones(q.shape[0], dtype=torch.int32, device=q.device)
     delta_commit(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-                 ones, max_draft_tokens, use_qk_l2norm, slots, pad_slot_id)
+                 verified, ones, max_draft_tokens, use_qk_l2norm, slots, pad_slot_id)
     return out
 
 

@@ -243,7 +243,7 @@ def test_argument_checks_name_the_argument():
     with pytest.raises(ValueError, match=r"mamba2_step: `rounding_seed` must have shape \(2\), got \(3,\)"):
         ops.mamba2_step(*args, rounding_seed=torch.zeros(3, dtype=torch.int64), backend="reference")
     with pytest.raises(ValueError, match=r"mamba2_commit: `rounding_seed` must have shape"):
-        ops.mamba2_commit(*cache._cache_args(), torch.tensor([1, 1]), w.A, 1, rounding_seed=seed[:1],
+        ops.mamba2_commit(*cache._spec_cache_args(), torch.tensor([1, 1]), w.A, 1, rounding_seed=seed[:1],
                           backend="reference")
 
 

@@ -119,6 +119,7 @@ def build_calls(args) -> list[Call]:
             copies[name] = (rc, rs)
         return {"checkpoint": ck, "copies": copies, "buffers": buffers,
                 "num_committed": torch.zeros(batch, dtype=torch.int32, device=dev),
+                "num_verified": torch.zeros(batch, dtype=torch.int32, device=dev),   # verify's count, commit's bound
                 "spread": torch.randint(0, L - T + 1, (batch,), device=dev, dtype=torch.int32),
                 "state": ck.clone(), "materialized": torch.empty_like(ck),
                 "snapshots": torch.empty(batch, T, heads, rows, cols, device=dev)}
@@ -142,8 +143,8 @@ def build_calls(args) -> list[Call]:
         "materialize": lambda: ops.mamba2_materialize(m["checkpoint"], *m["buffers"], m["num_committed"], A,
                                                       m["materialized"], slots, -1),
         "step": lambda c: ops.mamba2_step(*c, *m_in(m_one), 1, slots, -1),
-        "verify": lambda c: ops.mamba2_verify(*c, *m_in(m_block), slots, -1),
-        "commit": lambda c: ops.mamba2_commit(*c, accepted, A, T, slots, -1),
+        "verify": lambda c: ops.mamba2_verify(*c, m["num_verified"], *m_in(m_block), slots, -1),
+        "commit": lambda c: ops.mamba2_commit(*c, m["num_verified"], accepted, A, T, slots, -1),
         "flush": lambda c: ops.mamba2_flush(*c, A, slots, -1),
     }
 
@@ -167,8 +168,8 @@ def build_calls(args) -> list[Call]:
         "materialize": lambda: ops.gdn_materialize(g["checkpoint"], *g["buffers"], g["num_committed"],
                                                    g["materialized"], True, slots, -1),
         "step": lambda c: ops.gdn_step(*c, *g_in(g_one), 1, slots, -1, False),
-        "verify": lambda c: ops.gdn_verify(*c, *g_in(g_block), slots, -1),
-        "commit": lambda c: ops.gdn_commit(*c, accepted, T, True, slots, -1),
+        "verify": lambda c: ops.gdn_verify(*c, g["num_verified"], *g_in(g_block), slots, -1),
+        "commit": lambda c: ops.gdn_commit(*c, g["num_verified"], accepted, T, True, slots, -1),
         "flush": lambda c: ops.gdn_flush(*c, True, slots, -1),
     }
     calls = _sequence("mamba2", mamba2, m, args.copies, L, T) + _sequence("gdn", gdn, g, args.copies, L, T)

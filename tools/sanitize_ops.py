@@ -47,6 +47,7 @@ def all_ops(copy_dtype):
     B_buf = torch.zeros(S, G, L, N, device=dev, dtype=torch.bfloat16)
     dt_buf = torch.zeros(S, H, L, device=dev)
     cursors = torch.zeros(S, dtype=torch.int32, device=dev)
+    verified = torch.zeros(S, dtype=torch.int32, device=dev)
     for _ in range(2 * L + 1):
         x, dt, B, C, z = inputs(4)
         out = torch.empty_like(x)
@@ -54,10 +55,11 @@ def all_ops(copy_dtype):
                         slots, -1, backend="cuda")
     for T in (1, 3, 2, 3, 2):
         x, dt, B, C, z = inputs(4, T)
-        ops.mamba2_verify(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z,
-                          dt_bias, True, slots, -1, backend="cuda")
+        ops.mamba2_verify(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, verified, x, dt, A, B, C, torch.empty_like(x),
+                          D, z, dt_bias, True, slots, -1, backend="cuda")
         accepted = torch.randint(0, T + 1, (4,), device=dev, dtype=torch.int32)
-        ops.mamba2_commit(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, accepted, A, 3, slots, -1, backend="cuda")
+        ops.mamba2_commit(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, verified, accepted, A, 3, slots, -1,
+                          backend="cuda")
     ops.mamba2_materialize(ck, x_buf, B_buf, dt_buf, cursors, A, torch.empty(4, H, P, N, device=dev), slots, -1,
                            backend="cuda")
     ops.mamba2_flush(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, A, slots, -1, backend="cuda")
@@ -191,6 +193,7 @@ class GdnLayer:
                         torch.zeros(num_slots, HV, L, device=dev), torch.zeros(num_slots, HV, L, device=dev),
                         torch.zeros(num_slots, HV, L, V, device=dev))       # k, v, g, beta, u
         self.num_committed = (torch.arange(num_slots, device=dev) % L).int()  # folding beside replaying rows
+        self.num_verified = torch.zeros(num_slots, dtype=torch.int32, device=dev)
         self.weights = (torch.log(0.05 + 0.45 * torch.rand(HV, device=dev)), 0.5 * torch.randn(HV, device=dev))
 
     def cache(self):
@@ -208,9 +211,9 @@ class GdnLayer:
 
     def spec_round(self, rows, T, max_draft_tokens):
         """verify T drafts, then commit 0 to T of them (the slots whose next verify would not fit fold)."""
-        ops.gdn_verify(*self.cache(), *self.tokens(rows.numel(), T), None, True, rows, -1, backend="cuda")
+        ops.gdn_verify(*self.cache(), self.num_verified, *self.tokens(rows.numel(), T), None, True, rows, -1, backend="cuda")
         accepted = torch.randint(0, T + 1, (rows.numel(),), device=dev, dtype=torch.int32)
-        ops.gdn_commit(*self.cache(), accepted, max_draft_tokens, True, rows, -1, backend="cuda")
+        ops.gdn_commit(*self.cache(), self.num_verified, accepted, max_draft_tokens, True, rows, -1, backend="cuda")
 
 
 def gdn():

@@ -28,13 +28,14 @@
     "Tensor? slots, int pad_slot_id, Tensor(i!)? rounding_seed=None, bool staggered_flush=False) -> ()")                          \
   X(mamba2_verify,                                                                                 \
     "mamba2_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) x_buf, "   \
-    "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor x, Tensor dt, Tensor A, Tensor B, " \
-    "Tensor C, Tensor(d!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, " \
-    "int pad_slot_id) -> ()")                                                                     \
+    "Tensor(b!) B_buf, Tensor(c!) dt_buf, Tensor num_committed, Tensor(d!) num_verified, Tensor x, Tensor dt, " \
+    "Tensor A, Tensor B, Tensor C, Tensor(e!) out, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, " \
+    "int pad_slot_id, Tensor(f!)? error_word=None) -> ()")                                        \
   X(mamba2_commit,                                                                                 \
     "mamba2_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, " \
-    "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor num_accepted, Tensor A, "        \
-    "int max_draft_tokens, Tensor? slots, int pad_slot_id, Tensor(e!)? rounding_seed=None) -> ()")                                \
+    "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor(e!) num_verified, Tensor num_accepted, " \
+    "Tensor A, int max_draft_tokens, Tensor? slots, int pad_slot_id, Tensor(f!)? rounding_seed=None, " \
+    "Tensor(g!)? error_word=None) -> ()")                                                         \
   X(mamba2_flush,                                                                                  \
     "mamba2_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor x_buf, " \
     "Tensor B_buf, Tensor dt_buf, Tensor(d!) num_committed, Tensor A, Tensor? slots, int pad_slot_id, "  \
@@ -79,12 +80,14 @@
   X(gdn_verify,                                                                                    \
     "gdn_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) k_buf, "      \
     "Tensor(b!) v_buf, Tensor(c!) g_buf, Tensor(d!) beta_buf, Tensor(e!) u_buf, "                  \
-    "Tensor num_committed, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, " \
-    "Tensor(f!) out, float? scale, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()")       \
+    "Tensor num_committed, Tensor(f!) num_verified, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, " \
+    "Tensor A_log, Tensor dt_bias, Tensor(g!) out, float? scale, bool use_qk_l2norm, Tensor? slots, int pad_slot_id, " \
+    "Tensor(h!)? error_word=None) -> ()")                                                         \
   X(gdn_commit,                                                                                    \
     "gdn_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
     "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
-    "Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+    "Tensor(e!) num_verified, Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, Tensor? slots, " \
+    "int pad_slot_id, Tensor(f!)? error_word=None) -> ()")                                        \
   X(gdn_flush,                                                                                     \
     "gdn_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
     "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
@@ -117,17 +120,19 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
 
 void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
-                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& x,
-                   const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
-                   const at::Tensor& out, const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
-                   const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
-                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_verified,
+                   const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
+                   const at::Tensor& C, const at::Tensor& out, const std::optional<at::Tensor>& D,
+                   const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                   const std::optional<at::Tensor>& error_word);
 
 void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
-                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_accepted,
-                   const at::Tensor& A, int64_t max_draft_tokens, const std::optional<at::Tensor>& slots,
-                   int64_t pad_slot_id, const std::optional<at::Tensor>& rounding_seed);
+                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_verified,
+                   const at::Tensor& num_accepted, const at::Tensor& A, int64_t max_draft_tokens,
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                   const std::optional<at::Tensor>& rounding_seed, const std::optional<at::Tensor>& error_word);
 
 void mamba2_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                   const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
@@ -194,16 +199,18 @@ void copy_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table
 void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                 const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
                 const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
-                const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,
+                const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
+                const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale,
+                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                const std::optional<at::Tensor>& error_word);
 
 void gdn_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                 const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
                 const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& num_accepted, int64_t max_draft_tokens,
-                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& num_accepted,
+                int64_t max_draft_tokens, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                int64_t pad_slot_id, const std::optional<at::Tensor>& error_word);
 
 void gdn_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,

@@ -87,6 +87,14 @@ struct Expect {
   }
 };
 
+// The optional error word of verify and commit (cache/error_word.cuh): int32 (4,), written by the
+// kernels; nullptr when not given.
+inline int32_t* error_word_arg(const Expect& expect, const char* op, const std::optional<at::Tensor>& error_word) {
+  if (!error_word) return nullptr;
+  expect("error_word", *error_word, {4}, {at::kInt});
+  checks::writable(op, "error_word", *error_word);
+  return error_word->data_ptr<int32_t>();
+}
 
 // The per-(row, token) Mamba-2 inputs of a T-token op (verify, the snapshot step): x, z, out
 // (batch, T, H, P), dt (batch, T, H), B, C (batch, T, G, N), and the per-head weights, into any params

@@ -4,9 +4,13 @@
 // launches like one. Host-safe header.
 //
 // Commit: num_committed[slot] = n, or 0 where the row folded (fold_rows.cuh's rule, n = the cursor
-// after accepting). Flush: 0 where the slot folded (w > 0). Pad rows, out-of-range slots and cursors
-// outside [0, L] are left alone. A given rounding seed's offset ([seed, offset], int64) advances by one
-// (every fold CTA has read it by then), so stochastic rounding costs no launch of its own.
+// after accepting), and num_verified[slot] = 0 (the verify is consumed: a second commit without a
+// verify accepts nothing). Flush: 0 where the slot folded (w > 0). Pad rows and out-of-range slots are
+// left alone; cursors outside [0, L] too (commit still zeroes num_verified). A given rounding seed's
+// offset ([seed, offset], int64) advances by one (every fold CTA has read it by then), so stochastic
+// rounding costs no launch of its own. With an error word, commit records the first row whose slot id
+// is out of range and not the pad id, or whose num_accepted lies outside [0, num_verified[slot]]
+// (cache/error_word.cuh).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,7 @@ namespace replayssm {
 
 struct CursorMoveParams {
   int32_t* num_committed;  // (num_slots,)
+  int32_t* num_verified;   // commit: (num_slots,), entries the slot's last verify appended
   int32_t mode;            // kFoldCommit or kFoldFlush (fold_rows.cuh)
   const void* num_accepted;  // commit: (batch,) int32 / int64
   DType num_accepted_dtype;
@@ -32,6 +37,7 @@ struct CursorMoveParams {
   int32_t buffer_len;
   int32_t max_draft_tokens;  // commit
   int64_t* rounding_seed;    // nullptr: none
+  int32_t* error_word;       // commit: (4,) [code, row, value, limit] (cache/error_word.cuh), or nullptr
 };
 
 // Launches on `stream` (nothing for batch 0 without a seed); returns the launch status.

@@ -1,9 +1,10 @@
 // The rows a fold op (commit, flush, materialize) folds, the same rule in every family, and the
 // compaction of a chunk of rows into the list of those that fold, which a persistent fold grid walks.
 //
-// Commit: the cursor w moves past the accepted entries, clamped to [0, L - w]; the row folds (all
-// n = w + accepted entries) when the next verify of max_draft_tokens would not fit (n +
-// max_draft_tokens > L, the flush-early rule). Flush: a row folds its w entries when w > 0.
+// Commit: the cursor w moves past the accepted entries: num_accepted clamped to [0, num_verified[slot]]
+// (the entries the slot's last verify appended, so no entry that verify did not write is ever
+// accepted; accepted_entries) and to [0, L - w]; the row folds (all n = w + accepted entries) when the
+// next verify of max_draft_tokens would not fit (n + max_draft_tokens > L, the flush-early rule). Flush: a row folds its w entries when w > 0.
 // Materialize: every row (n = w). A cursor outside [0, L] folds nothing (materialize: a zero state).
 // The fold kernel reads the cursors as they were; the cursor kernel (fold_cursor.h) writes the new
 // ones after it, with the same rule.
@@ -20,6 +21,17 @@ constexpr int32_t kFoldCommit = 0;
 constexpr int32_t kFoldFlush = 1;
 constexpr int32_t kFoldMaterialize = 2;
 
+// The entries commit accepts for `row` whose slot's last verify appended `verified` entries: its
+// num_accepted clamped to [0, verified]. The one place a commit reads num_accepted: the fold kernels
+// of every family and the cursor kernel (fold_cursor.cu) agree on it. Params: any params struct with
+// num_accepted, num_accepted_dtype and num_accepted_stride.
+template <class Params>
+__device__ __forceinline__ int64_t accepted_entries(const Params& p, int64_t row, int verified) {
+  const int64_t accepted = load_index(p.num_accepted, p.num_accepted_dtype, row, p.num_accepted_stride);
+  const int64_t most = verified > 0 ? verified : 0;
+  return accepted < 0 ? 0 : (accepted > most ? most : accepted);
+}
+
 // The cursor after commit accepts `accepted` entries at cursor w (0 <= w <= L).
 __host__ __device__ __forceinline__ int cursor_after_accept(int w, int64_t accepted, int L) {
   const int64_t moved = accepted < 0 ? 0 : (accepted > L - w ? L - w : accepted);
@@ -27,7 +39,7 @@ __host__ __device__ __forceinline__ int cursor_after_accept(int w, int64_t accep
 }
 
 // Entries a fold op folds for a row whose slot has cursor w, or -1 when the row folds nothing.
-// accepted: the row's num_accepted (commit only).
+// accepted: the row's accepted_entries (commit only).
 __device__ __forceinline__ int fold_entries(int32_t mode, int w, int64_t accepted, int L, int max_draft_tokens) {
   if (w < 0 || w > L) return -1;
   if (mode == kFoldCommit) {

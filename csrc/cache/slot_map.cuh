@@ -15,11 +15,23 @@ __device__ __forceinline__ int64_t load_index(const void* base, DType dtype, int
                                 : static_cast<int64_t>(__ldg(static_cast<const int64_t*>(base) + i * stride));
 }
 
+// The slot id batch row `row` names, as given (slot r without a slot tensor).
+template <class Params, class Row>
+__device__ __forceinline__ int64_t named_slot(const Params& p, Row row) {
+  return p.slots == nullptr ? static_cast<int64_t>(row) : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
+}
+
+// Whether a named slot id is a misuse: neither the pad id nor in [0, num_slots).
+template <class Params>
+__device__ __forceinline__ bool slot_out_of_range(const Params& p, int64_t slot) {
+  return slot != p.pad_slot_id && (slot < 0 || slot >= p.num_slots);
+}
+
 // Slot of batch row `row`, or -1 when the row touches nothing (pad id or out of range). Params: any
 // params struct with slots, slots_dtype, slots_stride, pad_slot_id and num_slots.
 template <class Params, class Row>
 __device__ __forceinline__ int64_t resolve_slot(const Params& p, Row row) {
-  const int64_t slot = p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
+  const int64_t slot = named_slot(p, row);
   return (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) ? -1 : slot;
 }
 

@@ -224,12 +224,19 @@ class ReplayPool:
         self.beta_buf = torch.rand(S, s.HV, s.L, device=DEVICE)
         self.u_buf = torch.randn(S, s.HV, s.L, s.V, device=DEVICE) * 0.1
         self.cursors = torch.zeros(S, dtype=torch.int32, device=DEVICE)
+        self.verified = torch.zeros(S, dtype=torch.int32, device=DEVICE)
         self.A_log, self.dt_bias = weights(s)
         self.slots = _slot_groups(s, k)
 
     @property
     def cache(self) -> tuple:
+        """The cache arguments of step and flush."""
         return (self.ck, self.rc, self.rs, self.k_buf, self.v_buf, self.g_buf, self.beta_buf, self.u_buf, self.cursors)
+
+    @property
+    def spec_cache(self) -> tuple:
+        """The cache arguments of verify and commit."""
+        return (*self.cache, self.verified)
 
     def stagger(self, cursors=None):
         """Set the cursors (or `cursors`) to slot % L, by the op the cache uses (the buffers stay as they are)."""
@@ -424,7 +431,8 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
     """Seconds per lock-step round of verify(T) + commit(num_accepted) on an fp32 checkpoint, num_accepted
     uniform in [1, T] per row, drawn on the device before every replay (outside the timed region). With
     breakdown, also verify alone and commit alone: the same rounds with one op captured, timed after the
-    whole rounds so the cursors are spread as in them (commit alone moves them as it does there); verify's
+    whole rounds so the cursors are spread as in them (commit alone moves them as it does there: every
+    slot's verified count is set to T before each replay, as the verify of a round leaves it); verify's
     GB/s is its byte model at the mean cursor it found."""
     pool = ReplayPool(s, read_copy_dtype)
     k = pool.k
@@ -435,10 +443,10 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
 
     def verify(g):
         q, kk, v, a, b = inputs[g]
-        rep.gdn_verify(*pool.cache, q, kk, v, a, b, pool.A_log, pool.dt_bias, out, None, True, pool.slots[g], -1)
+        rep.gdn_verify(*pool.spec_cache, q, kk, v, a, b, pool.A_log, pool.dt_bias, out, None, True, pool.slots[g], -1)
 
     def commit(g):
-        rep.gdn_commit(*pool.cache, accepted[g], s.T, True, pool.slots[g], -1)
+        rep.gdn_commit(*pool.spec_cache, accepted[g], s.T, True, pool.slots[g], -1)
 
     def rounds():
         for g in range(k):
@@ -449,10 +457,15 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
         for acc in accepted:
             acc.random_(1, s.T + 1)
 
+    def draw_verified_acceptance():
+        draw_acceptance()
+        pool.verified.fill_(s.T)
+
     whole, kernels = timing.timed(rounds, k, before_replay=draw_acceptance)
     extra = {"tokens/s": s.tokens_per_round() / whole}
     if breakdown:
-        commit_only = timing.time_graph(lambda: [commit(g) for g in range(k)], before_replay=draw_acceptance) / k
+        commit_only = timing.time_graph(lambda: [commit(g) for g in range(k)],
+                                        before_replay=draw_verified_acceptance) / k
         mean_w = pool.cursors.float().mean().item()
         verify_only = timing.time_graph(lambda: [verify(g) for g in range(k)]) / k
         read_bytes = 4 if read_copy_dtype is None else dtype_bytes(read_copy_dtype)

@@ -307,7 +307,8 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
     """Seconds per lock-step round of verify(T) + commit(num_accepted) on an fp32 checkpoint, num_accepted
     uniform in [1, T] per row, drawn on the device before every replay (outside the timed region). With
     breakdown, also verify alone and commit alone: the same rounds with one op captured, timed after the
-    whole rounds so the cursors are spread as in them (commit alone moves them as it does there)."""
+    whole rounds so the cursors are spread as in them (commit alone moves them as it does there: every
+    slot's verified count is set to T before each replay, as the verify of a round leaves it)."""
     from .. import ops
     k = s.groups(s.state_elems * 4)
     S = k * s.batch
@@ -326,7 +327,8 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
     slots = _slot_groups(s, k)
     accepted = [torch.ones(s.batch, dtype=torch.int32, device="cuda") for _ in range(k)]
     out = torch.empty(s.batch, s.T, s.H, s.P, device="cuda", dtype=s.act)
-    cache = (ck, rc, rs, x_buf, B_buf, dt_buf, cursors)
+    verified = torch.zeros_like(cursors)
+    cache = (ck, rc, rs, x_buf, B_buf, dt_buf, cursors, verified)
 
     def verifies():
         for g in range(k):
@@ -347,10 +349,14 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
         for acc in accepted:
             acc.random_(1, s.T + 1)
 
+    def draw_verified_acceptance():
+        draw_acceptance()
+        verified.fill_(s.T)
+
     whole, kernels = timing.timed(rounds, k, before_replay=draw_acceptance)
     extra = {"tokens/s": s.tokens_per_round() / whole}
     if breakdown:
-        commit_only = timing.time_graph(commits, before_replay=draw_acceptance) / k
+        commit_only = timing.time_graph(commits, before_replay=draw_verified_acceptance) / k
         verify_only = timing.time_graph(verifies) / k
         read_bytes = 4 if read_copy_dtype is None else dtype_bytes(read_copy_dtype)
         extra.update({"verify µs": verify_only * 1e6,
@@ -384,6 +390,7 @@ class _EagerCalls:
         self.cache = (ck, rc, rs, torch.randn(b, s.H, s.L, s.P, device=dev).to(act),
                       torch.randn(b, s.G, s.L, s.N, device=dev).to(act), torch.rand(b, s.H, s.L, device=dev) * 0.1)
         self.cursors = torch.zeros(b, dtype=torch.int32, device=dev)
+        self.verified = torch.zeros_like(self.cursors)
         self.stepped = torch.zeros_like(self.cursors)   # the step moves its cursors (and folds every L calls)
         self.xT, self.dtT, self.BT, self.CT, self.zT = make_inputs(s, 1, tokens=s.T)[0]
         self.outT = torch.empty(b, s.T, s.H, s.P, device=dev, dtype=act)
@@ -423,7 +430,7 @@ class _EagerCalls:
             "ops.mamba2_step": lambda: ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, self.stepped, x, dt, A, B, C,
                                                        out, D, z, dtb, True, 1, slots, -1, None, backend="cuda"),
             "torch.ops mamba2_verify": lambda: rep.mamba2_verify(ck, rc, rs, x_buf, B_buf, dt_buf, self.cursors,
-                                                                 self.xT, self.dtT, A, self.BT, self.CT, self.outT, D,
+                                                                 self.verified, self.xT, self.dtT, A, self.BT, self.CT, self.outT, D,
                                                                  self.zT, dtb, True, slots, -1),
             "torch.ops mamba2_flush": lambda: rep.mamba2_flush(ck, rc, rs, x_buf, B_buf, dt_buf, self.cursors, A,
                                                                slots, -1, None),

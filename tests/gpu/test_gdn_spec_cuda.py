@@ -104,13 +104,19 @@ class Cache:
         self.beta_buf = torch.zeros(num_slots, HV, L, dtype=aux, **z)
         self.u_buf = torch.zeros(num_slots, HV, L, V, dtype=aux, **z)
         self.num_committed = torch.zeros(num_slots, dtype=torch.int32, **z)
+        self.num_verified = torch.zeros(num_slots, dtype=torch.int32, **z)
 
     def args(self):
+        """The cache arguments of step and flush."""
         return (self.checkpoint, self.read_copy, self.read_scale, self.k_buf, self.v_buf, self.g_buf,
                 self.beta_buf, self.u_buf, self.num_committed)
 
+    def spec_args(self):
+        """The cache arguments of verify and commit."""
+        return (*self.args(), self.num_verified)
+
     def tensors(self):
-        return [t for t in self.args() if t is not None]
+        return [t for t in self.spec_args() if t is not None]
 
     def buffers(self):
         return (self.k_buf, self.v_buf, self.g_buf, self.beta_buf, self.u_buf)
@@ -118,6 +124,7 @@ class Cache:
     def load(self, states):
         self.checkpoint.copy_(states.to(DEVICE, self.checkpoint.dtype))
         self.num_committed.zero_()
+        self.num_verified.zero_()
         if self.read_copy is not None:
             reference.make_read_copy(self.checkpoint, self.read_copy, self.read_scale)
 
@@ -140,7 +147,7 @@ def cuda_verify(layer, c, q, k, v, a, b, slots, out=None, pad_slot_id=-1, scale=
     A_log, dt_bias = layer.weights()
     if out is None:
         out = torch.full((q.shape[0], q.shape[1], layer.HV, layer.V), float("nan"), dtype=q.dtype, device=DEVICE)
-    ops().gdn_verify(*c.args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2norm, slots, pad_slot_id)
+    ops().gdn_verify(*c.spec_args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2norm, slots, pad_slot_id)
     return out
 
 
@@ -148,16 +155,16 @@ def ref_verify(layer, r, q, k, v, a, b, slots, pad_slot_id=-1, scale=None, l2nor
     A_log, dt_bias = layer.weights(torch.float64)
     q, k, v, a, b = (t.to(DEVICE, torch.float64) for t in (q, k, v, a, b))
     out = torch.zeros(q.shape[0], q.shape[1], layer.HV, layer.V, dtype=torch.float64, device=DEVICE)
-    reference.delta_verify(*r.args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2norm, slots, pad_slot_id)
+    reference.delta_verify(*r.spec_args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2norm, slots, pad_slot_id)
     return out
 
 
 def cuda_commit(c, accepted, max_draft_tokens, slots, pad_slot_id=-1, l2norm=True):
-    ops().gdn_commit(*c.args(), accepted, max_draft_tokens, l2norm, slots, pad_slot_id)
+    ops().gdn_commit(*c.spec_args(), accepted, max_draft_tokens, l2norm, slots, pad_slot_id)
 
 
 def ref_commit(r, accepted, max_draft_tokens, slots, pad_slot_id=-1, l2norm=True):
-    reference.delta_commit(*r.args(), accepted, max_draft_tokens, l2norm, slots, pad_slot_id)
+    reference.delta_commit(*r.spec_args(), accepted, max_draft_tokens, l2norm, slots, pad_slot_id)
 
 
 def cuda_flush(c, slots=None, pad_slot_id=-1, l2norm=True):
@@ -633,22 +640,22 @@ def test_bad_inputs_name_the_argument():
     q, k, v, a, b = (t.to(DEVICE) for t in layer.inputs(2, 5))
     out = torch.empty(2, 5, layer.HV, layer.V, dtype=layer.act, device=DEVICE)
     with pytest.raises(RuntimeError, match=r"gdn_verify: the number of draft tokens T \(q.size\(1\)\) must be in \[1, min\(L = 4, 16\)\], got 5"):
-        ops().gdn_verify(*c.args(), q, k, v, a, b, A_log, dt_bias, out, None, True, None, -1)
+        ops().gdn_verify(*c.spec_args(), q, k, v, a, b, A_log, dt_bias, out, None, True, None, -1)
     q, k, v, a, b = (t.to(DEVICE) for t in layer.inputs(2, 2))
     out = torch.empty(2, 2, layer.HV, layer.V, dtype=layer.act, device=DEVICE)
     with pytest.raises(RuntimeError, match=r"gdn_verify: k must have shape \(2, 2, 2, 64\), got \(2, 2, 2, 32\)"):
-        ops().gdn_verify(*c.args(), q, k[..., :32], v, a, b, A_log, dt_bias, out, None, True, None, -1)
+        ops().gdn_verify(*c.spec_args(), q, k[..., :32], v, a, b, A_log, dt_bias, out, None, True, None, -1)
     # The inputs take the cache's activation dtype (k_buf's); the message names the one that differs.
     with pytest.raises(RuntimeError, match=r"gdn_verify: q must have the cache's activation dtype \(k_buf's, bfloat16\), got float16"):
-        ops().gdn_verify(*c.args(), q.half(), k, v, a, b, A_log, dt_bias, out, None, True, None, -1)
+        ops().gdn_verify(*c.spec_args(), q.half(), k, v, a, b, A_log, dt_bias, out, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_verify: v must have the cache's activation dtype \(k_buf's, bfloat16\), got float16"):
-        ops().gdn_verify(*c.args(), q, k, v.half(), a, b, A_log, dt_bias, out, None, True, None, -1)
+        ops().gdn_verify(*c.spec_args(), q, k, v.half(), a, b, A_log, dt_bias, out, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_verify: A_log must have dtype in \{float32\}, got float64"):
-        ops().gdn_verify(*c.args(), q, k, v, a, b, A_log.double(), dt_bias, out, None, True, None, -1)
+        ops().gdn_verify(*c.spec_args(), q, k, v, a, b, A_log.double(), dt_bias, out, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_commit: num_accepted must have dtype in \{int32, int64\}, got float32"):
-        ops().gdn_commit(*c.args(), torch.zeros(2, device=DEVICE), 2, True, None, -1)
+        ops().gdn_commit(*c.spec_args(), torch.zeros(2, device=DEVICE), 2, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_commit: max_draft_tokens must be in \[1, L = 4\], got 5"):
-        ops().gdn_commit(*c.args(), torch.zeros(2, dtype=torch.int32, device=DEVICE), 5, True, None, -1)
+        ops().gdn_commit(*c.spec_args(), torch.zeros(2, dtype=torch.int32, device=DEVICE), 5, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_flush: slots must have shape \(\*,\), got \(2, 1\)"):
         ops().gdn_flush(*c.args(), True, torch.zeros(2, 1, dtype=torch.int32, device=DEVICE), -1)
     out16 = torch.empty(2, *c.checkpoint.shape[1:], dtype=torch.float16, device=DEVICE)
@@ -663,8 +670,8 @@ def test_bad_inputs_name_the_argument():
         ops().gdn_flush(*oc.args(), True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_verify: v must start on a 16-byte boundary"):
         v_odd = torch.empty(2 * 2 * layer.HV * layer.V + 1, dtype=layer.act, device=DEVICE)[1:].view(2, 2, layer.HV, layer.V)
-        ops().gdn_verify(*c.args(), q, k, v_odd, a, b, A_log, dt_bias, out, None, True, None, -1)
+        ops().gdn_verify(*c.spec_args(), q, k, v_odd, a, b, A_log, dt_bias, out, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"gdn_commit: read_scale is required with a float8_e4m3fn read_copy"):
         fp8 = gpu_cache(layer, 3, 4, rc=FP8)
-        ops().gdn_commit(fp8.checkpoint, fp8.read_copy, None, *fp8.buffers(), fp8.num_committed,
+        ops().gdn_commit(fp8.checkpoint, fp8.read_copy, None, *fp8.buffers(), fp8.num_committed, fp8.num_verified,
                          torch.zeros(2, dtype=torch.int32, device=DEVICE), 2, True, None, -1)

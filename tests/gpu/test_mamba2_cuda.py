@@ -829,7 +829,7 @@ def test_bad_inputs_name_the_argument():
     xs, dts, Bs, Cs, zs = [t.cuda().unsqueeze(1) for t in layer.inputs(2)]   # T = 1
     with pytest.raises(RuntimeError, match=r"mamba2_verify: z must have the cache's activation dtype \(x_buf's, bfloat16\), got float16"):
         torch.ops.replayssm.mamba2_verify(cache.checkpoint, None, None, cache.x_buf, cache.B_buf, cache.dt_buf,
-                                          cache.num_committed, xs, dts, w.A, Bs, Cs, torch.empty_like(xs), None,
+                                          cache.num_committed, cache.num_verified, xs, dts, w.A, Bs, Cs, torch.empty_like(xs), None,
                                           zs.half(), None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"mamba2_update: A must have dtype in \{float32\}, got float64"):
         torch.ops.replayssm.mamba2_update(cache.checkpoint, x, dt, w.A.double(), B, C, torch.empty_like(x),

@@ -55,12 +55,12 @@ def ref_cache(layer, num_slots, read_copy_dtype=None, **kw):
 def cuda_verify(cache, x, dt, B, C, z, slots, out=None):
     w = cache.weights
     out = torch.full_like(x, float("nan")) if out is None else out
-    return ops.mamba2_verify(*cache._cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
+    return ops.mamba2_verify(*cache._spec_cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus,
                              slots, cache.pad_slot_id, backend="cuda")
 
 
 def cuda_commit(cache, accepted, slots):
-    ops.mamba2_commit(*cache._cache_args(), accepted, cache.weights.A, cache.max_draft_tokens, slots,
+    ops.mamba2_commit(*cache._spec_cache_args(), accepted, cache.weights.A, cache.max_draft_tokens, slots,
                       cache.pad_slot_id, backend="cuda")
 
 
@@ -376,16 +376,16 @@ def test_bad_inputs_name_the_argument():
     w = cache.weights
     x, dt, B, C, z = [t.cuda() for t in layer.inputs(2, 5)]
     with pytest.raises(RuntimeError, match=r"mamba2_verify: the number of draft tokens T \(x.size\(1\)\) must be in \[1, min\(L = 4, 16\)\], got 5"):
-        torch.ops.replayssm.mamba2_verify(*cache._cache_args(), x, dt, w.A, B, C, torch.empty_like(x), None, None,
+        torch.ops.replayssm.mamba2_verify(*cache._spec_cache_args(), x, dt, w.A, B, C, torch.empty_like(x), None, None,
                                           None, True, None, -1)
     x, dt, B, C, z = [t.cuda() for t in layer.inputs(2, 2)]
     with pytest.raises(RuntimeError, match=r"mamba2_verify: C must have shape \(2, 2, 3, 64\), got \(2, 2, 3, 32\)"):
-        torch.ops.replayssm.mamba2_verify(*cache._cache_args(), x, dt, w.A, B, C[..., :32], torch.empty_like(x),
+        torch.ops.replayssm.mamba2_verify(*cache._spec_cache_args(), x, dt, w.A, B, C[..., :32], torch.empty_like(x),
                                           None, None, None, True, None, -1)
     with pytest.raises(RuntimeError, match=r"mamba2_commit: num_accepted must have dtype in \{int32, int64\}, got float32"):
-        torch.ops.replayssm.mamba2_commit(*cache._cache_args(), torch.zeros(2, device="cuda"), w.A, 2, None, -1)
+        torch.ops.replayssm.mamba2_commit(*cache._spec_cache_args(), torch.zeros(2, device="cuda"), w.A, 2, None, -1)
     with pytest.raises(RuntimeError, match=r"mamba2_commit: max_draft_tokens must be in \[1, L = 4\], got 5"):
-        torch.ops.replayssm.mamba2_commit(*cache._cache_args(), torch.zeros(2, dtype=torch.int32, device="cuda"),
+        torch.ops.replayssm.mamba2_commit(*cache._spec_cache_args(), torch.zeros(2, dtype=torch.int32, device="cuda"),
                                           w.A, 5, None, -1)
     with pytest.raises(RuntimeError, match=r"mamba2_flush: slots must have shape \(\*,\), got \(2, 1\)"):
         torch.ops.replayssm.mamba2_flush(*cache._cache_args(), w.A,
@@ -399,5 +399,5 @@ def test_bad_inputs_name_the_argument():
         ops.mamba2_materialize(cache.checkpoint, cache.x_buf, cache.B_buf, cache.dt_buf, cache.num_committed, w.A,
                                out64, None, -1, backend="cuda")
     with pytest.raises(RuntimeError, match=r"mamba2_commit: A must have dtype in \{float32\}, got float64"):
-        torch.ops.replayssm.mamba2_commit(*cache._cache_args(), torch.zeros(2, dtype=torch.int32, device="cuda"),
+        torch.ops.replayssm.mamba2_commit(*cache._spec_cache_args(), torch.zeros(2, dtype=torch.int32, device="cuda"),
                                           w.A.double(), 2, None, -1)

@@ -121,6 +121,15 @@ inline int64_t fill_cache(GdnCache& c, const Expect& expect, const char* op, con
   return H;
 }
 
+// num_verified (verify writes it, commit reads and zeroes it): int32 (num_slots,), apart from the cursors.
+inline void fill_num_verified(GdnCache& c, const Expect& expect, const char* op, const at::Tensor& num_verified,
+                              const at::Tensor& num_committed) {
+  expect("num_verified", num_verified, {num_committed.size(0)}, {at::kInt});
+  checks::writable(op, "num_verified", num_verified);
+  checks::no_overlap(op, "num_verified", num_verified, "num_committed", num_committed);
+  c.num_verified = num_verified.data_ptr<int32_t>();
+}
+
 // A gate input (a or b): shape `shape` exactly, the activation dtype or fp32, any strides.
 inline void expect_gate(const char* op, const char* name, const at::Tensor& t, const at::Tensor& device_ref,
                         const std::vector<int64_t>& shape, const char* layout, at::ScalarType act) {

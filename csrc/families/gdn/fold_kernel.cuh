@@ -125,9 +125,7 @@ __global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(cons
       slot = resolve_slot(p, row);
       if (slot >= 0) {
         const int w = c.num_committed[slot];
-        const int64_t accepted = p.mode == GdnFoldMode::kCommit
-                                     ? load_index(p.num_accepted, p.num_accepted_dtype, row, p.num_accepted_stride)
-                                     : 0;
+        const int64_t accepted = p.mode == GdnFoldMode::kCommit ? accepted_entries(p, row, c.num_verified[slot]) : 0;
         n = fold_entries(static_cast<int32_t>(p.mode), w, accepted, L, c.max_draft_tokens);
       }
       if (n < 0) slot = -1;

@@ -13,6 +13,8 @@
 //   beta_buf        (slots, HV, L)          fp32                       sigmoid(b)
 //   u_buf           (slots, HV, L, V)       fp32                       corrected values u = beta (v - S' k)
 //   num_committed   (slots,)                int32                      committed buffer entries per slot
+//   num_verified    (slots,)                int32                      entries the slot's last verify appended
+//   error_word      (4,)                    int32                      verify / commit, optional: the first misuse
 //   q, k            (batch, [T,] H, K)      activation                 L2-normalised in the kernel when use_qk_l2norm
 //   snapshots       (batch, T, HV, V, K)    state dtype                update_snapshots: the state after token t
 //   v, out          (batch, [T,] HV, V)     activation
@@ -56,6 +58,7 @@ struct GdnCache {
   float* u_buf;
   int64_t ub_slot_stride, ub_head_stride, ub_entry_stride;
   int32_t* num_committed;
+  int32_t* num_verified;  // verify (written), commit (read, then zeroed by the cursor kernel); else unused
   int32_t buffer_len;
   int32_t max_draft_tokens;
 };
@@ -116,6 +119,9 @@ struct GdnParams {
   int32_t batch, heads, v_heads, head_k_dim, head_v_dim;
   // step: the caller's slots fold at different steps (continuous batching); a launch hint only
   bool staggered_flush;
+  // verify / commit: (4,) int32 [code, row, value, limit], the first misuse (cache/error_word.cuh), or
+  // nullptr: record nothing.
+  int32_t* error_word;
 };
 
 // Conventional T=1 update of cache.checkpoint (the state), one launch.
@@ -128,10 +134,12 @@ cudaError_t launch_gdn_update_snapshots(const GdnParams& params, cudaStream_t st
 // ReplaySSM T=1 step, one launch: output, append, and the fold where the buffer fills.
 cudaError_t launch_gdn_step(const GdnParams& params, cudaStream_t stream);
 
-// Outputs of T draft tokens per row; appends their entries at w .. w+T-1; writes no state or cursor.
+// Outputs of T draft tokens per row; appends their entries at w .. w+T-1; writes no state or cursor,
+// and sets num_verified[slot] to the entries appended (T, or 0 where the cursor leaves no room).
 cudaError_t launch_gdn_verify(const GdnParams& params, cudaStream_t stream);
 
-// params.mode selects commit, flush or materialize.
+// params.mode selects commit, flush or materialize. Commit accepts num_accepted clamped to
+// [0, num_verified[slot]] and zeroes num_verified[slot] (cache/fold_rows.cuh, cache/fold_cursor.h).
 cudaError_t launch_gdn_fold(const GdnParams& params, cudaStream_t stream);
 
 }  // namespace replayssm

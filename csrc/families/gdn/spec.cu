@@ -30,7 +30,7 @@ bool common_params_ok(const GdnParams& p) {
 cudaError_t launch_gdn_verify(const GdnParams& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   const int T = p.tokens.num_tokens;
-  if (!gdn::common_params_ok(p) || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
+  if (!gdn::common_params_ok(p) || p.cache.num_verified == nullptr || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
     return cudaErrorInvalidValue;
   }
   return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
@@ -43,7 +43,7 @@ cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
   const bool materialize = p.mode == GdnFoldMode::kMaterialize;
   if (p.batch == 0) return cudaSuccess;
   if (!gdn::common_params_ok(p)) return cudaErrorInvalidValue;
-  if ((commit && (p.num_accepted == nullptr || p.cache.max_draft_tokens < 1 ||
+  if ((commit && (p.num_accepted == nullptr || p.cache.num_verified == nullptr || p.cache.max_draft_tokens < 1 ||
                   p.cache.max_draft_tokens > p.cache.buffer_len)) ||
       (materialize && (p.state_out == nullptr || p.cache.read_copy != nullptr))) {
     return cudaErrorInvalidValue;
@@ -54,6 +54,7 @@ cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
   if (err != cudaSuccess || materialize) return err;
   CursorMoveParams cm{};
   cm.num_committed = p.cache.num_committed;
+  cm.num_verified = p.cache.num_verified;
   cm.mode = static_cast<int32_t>(p.mode);
   cm.num_accepted = p.num_accepted;
   cm.num_accepted_dtype = p.num_accepted_dtype;
@@ -67,6 +68,7 @@ cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
   cm.buffer_len = p.cache.buffer_len;
   cm.max_draft_tokens = p.cache.max_draft_tokens;
   cm.rounding_seed = nullptr;
+  cm.error_word = commit ? p.error_word : nullptr;
   return launch_move_cursors(cm, stream);
 }
 

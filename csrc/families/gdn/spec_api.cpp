@@ -55,15 +55,17 @@ GdnParams fold_params(const char* op, const Expect& expect, const at::Tensor& ch
 void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                 const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
                 const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
-                const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,
+                const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
+                const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale,
+                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                const std::optional<at::Tensor>& error_word) {
   constexpr const char* op = "gdn_verify";
   const Expect expect{op, checkpoint, "checkpoint"};
   GdnParams p{};
   const int64_t H = gdn_api::fill_cache(p.cache, expect, op, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
                                         beta_buf, u_buf, num_committed, /*written=*/false, /*buffers_written=*/true);
+  gdn_api::fill_num_verified(p.cache, expect, op, num_verified, num_committed);
   const int64_t HV = checkpoint.size(1), V = checkpoint.size(2), K = checkpoint.size(3), L = p.cache.buffer_len;
   const auto act = k_buf.scalar_type();
   checks::cache_activation(op, "q", q, "k_buf", act);
@@ -75,14 +77,16 @@ void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& r
                                              /*has_tokens=*/true, q, k, v, a, b, A_log, dt_bias, out, scale,
                                              use_qk_l2norm);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, checkpoint.size(0));
+  p.error_word = error_word_arg(expect, op, error_word);
   launch_checked(op, checkpoint, launch_gdn_verify, p);
 }
 
 void gdn_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                 const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
                 const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& num_accepted, int64_t max_draft_tokens,
-                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& num_accepted,
+                int64_t max_draft_tokens, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                int64_t pad_slot_id, const std::optional<at::Tensor>& error_word) {
   constexpr const char* op = "gdn_commit";
   const Expect expect{op, checkpoint, "checkpoint"};
   expect("num_accepted", num_accepted, {-1}, {at::kInt, at::kLong});
@@ -90,6 +94,8 @@ void gdn_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& r
                             beta_buf, u_buf, num_committed, use_qk_l2norm, slots, num_accepted.size(0), pad_slot_id);
   const int64_t L = p.cache.buffer_len;
   TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= L, checks::cat(op, ": max_draft_tokens must be in [1, L = ", L, "], got ", max_draft_tokens));
+  gdn_api::fill_num_verified(p.cache, expect, op, num_verified, num_committed);
+  p.error_word = error_word_arg(expect, op, error_word);
   p.mode = GdnFoldMode::kCommit;
   p.cache.max_draft_tokens = static_cast<int32_t>(max_draft_tokens);
   p.num_accepted = num_accepted.data_ptr();

@@ -31,9 +31,12 @@
 // drafts' k, v, g, beta, u (T (K + V) act + T (V + 2) fp32).
 //
 // Verify never writes the checkpoint, the read copy or the cursor. A row whose slot is a pad or out of
-// range, or whose cursor leaves no room for T entries, gets zero output and touches no cache memory.
+// range, or whose cursor leaves no room for T entries, gets zero output and touches no buffer. The
+// row's first CTA records in num_verified[slot] how many entries it appended (T, or 0 without room;
+// nothing for a pad row): the most the commit after it may accept.
 #pragma once
 
+#include "cache/error_word.cuh"
 #include "cache/slot_map.cuh"
 #include "common/math.cuh"
 #include "families/gdn/fold.cuh"
@@ -129,6 +132,9 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
   const VerifySmem<kK, kV, kSrc, kAct> sm(smem_base, S, L, T);
 
   const int64_t slot = resolve_slot(p, row);
+  if (slot < 0 && blockIdx.x == 0 && producer && slot_out_of_range(p, named_slot(p, row))) {
+    record_error(p.error_word, kErrorVerifySlot, row, named_slot(p, row), p.num_slots);
+  }
   if (slot < 0) {
     write_zero_outputs<kAct>(p, row, head0, nh, kV);
     return;
@@ -151,6 +157,8 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
   }
   __syncthreads();  // the barriers are initialised
   const int w = c.num_committed[slot];
+  // What this verify appends to the slot, the most its commit may accept (cache/fold_rows.cuh).
+  if (blockIdx.x == 0 && producer) c.num_verified[slot] = (w < 0 || w + T > L) ? 0 : T;
   if (w < 0 || w + T > L) {
     write_zero_outputs<kAct>(p, row, head0, nh, kV);
     if (producer) {

@@ -9,13 +9,15 @@
 // order), the read copy made from the checkpoint as stored, like make_read_copy. An fp32 checkpoint
 // therefore stays at fp32 rounding however many folds it sees.
 //
-// Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule); only the
-// folding rows' items are taken. Flush: the rows with committed entries; materialize: every row
+// Commit: a row folds when cursor + accepted + max_draft_tokens > L (the flush-early rule; accepted is
+// num_accepted clamped to the slot's last verify, cache/fold_rows.cuh); only the folding rows' items
+// are taken. Flush: the rows with committed entries; materialize: every row
 // (zeros for pads and out-of-range cursors). No CTA writes a cursor here (the heads of a slot all
 // read it): launch_mamba2_fold runs the cursor kernel after this one, which also advances the
 // stochastic-rounding offset when there is one (stochastic_rounding.cuh).
 #pragma once
 
+#include "cache/fold_rows.cuh"
 #include "families/mamba2/fold.cuh"
 #include "families/mamba2/spec_common.cuh"
 #include "common/stochastic_rounding.cuh"
@@ -190,20 +192,13 @@ __device__ __forceinline__ void store_coef_chunk(float* coef, const FoldScalars&
   for (int e = 0; e < XChunks::kPerChunk; ++e) coef[FoldCoef<kP, kN>::index(j, row0 + e)] = wj * to_float(xv[e]);
 }
 
-// Entries to fold for this row's slot, or -1 when the CTA has nothing to do.
-__device__ __forceinline__ int entries_to_fold(const Mamba2SpecParams& p, int64_t row, int w) {
-  const int L = p.buffer_len;
-  if (w < 0 || w > L) return -1;
-  switch (p.mode) {
-    case Mamba2FoldMode::kCommit: {
-      const int64_t accepted = load_index(p.num_accepted, p.num_accepted_dtype, row, p.num_accepted_stride);
-      const int64_t moved = accepted < 0 ? 0 : (accepted > L - w ? L - w : accepted);
-      const int n = w + static_cast<int>(moved);
-      return n + p.max_draft_tokens > L ? n : -1;
-    }
-    case Mamba2FoldMode::kFlush: return w > 0 ? w : -1;
-    default: return w;
-  }
+// Entries to fold for this row's slot, or -1 when the CTA has nothing to do: the rule of every
+// family (cache/fold_rows.cuh), with commit's accepted count clamped to the slot's last verify.
+__device__ __forceinline__ int entries_to_fold(const Mamba2SpecParams& p, int64_t row, int64_t slot) {
+  const bool commit = p.mode == Mamba2FoldMode::kCommit;
+  const int64_t accepted = commit ? accepted_entries(p, row, p.num_verified[slot]) : 0;
+  return fold_entries(static_cast<int32_t>(p.mode), p.num_committed[slot], accepted, p.buffer_len,
+                      p.max_draft_tokens);
 }
 
 template <int kP, int kN>
@@ -276,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
     int n = -1;
     if (row < p.batch) {
       slot = resolve_slot(p, row);
-      if (slot >= 0) n = entries_to_fold(p, row, p.num_committed[slot]);
+      if (slot >= 0) n = entries_to_fold(p, row, slot);
     }
     const bool item = row < p.batch && (materialize || n >= 0);
     const unsigned ballot = __ballot_sync(kFullMask, item);

@@ -98,6 +98,15 @@ int64_t fill_buffers(Params& p, const Expect& expect, const char* op, const at::
   return L;
 }
 
+// num_verified (verify writes it, commit reads and zeroes it): int32 (num_slots,), apart from the cursors.
+void fill_num_verified(Mamba2SpecParams& p, const Expect& expect, const char* op, const at::Tensor& num_verified,
+                       const at::Tensor& num_committed) {
+  expect("num_verified", num_verified, {num_committed.size(0)}, {at::kInt});
+  checks::writable(op, "num_verified", num_verified);
+  checks::no_overlap(op, "num_verified", num_verified, "num_committed", num_committed);
+  p.num_verified = num_verified.data_ptr<int32_t>();
+}
+
 // The optional [seed, offset] of stochastic rounding: only where a bf16 / fp16 checkpoint is written.
 template <class Params>
 void fill_rounding_seed(Params& p, const Expect& expect, const char* op, const char* checkpoint_name,
@@ -277,11 +286,12 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
 
 void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
-                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& x,
-                   const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B, const at::Tensor& C,
-                   const at::Tensor& out, const std::optional<at::Tensor>& D, const std::optional<at::Tensor>& z,
-                   const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
-                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_verified,
+                   const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A, const at::Tensor& B,
+                   const at::Tensor& C, const at::Tensor& out, const std::optional<at::Tensor>& D,
+                   const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias, bool dt_softplus,
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                   const std::optional<at::Tensor>& error_word) {
   constexpr const char* op = "mamba2_verify";
   const Expect expect{op, checkpoint};
   expect("checkpoint", checkpoint, {-1, -1, -1, -1}, checkpoint_dtypes(), 16);
@@ -296,6 +306,7 @@ void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>
   check_cache_activations(op, act, x, B, C, z, out);
   expect("x", x, {-1, -1, H, P}, {act}, 16);
   const int64_t L = fill_buffers(p, expect, op, checkpoint, act, x_buf, B_buf, dt_buf, num_committed, /*written=*/true);
+  fill_num_verified(p, expect, op, num_verified, num_committed);
   const int64_t batch = x.size(0), T = x.size(1);
   const int64_t max_T = L < kMamba2SpecMaxDraftTokens ? L : kMamba2SpecMaxDraftTokens;
   TORCH_CHECK(T >= 1 && T <= max_T, checks::cat(op, ": the number of draft tokens T (x.size(1)) must be in [1, min(L = ", L, ", ", kMamba2SpecMaxDraftTokens, ")], got ", T));
@@ -313,6 +324,7 @@ void mamba2_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>
   if (z) expect("z", *z, {batch, T, H, P}, {act});
   if (dt_bias) expect("dt_bias", *dt_bias, {H}, {at::kFloat});
   fill_slots(p, expect, op, slots, batch, pad_slot_id, S);
+  p.error_word = error_word_arg(expect, op, error_word);
 
   p.num_tokens = static_cast<int32_t>(T);
   fill_token_inputs(p, x, dt, A, B, C, out, D, z, dt_bias, dt_softplus);
@@ -362,15 +374,18 @@ Mamba2SpecParams fold_params(const char* op, const Expect& expect, const at::Ten
 
 void mamba2_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                    const std::optional<at::Tensor>& read_scale, const at::Tensor& x_buf, const at::Tensor& B_buf,
-                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_accepted,
-                   const at::Tensor& A, int64_t max_draft_tokens, const std::optional<at::Tensor>& slots,
-                   int64_t pad_slot_id, const std::optional<at::Tensor>& rounding_seed) {
+                   const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& num_verified,
+                   const at::Tensor& num_accepted, const at::Tensor& A, int64_t max_draft_tokens,
+                   const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                   const std::optional<at::Tensor>& rounding_seed, const std::optional<at::Tensor>& error_word) {
   constexpr const char* op = "mamba2_commit";
   const Expect expect{op, checkpoint};
   expect("num_accepted", num_accepted, {-1}, {at::kInt, at::kLong});
   Mamba2SpecParams p = fold_params(op, expect, checkpoint, /*written=*/true, read_copy, read_scale, x_buf, B_buf,
                                    dt_buf, num_committed, A, slots, num_accepted.size(0), pad_slot_id);
   TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= p.buffer_len, checks::cat(op, ": max_draft_tokens must be in [1, L = ", p.buffer_len, "], got ", max_draft_tokens));
+  fill_num_verified(p, expect, op, num_verified, num_committed);
+  p.error_word = error_word_arg(expect, op, error_word);
   p.mode = Mamba2FoldMode::kCommit;
   p.max_draft_tokens = static_cast<int32_t>(max_draft_tokens);
   p.num_accepted = num_accepted.data_ptr();

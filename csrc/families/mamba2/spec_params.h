@@ -12,6 +12,7 @@
 //   B_buf           (slots, G, L, N)        activation
 //   dt_buf          (slots, H, L)           fp32                       buffered dt after bias and softplus
 //   num_committed   (slots,)                int32                      committed buffer entries per slot
+//   num_verified    (slots,)                int32                      entries the slot's last verify appended
 //   x, z, out       (batch, T, H, P)        activation                 verify; z optional
 //   dt              (batch, T, H)           activation or fp32         verify
 //   B, C            (batch, T, G, N)        activation                 verify
@@ -19,11 +20,14 @@
 //   num_accepted    (batch,)                int32 / int64              commit
 //   state_out       (batch, H, P, N)        fp32                       materialize
 //   rounding_seed   (2,)                    int64                      commit / flush, optional: [seed, offset]
+//   error_word      (4,)                    int32                      verify / commit, optional: the first misuse
 //
-// Cursors: verify reads num_committed and never writes it. Commit and flush are two launches: the
+// Cursors: verify reads num_committed and never writes it; it sets num_verified[slot] to the entries it
+// appended (T, or 0 for a row whose cursor leaves no room). Commit and flush are two launches: the
 // fold kernel (one CTA per (row, head)) reads the cursors as they were, then a one-thread-per-row
-// kernel writes the new ones; stream order does what the step kernel's head tickets do, with no atomics,
-// and both launches are captured by a CUDA graph like one.
+// kernel (cache/fold_cursor.h) writes the new ones; stream order does what the step kernel's head
+// tickets do, with no atomics, and both launches are captured by a CUDA graph like one. Commit accepts
+// num_accepted clamped to [0, num_verified[slot]] and zeroes num_verified[slot] (cache/fold_rows.cuh).
 //
 // Exactness: fp32 arithmetic, no fast math. The fold is the step kernel's fold (plain fp32 FFMA in the
 // same order) and refreshes the read copy in the same launch exactly like make_read_copy.
@@ -63,6 +67,7 @@ struct Mamba2SpecParams {
   float* dt_buf;
   int64_t dtb_slot_stride, dtb_head_stride;
   int32_t* num_committed;
+  int32_t* num_verified;  // verify (written), commit (read, then zeroed by the cursor kernel)
   int32_t buffer_len;
   int32_t max_draft_tokens;  // commit
   DType act_dtype;           // x_buf, B_buf; verify's x, B, C, z, out
@@ -110,6 +115,10 @@ struct Mamba2SpecParams {
   // checkpoint's stores (stochastic_rounding.cuh); nullptr: round to nearest even. The cursor kernel
   // advances the offset.
   int64_t* rounding_seed;
+
+  // verify / commit: (4,) int32 [code, row, value, limit], the first misuse (cache/error_word.cuh), or
+  // nullptr: record nothing.
+  int32_t* error_word;
 };
 
 // What the launcher chose (launch/mamba2_policy.h): the kernels' second argument.

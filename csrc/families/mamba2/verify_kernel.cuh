@@ -31,11 +31,13 @@
 // carried the epilogue on top of their rows while the rest waited at the barrier: 35% of the warp
 // samples. docs/EXPERIMENTS.md has what was tried and lost.)
 // Verify never writes the checkpoint, the read copy or the cursor: a row whose cursor leaves no room
-// for T tokens (or a pad row) gets zero output and touches no cache memory. It appends the drafts'
-// x and dt (every CTA, its heads) and B (the group's first CTA).
+// for T tokens (or a pad row) gets zero output and touches no buffer. It appends the drafts' x and dt
+// (every CTA, its heads) and B (the group's first CTA), and the row's first CTA records in
+// num_verified[slot] how many entries it appended (T, or 0 without room; nothing for a pad row).
 // docs/TUNING.md has its launch rule and what it measured.
 #pragma once
 
+#include "cache/error_word.cuh"
 #include "families/mamba2/tensor_dot.cuh"
 #include "families/mamba2/spec_common.cuh"
 
@@ -394,6 +396,9 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
   const int group = blockIdx.x / ctas_per_group;
   const int head0 = group * heads_per_group + (blockIdx.x % ctas_per_group) * num_heads;
   const int64_t slot = resolve_slot(p, row);
+  if (slot < 0 && blockIdx.x == 0 && tid == 0 && slot_out_of_range(p, named_slot(p, row))) {
+    record_error(p.error_word, kErrorVerifySlot, row, named_slot(p, row), p.num_slots);
+  }
   if (slot < 0) {
     for (int i = 0; i < num_heads; ++i) write_zero_outputs<kAct>(p, row, head0 + i);
     return;
@@ -418,6 +423,8 @@ __global__ void __launch_bounds__(kThreads, (VerifyLayout<kP, kN, kSrc, kAct>::k
     for (int s = 0; s < first_stages; ++s) issue_tile(s, head0 + s);
   }
   const int w = p.num_committed[slot];
+  // What this verify appends to the slot, the most its commit may accept (cache/fold_rows.cuh).
+  if (blockIdx.x == 0 && tid == 0) p.num_verified[slot] = (w < 0 || w > L - T) ? 0 : T;
   __syncthreads();  // the barriers are initialised; every thread has read the cursor
 
   if (w < 0 || w > L - T) {  // no room for T entries: touch nothing (but let the copies land first)
