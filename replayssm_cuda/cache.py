@@ -407,11 +407,7 @@ class _ReplayCache:
         """After a varlen verify, lower num_verified[slot] (which the dense verify set to T) to the row's
         own draft count, so that commit accepts at most the drafts the row had. A pad or out-of-range row
         names slot 0 with the int32 maximum, which changes nothing; row r uses slot r without `slots`."""
-        num_verified = getattr(self, "num_verified", None)
-        if num_verified is None:
-            # A cache without per-slot verified counts has a commit that trusts num_accepted: the caller
-            # keeps each row's num_accepted <= its draft count.
-            return
+        num_verified = self.num_verified
         if slots is None:
             idx, src = torch.arange(counts.shape[0], device=self.device), counts
         else:

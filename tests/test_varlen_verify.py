@@ -91,8 +91,12 @@ def test_output_is_the_padded_dense_block_without_padding(name):
     y = caches[1].verify_varlen(*flat, cu_seqlens=cu_of(counts), max_draft_tokens=2, out=out)
     assert y is out
     assert torch.equal(y, torch.cat([expected[r, :n] for r, n in enumerate(counts)]))
-    for a, b in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+    for a, b in zip(caches[0].cache_tensors[:-1], caches[1].cache_tensors[:-1]):
         assert torch.equal(a, b), "the varlen verify writes what the dense verify of its block writes"
+    # ... except the verified counts (cache_tensors' last): the dense verify's T, lowered to each row's drafts
+    assert caches[0].cache_tensors[-1] is caches[0].num_verified
+    assert caches[0].num_verified.tolist() == [2, 2, 2, 2]
+    assert caches[1].num_verified.tolist() == counts
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -133,8 +137,6 @@ def test_commit_accepts_at_most_the_rows_drafts(name):
     which verify_varlen lowers to each row's count); a pad row's slot keeps its verified count."""
     fam = family(name, seed=10)
     cache = fam.make_cache(5, buffer_len=9, max_draft_tokens=T_MAX)
-    if not hasattr(cache, "num_verified"):
-        pytest.skip("needs num_verified")
     reference = fam.make_cache(5, buffer_len=9, max_draft_tokens=T_MAX)
     init = random_states(fam, 5)
     cache.load(init)

@@ -175,8 +175,11 @@ def test_varlen_is_the_dense_verify_of_its_block_bitwise(name):
     dense = caches[0].verify(*pack_by_hand(flat, counts), slots=slots)
     y = caches[1].verify_varlen(*flat, cu_seqlens=cu_of(counts), slots=slots)
     assert torch.equal(y, torch.cat([dense[r, :n] for r, n in enumerate(counts)]))
-    for a, b in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+    for a, b in zip(caches[0].cache_tensors[:-1], caches[1].cache_tensors[:-1]):
         assert torch.equal(a, b)
+    # ... except the verified counts (cache_tensors' last): each named slot's row's drafts, not the block's T
+    assert caches[1].cache_tensors[-1] is caches[1].num_verified
+    assert caches[1].num_verified[[3, 0, 5]].tolist() == [2, 4, 0]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -235,8 +238,6 @@ def test_commit_accepts_at_most_the_rows_drafts(name):
     """Accepting T_MAX in every row after a varlen verify commits each row's own draft count."""
     fam = FAMILIES[name](seed=6)
     cache = fam.cache(6, "cuda")
-    if not hasattr(cache, "num_verified"):
-        pytest.skip("needs num_verified")
     cache.load(fam.states(6).to(DEVICE, torch.float32))
     slots = torch.tensor([4, -1, 0, 2], dtype=torch.int32, device=DEVICE)
     counts = [3, 2, 0, 1]
