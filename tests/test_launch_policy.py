@@ -431,68 +431,10 @@ def test_gdn_fold_update_and_step_grids(probe):
     assert answers(probe, ["gdnfold 256 32 4 2", "gdnfold 2 16 4 2", "gdnfold 256 64 1 1"]) == \
         ["4 264", "4 32", "1 132"]
     assert answers(probe, ["gdnfold 256 32 4 2"], sms=114) == ["4 228"]
-    # The update and its snapshot variant: a CTA per block of a tile's value rows.
+    # The update and its snapshot variant: a CTA per block of a tile's value rows; the step a CTA per
+    # (row, v-head), with or without the staggered-flush hint.
     assert answers(probe, ["gdnupdate 8 32 4", "gdnupdate 512 64 2"]) == ["128 8", "128 512"]
-
-
-def test_gdn_step_heads_per_cta(probe):
-    # The largest divisor of HV, at most 8, that still gives four waves of CTAs (3 CTAs an SM, 132 SMs: 396
-    # resident, 1584 for four waves): qwen4b batch 256 takes 4 v-heads (2048 CTAs; 8 would give 1024),
-    # batch 512 8, batch 64 and 1 one; qwen122b batch 256 8 (2048), the TP shape batch 256 2 (2048).
-    lines = ["gdnstep 256 32 0 3", "gdnstep 512 32 0 3", "gdnstep 64 32 0 3", "gdnstep 1 32 0 3", "gdnstep 256 64 0 3",
-             "gdnstep 256 16 0 3"]
-    assert answers(probe, lines) == ["4 8 256", "8 4 512", "1 32 64", "1 32 1", "8 8 256", "2 8 256"]
-    # Never more than 8, even where the waves would allow more (qwen122b batch 4096).
-    assert answers(probe, ["gdnstep 4096 64 0 3"]) == ["8 8 4096"]
-    # Under the staggered-flush hint at most 2 (a folding CTA folds all its v-heads).
-    assert answers(probe, ["gdnstep 512 32 1 3", "gdnstep 64 32 1 3"]) == ["2 16 512", "1 32 64"]
-    # The SM count is an input: qwen4b batch 96 takes 2 v-heads on 114 SMs (1536 CTAs, 1368 for four
-    # waves), 1 on 132 (1584 for four waves).
-    assert answers(probe, ["gdnstep 96 32 0 3"], sms=114) == ["2 16 96"]
-    assert answers(probe, ["gdnstep 96 32 0 3"], sms=132) == ["1 32 96"]
-    # step_heads_per_cta (shared with mamba2_step): the largest divisor of HV <= min(the value, 8), the
-    # hint and the waves ignored.
-    assert answers(probe, ["gdnstep 1 32 0 3", "gdnstep 512 32 1 3"], overrides={"step_heads_per_cta": 5}) == \
-        ["4 8 1", "4 8 512"]
-    assert answers(probe, ["gdnstep 1 32 0 3", "gdnstep 1 48 0 3"], overrides={"step_heads_per_cta": 64}) == \
-        ["8 4 1", "8 6 1"]
-    # verify's override leaves the step alone.
-    assert answers(probe, ["gdnstep 256 32 0 3"], overrides={"verify_heads_per_cta": 1}) == ["4 8 256"]
-
-
-def test_gdn_step_heads_per_cta_edges(probe):
-    # Four waves exactly are enough: batch 198 x 8 CTAs = 1584 takes 4 v-heads, batch 197 (1576) only 2.
-    assert answers(probe, ["gdnstep 198 32 0 3", "gdnstep 197 32 0 3"]) == ["4 8 198", "2 16 197"]
-    # The CTAs an SM the kernel is compiled for are an input: at 2 (264 resident, 1056 for four waves)
-    # batch 264 takes 8 v-heads (1056 CTAs), at 3 (1584) 4.
-    assert answers(probe, ["gdnstep 264 32 0 2", "gdnstep 264 32 0 3"]) == ["8 4 264", "4 8 264"]
-    # Divisors that are not powers of two: HV = 12 at batch 400 takes 3 (1600 CTAs; 4 would give 1200,
-    # 6 800); HV = 6 at batch 2000 all 6; HV = 3 never more than 3.
-    assert answers(probe, ["gdnstep 400 12 0 3", "gdnstep 2000 6 0 3", "gdnstep 4096 3 0 3"]) == \
-        ["3 4 400", "6 1 2000", "3 1 4096"]
-    # One v-head a k-head or many: the rule looks at HV only (the k-heads a block spans are the kernel's).
-    assert answers(probe, ["gdnstep 512 64 0 3", "gdnstep 512 64 1 3"]) == ["8 8 512", "2 32 512"]
-    # The staggered-flush cap takes the largest divisor <= 2 that still gives four waves: HV = 3 has none.
-    assert answers(probe, ["gdnstep 4096 3 1 3"]) == ["1 3 4096"]
-
-
-def test_gdn_step_ring(probe):
-    # The compiled depth where three CTAs an SM keep room for it (76,800 bytes a CTA beside the runtime's
-    # 1 KB), fewer down to one stage; qwen4b fp32, L = 16, 8 v-heads a CTA (the step's layout: the fold
-    # workspace, 46,416 bytes, is larger than one or two stages): 4 stages of 16 KB, 75,032 bytes.
-    assert answers(probe, ["gdnstepring 4 3 4120 51792 51792 54528 70912"]) == ["4"]
-    # 1,800 bytes more of the block's arrays and the fourth stage no longer fits.
-    assert answers(probe, ["gdnstepring 4 3 5920 51792 51792 54528 70912"]) == ["3"]
-    # Two CTAs an SM (the compiled count is an input): 115,712 bytes a CTA, all four stages of a larger ring.
-    assert answers(probe, ["gdnstepring 4 2 4120 30000 60000 90000 110000", "gdnstepring 4 3 4120 30000 60000 90000 110000"]) \
-        == ["4", "2"]
-    # A larger fold workspace (shared with the ring) leaves fewer stages room...
-    assert answers(probe, ["gdnstepring 4 3 0 45376 65376 95376 125376"]) == ["2"]
-    # ... but never fewer than those that fit in the bytes one stage takes anyway (a long buffer's
-    # workspace larger than the whole ring: one CTA an SM, every stage free).
-    assert answers(probe, ["gdnstepring 4 3 0 155376 155376 155376 155376"]) == ["4"]
-    # None where one stage is beyond the opt-in limit.
-    assert answers(probe, ["gdnstepring 4 3 0 240000 240000 240000 240000"]) == ["0"]
+    assert answers(probe, ["gdnstep 8 32 0", "gdnstep 8 32 1"]) == ["32 8", "32 8"]
 
 
 # ---- the overrides: the environment (read once) and the hook ----

@@ -19,41 +19,14 @@ GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem) {
   return plan;
 }
 
-// The v-heads of a step CTA share its set-up: the slot and the cursor (two dependent DRAM round trips),
-// one ticket, the token's normalised q and k per k-head and the window's key dot products, all taken
-// once; and its ring streams the next heads' tiles while one head computes. So fewer, larger CTAs win
-// while the waves stay full (four waves, as verify). Under the staggered-flush hint a CTA whose slot
-// folds folds all its v-heads one after the other, and a folding CTA that starts late sets the end of
-// the step: at most two v-heads there.
-int gdn_step_heads_per_cta(int64_t batch, int v_heads, bool staggered_flush, int ctas_per_sm, int sm_count, int forced) {
-  if (forced >= 1) return largest_divisor_at_most(v_heads, std::min(forced, kGdnStepMaxHeads));
-  const int cap = staggered_flush ? 2 : kGdnStepMaxHeads;
-  const int64_t target = 4 * resident_ctas(sm_count, ctas_per_sm);
-  for (int d = std::min(cap, v_heads); d > 1; --d) {
-    if (v_heads % d == 0 && batch * (v_heads / d) >= target) return d;
-  }
-  return 1;
-}
-
-GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, int ctas_per_sm, const DeviceInfo& device,
-                          const LaunchOverrides& overrides) {
-  GdnStepPlan plan;
-  plan.heads_per_cta = gdn_step_heads_per_cta(problem.batch, problem.v_heads, problem.staggered_flush, ctas_per_sm,
-                                              device.sm_count, overrides.step_heads_per_cta);
-  plan.grid_x = problem.v_heads / plan.heads_per_cta;
+// One CTA per (row, v-head): the CTAs of a slot are its v-heads, which the cursor tickets count. The
+// staggered-flush hint changes nothing: every CTA is one head, so a folding CTA is already as short as
+// it can be.
+GdnGridPlan plan_gdn_step(const GdnStepProblem& problem) {
+  GdnGridPlan plan;
+  plan.grid_x = problem.v_heads;
   plan.grid_y = problem.batch;
   return plan;
-}
-
-int plan_gdn_step_stages(const RingBytes& ring, const DeviceInfo& device) {
-  auto bytes = [&](int stages) { return ring.dynamic_bytes[stages] + ring.static_bytes; };
-  const int ctas = ring.compiled_ctas_per_sm > 0 ? ring.compiled_ctas_per_sm : 1;
-  const size_t per_cta = static_cast<size_t>(device.smem_per_sm / ctas - 1024);
-  int stages = std::min(ring.compiled_stages, kMaxRingStages);
-  if (stages < 1) return 0;
-  const size_t room = std::max(per_cta, bytes(1));
-  while (stages > 1 && bytes(stages) > room) --stages;
-  return bytes(stages) <= static_cast<size_t>(device.smem_per_block_optin) ? stages : 0;
 }
 
 // The most v-heads per CTA that still leave at least four waves of CTAs, among the divisors of HV: each

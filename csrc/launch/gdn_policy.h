@@ -29,10 +29,7 @@ struct GdnUpdateProblem {
 
 GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem);
 
-// ---- gdn_step: CTAs of a block of v-heads of one row ----
-
-// The most v-heads a step CTA takes (its per-head arrays in shared memory are sized for the block).
-constexpr int kGdnStepMaxHeads = 8;
+// ---- gdn_step: one CTA per (row, v-head) ----
 
 struct GdnStepProblem {
   int64_t batch = 0;
@@ -40,25 +37,7 @@ struct GdnStepProblem {
   bool staggered_flush = false;  // the caller's hint: slots fold at different steps
 };
 
-struct GdnStepPlan {
-  int heads_per_cta = 0;
-  int64_t grid_x = 0, grid_y = 0;
-};
-
-// V-heads a step CTA takes: the largest divisor of v_heads (<= kGdnStepMaxHeads, <= 2 under the
-// staggered-flush hint) that still gives four waves of CTAs. `forced` > 0 (the step_heads_per_cta
-// override) takes the largest divisor of v_heads <= min(forced, kGdnStepMaxHeads) instead.
-int gdn_step_heads_per_cta(int64_t batch, int v_heads, bool staggered_flush, int ctas_per_sm, int sm_count, int forced);
-
-// ctas_per_sm: what the kernel's launch bounds and ring are sized for (the rule counts waves of them).
-GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, int ctas_per_sm, const DeviceInfo& device,
-                          const LaunchOverrides& overrides);
-
-// Ring stages of the step: the compiled depth where the CTAs per SM the launch bounds assume keep room
-// for it, fewer down to one stage; but never fewer than the stages that fit in the bytes one stage takes
-// anyway (a long buffer's fold workspace, which the ring shares, can be larger than the whole ring);
-// 0 where one stage does not fit the opt-in limit.
-int plan_gdn_step_stages(const RingBytes& ring, const DeviceInfo& device);
+GdnGridPlan plan_gdn_step(const GdnStepProblem& problem);
 
 // ---- gdn_verify: CTAs of a block of v-heads of one row, T draft tokens each ----
 

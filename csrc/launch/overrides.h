@@ -24,8 +24,7 @@ namespace launch {
 #define REPLAYSSM_LAUNCH_OVERRIDES(X)                                                                        \
   X(step_heads_per_cta, "REPLAYSSM_STEP_HEADS_PER_CTA", 0, 0, 65535,                                         \
     "mamba2_step: k heads of one group per CTA (the largest divisor of the group size <= k), and no "        \
-    "two-group CTAs (unless step_groups_per_cta = 2) nor fold split; gdn_step: k v-heads per CTA (the "      \
-    "largest divisor of the v-heads <= min(k, 8)); 0: the rules")                                            \
+    "two-group CTAs (unless step_groups_per_cta = 2) nor fold split; 0: the rules")                          \
   X(step_groups_per_cta, "REPLAYSSM_STEP_GROUPS_PER_CTA", 0, 0, 2,                                           \
     "mamba2_step with a read copy on tensor cores: 2 two whole groups per CTA wherever the groups pair "      \
     "up, 1 never; 0: the rule (an fp8 copy, where they fill one wave or their waves to 95%)")                \

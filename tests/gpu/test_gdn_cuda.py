@@ -31,7 +31,6 @@ TP4 = (4, 16, 128, 128)        # a tensor-parallel shard of qwen122b (HV = 64 ov
 SMALL = (2, 4, 64, 64)
 KV_64_128 = (2, 6, 64, 128)    # 3 v-heads a k-head
 KV_128_64 = (3, 3, 128, 64)    # one v-head a k-head
-ONE_TO_ONE = (8, 8, 128, 128)  # one v-head a k-head, 8 k-heads in a block of 8: the step's largest arrays
 DIMS = [QWEN4B, QWEN122B, TP4, SMALL, KV_64_128, KV_128_64]
 DIM_IDS = ["qwen4b", "qwen122b", "tp4", "k64v64", "k64v128", "k128v64"]
 
@@ -333,13 +332,12 @@ class Cache:
         self.num_committed.copy_(start)
         self.ref_nc.copy_(start)
 
-    def step(self, tok, slots, pad=-1, out=None, scale=None, l2=True, staggered_flush=False):
+    def step(self, tok, slots, pad=-1, out=None, scale=None, l2=True):
         q, k, v, a, b = tok
         out = torch.full((q.shape[0], self.layer.HV, self.layer.V), float("nan"), dtype=self.layer.act,
                          device=DEV) if out is None else out
         A_log, dt_bias = self.layer.weights()
-        op("gdn_step")(*self.args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2, self.mdt, slots, pad,
-                       staggered_flush)
+        op("gdn_step")(*self.args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2, self.mdt, slots, pad, False)
         return out
 
     def ref_step(self, tok, slots, pad=-1, scale=None, l2=True):
@@ -383,9 +381,9 @@ class Cache:
             assert torch.equal(self.read_scale[slots], want_scale[slots])
 
 
-def step_and_compare(cache, tok, slots, valid, where, pad=-1, staggered_flush=False):
+def step_and_compare(cache, tok, slots, valid, where, pad=-1):
     """One step of both caches: outputs, cursors, the checkpoints and the live windows compared."""
-    out = cache.step(tok, slots, pad, staggered_flush=staggered_flush)
+    out = cache.step(tok, slots, pad)
     ref_out = cache.ref_step(tok, slots, pad)
     invalid = [r for r in range(len(tok[0])) if r not in valid]
     if invalid:
@@ -472,106 +470,6 @@ def test_step_odd_batches(dims, batch):
         cache.check_read_copy(rows)
 
 
-# Several v-heads a step CTA (the step_heads_per_cta override; the rule takes one at these batches): the
-# ring's chunks (whole tiles and parts of tiles), the block's k-heads (one, several, or a k-head split
-# between two blocks at 3 v-heads a k-head) and its folds, against the reference over fold cycles with
-# cursors staggered so that folding and replaying CTAs share every launch, and a pad row in the batch.
-HEADS_CASES = [
-    # dims, checkpoint, read copy, L, max_draft_tokens, step_heads_per_cta
-    (QWEN4B, torch.float32, None, 16, 1, 8),
-    (QWEN4B, torch.float32, torch.bfloat16, 16, 4, 4),
-    (QWEN4B, torch.float32, FP8, 16, 1, 8),
-    (QWEN122B, torch.bfloat16, FP8, 5, 1, 8),
-    (TP4, torch.float32, None, 5, 2, 4),
-    (SMALL, torch.float32, torch.float16, 1, 1, 4),
-    (KV_64_128, torch.float32, None, 64, 1, 2),            # 2 v-heads a block, 3 a k-head: k-head 1 in two blocks
-    (KV_64_128, torch.float16, FP8, 5, 1, 4),              # 3 v-heads a block (the largest divisor of 6 <= 4)
-    (KV_128_64, torch.float32, torch.bfloat16, 5, 1, 8),   # all 3 v-heads, 3 k-heads a block
-    (QWEN4B, torch.float32, None, 5, 1, 1),
-    (TP4, torch.float32, FP8, 5, 2, 2),
-    # the longest buffer with 8 v-heads and 8 k-heads a block: the fold's workspace over the ring, every
-    # stage's chunk refilled across heads (4 chunks a tile, the ring holds fewer)
-    (ONE_TO_ONE, torch.float32, None, 64, 1, 8),
-    (ONE_TO_ONE, torch.float32, FP8, 64, 4, 8),
-    (ONE_TO_ONE, torch.bfloat16, FP8, 64, 1, 8),
-]
-HEADS_IDS = ["qwen4b-fp32-8", "qwen4b-bf16-4", "qwen4b-fp8-8", "qwen122b-bf16ck-fp8-8", "tp4-fp32-4", "k64v64-L1-4",
-             "k64v128-L64-2", "k64v128-fp16ck-fp8-4", "k128v64-bf16-8", "qwen4b-fp32-1", "tp4-fp8-2",
-             "1to1-L64-fp32-8", "1to1-L64-fp8-8", "1to1-L64-bf16ck-fp8-8"]
-
-
-@pytest.mark.parametrize("dims,ck,rc,L,mdt,heads", HEADS_CASES, ids=HEADS_IDS)
-def test_step_several_heads_per_cta_match_reference(dims, ck, rc, L, mdt, heads):
-    from replayssm_cuda import launch_overrides
-    layer = Layer(dims, seed=L + heads)
-    cache = Cache(layer, 9, L, ck, rc, mdt)
-    cycle = L - mdt + 1
-    cache.stagger(cycle)
-    slots = torch.tensor([8, 1, 4, -1, 0, 6, 3], dtype=torch.int64, device=DEV)
-    valid = [0, 1, 2, 4, 5, 6]
-    with launch_overrides(step_heads_per_cta=heads):
-        for step in range(cycle + 2):
-            step_and_compare(cache, layer.tokens(len(slots)), slots, valid, f"at step {step}")
-            cache.check_read_copy(slots[valid])
-
-
-# Batches large enough that the rule itself takes several v-heads a CTA (qwen4b at batch 512: 8 on up to
-# 170 SMs at 3 CTAs an SM; 2 under the staggered-flush hint), with cursors staggered so that every launch
-# folds some slots: against the reference, and the bits of one v-head a CTA (the override) with and
-# without the hint.
-@pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, torch.bfloat16), (torch.float32, FP8),
-                                   (torch.bfloat16, FP8)], ids=["fp32", "fp32-bf16", "fp32-fp8", "bf16-fp8"])
-def test_step_large_batch_rule_matches_reference_and_one_head_bits(ck, rc):
-    from replayssm_cuda import launch_overrides
-    layer = Layer(QWEN4B, seed=41)
-    batch, L, mdt = 512, 4, 1
-    init = layer.states(batch, ck)
-    slots = torch.randperm(batch, generator=torch.Generator().manual_seed(41)).to(DEV)
-    slots[7] = -1
-    valid = [r for r in range(batch) if r != 7]
-    steps = [layer.tokens(batch) for _ in range(L + 1)]
-    results = {}
-    for name, hint, forced in [("rule", False, None), ("rule-staggered", True, None), ("one-head", False, 1)]:
-        cache = Cache(layer, batch, L, ck, rc, mdt, init=init)
-        cache.stagger(L - mdt + 1)
-        outs = []
-        with launch_overrides(step_heads_per_cta=forced):
-            for i, tok in enumerate(steps):
-                if name == "rule":
-                    out = step_and_compare(cache, tok, slots, valid, f"at step {i}")
-                    cache.check_read_copy(slots[valid])
-                else:
-                    out = cache.step(tok, slots, staggered_flush=hint)
-                outs.append(bits(out).clone())
-        results[name] = outs + [bits(t).clone() for t in cache.tensors]
-        del cache
-    for name in ("rule-staggered", "one-head"):
-        assert all(torch.equal(x, y) for x, y in zip(results[name], results["rule"])), name
-
-
-# step_heads_per_cta changes no bit: every block size gives the bits of one v-head a CTA (outputs and every
-# cache tensor) over a whole cycle with staggered cursors.
-@pytest.mark.parametrize("dims,rc", [(QWEN4B, FP8), (QWEN4B, None), (KV_64_128, None), (KV_128_64, torch.bfloat16)],
-                         ids=["qwen4b-fp8", "qwen4b-fp32", "k64v128", "k128v64-bf16"])
-def test_step_heads_per_cta_override_changes_no_bit(dims, rc):
-    from replayssm_cuda import launch_overrides
-    layer = Layer(dims, seed=31)
-    L, num_slots = 6, 7
-    init = layer.states(num_slots, torch.float32)
-    steps = [layer.tokens(5) for _ in range(L + 1)]
-    slots = torch.tensor([6, 0, 3, -1, 2], device=DEV)
-    forced_values = (1, 2, 3, 4, 8)   # 3 and 8 take the largest divisor of HV <= them (8 at most)
-    results = []
-    for forced in forced_values:
-        cache = Cache(layer, num_slots, L, torch.float32, rc, init=init)
-        cache.stagger(L)
-        with launch_overrides(step_heads_per_cta=forced):
-            outs = [bits(cache.step(tok, slots)).clone() for tok in steps]
-        results.append(outs + [bits(t).clone() for t in cache.tensors])
-    for forced, got in zip(forced_values[1:], results[1:]):
-        assert all(torch.equal(x, y) for x, y in zip(got, results[0])), f"step_heads_per_cta={forced}"
-
-
 # A strided pool (every cache tensor a view into a pool of 3 slots a slot), int64 slots and pad id 0 give
 # the bits of the plain layout with int32 slots; a CUDA graph of one step replayed over two cycles gives
 # the bits of eager steps.
@@ -612,54 +510,16 @@ def test_step_layouts_and_graph_are_bitwise_the_same(ck, rc):
         assert torch.equal(bits(x), bits(y))
 
 
-# A CUDA graph captured with 4 v-heads a CTA (the override in force at capture) and replayed after the
-# override is gone keeps the launch it captured: over two fold cycles with staggered cursors (folding and
-# replaying blocks in every replay) it gives the bits of eager steps at one v-head a CTA.
-@pytest.mark.parametrize("rc", [None, FP8], ids=["fp32", "fp32-fp8"])
-def test_step_graph_with_several_heads_per_cta_is_bitwise_eager(rc):
-    from replayssm_cuda import launch_overrides
-    layer = Layer(QWEN4B, seed=43)
-    L, num_slots = 4, 6
-    init = layer.states(num_slots, torch.float32)
-    slots = torch.tensor([5, 0, 2, -1, 1], dtype=torch.int32, device=DEV)
-    steps = [layer.tokens(len(slots)) for _ in range(2 * L)]
-    eager = Cache(layer, num_slots, L, torch.float32, rc, init=init)
-    graphed = Cache(layer, num_slots, L, torch.float32, rc, init=init)
-    eager.stagger(L)
-    graphed.stagger(L)
-    static = [t.clone() for t in steps[0]]
-    static_out = torch.empty(len(slots), layer.HV, layer.V, dtype=layer.act, device=DEV)
-    A_log, dt_bias = layer.weights()
-    with launch_overrides(step_heads_per_cta=4):
-        warm = Cache(layer, num_slots, L, torch.float32, rc, init=init)
-        warm.step(static, slots, out=static_out)                  # warm-up outside the graph
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            op("gdn_step")(*graphed.args(), *static, A_log, dt_bias, static_out, None, True, 1, slots, -1, False)
-    with launch_overrides(step_heads_per_cta=1):
-        for tok in steps:
-            for s, n in zip(static, tok):
-                s.copy_(n)
-            graph.replay()
-            assert torch.equal(bits(static_out), bits(eager.step(tok, slots)))
-    for x, y in zip(eager.tensors, graphed.tensors):
-        assert torch.equal(bits(x), bits(y))
-
-
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as
-# it was with the slot's cache untouched and zero output, while the other rows step as usual; with one
-# v-head a CTA and with 4 (step_heads_per_cta: the block's first tiles land before its CTA leaves).
-@pytest.mark.parametrize("heads", [0, 4], ids=["rule", "4-heads"])
-def test_step_leaves_cursors_with_no_room_as_they_were(heads):
-    from replayssm_cuda import launch_overrides
+# it was with the slot's cache untouched and zero output, while the other rows step as usual.
+def test_step_leaves_cursors_with_no_room_as_they_were():
     layer = Layer(TP4, seed=12)
     L = 4
     cache = Cache(layer, 6, L, torch.float32, torch.bfloat16)
     cursors = torch.tensor([1, -1, 4, 9, 70000, 3], dtype=torch.int32, device=DEV)
     cache.num_committed.copy_(cursors)
     before = [t.clone() for t in cache.tensors]
-    with launch_overrides(step_heads_per_cta=heads):
-        out = cache.step(layer.tokens(6), None)
+    out = cache.step(layer.tokens(6), None)
     bad = [1, 2, 3, 4]
     assert torch.equal(cache.num_committed[bad], cursors[bad])
     assert cache.num_committed[0].item() == 2 and cache.num_committed[5].item() == 0   # one step; a fold

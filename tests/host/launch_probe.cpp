@@ -22,9 +22,7 @@
 //   foldring COMPILED_STAGES STATIC_BYTES BYTES_1 .. BYTES_COMPILED     -> stages (0: none fits)
 //   fold BATCH H STAGES CTAS                -> "ring_stages grid"
 //   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
-//   gdnstep BATCH HV STAGGERED CTAS         -> "heads_per_cta grid_x grid_y" (plan_gdn_step)
-//   gdnstepring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
-//                                           -> stages of plan_gdn_step_stages
+//   gdnstep BATCH HV STAGGERED              -> "grid_x grid_y" (plan_gdn_step)
 //   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
@@ -191,17 +189,11 @@ std::string answer(const std::string& line, DeviceInfo& device) {
   }
   if (command == "gdnstep") {
     GdnStepProblem problem;
-    int staggered, ctas;
-    in >> problem.batch >> problem.v_heads >> staggered >> ctas;
+    int staggered;
+    in >> problem.batch >> problem.v_heads >> staggered;
     problem.staggered_flush = staggered != 0;
-    const GdnStepPlan plan = plan_gdn_step(problem, ctas, device, overrides);
-    return std::to_string(plan.heads_per_cta) + " " + std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y);
-  }
-  if (command == "gdnstepring") {
-    RingBytes ring;
-    in >> ring.compiled_stages >> ring.compiled_ctas_per_sm >> ring.static_bytes;
-    for (int s = 1; s <= ring.compiled_stages && s <= kMaxRingStages; ++s) in >> ring.dynamic_bytes[s];
-    return std::to_string(plan_gdn_step_stages(ring, device));
+    const GdnGridPlan plan = plan_gdn_step(problem);
+    return std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y);
   }
   if (command == "gdnverify") {
     GdnVerifyProblem problem;
