@@ -339,7 +339,7 @@ class _ReplayCache:
         # Without slots, load's rows are slots 0 .. batch - 1 (stagger_cursors' None means every slot).
         loaded = slots if slots is not None else torch.arange(states.shape[0], device=self.device)
         self._run("stagger_cursors", ([], self.num_verified, loaded, self.pad_slot_id, 1))
-        self._stagger(slots)
+        self._stagger(loaded)  # the loaded slots only: the others may hold live sequences
 
     def reset(self, slots=None):
         """Zero the checkpoint, read copy, buffers, cursor and verified count of the slots (all when None)."""

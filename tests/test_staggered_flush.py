@@ -93,6 +93,21 @@ def test_load_and_reset_restagger_the_named_slots_only():
             assert torch.equal(cache.x_buf[s], x_before[s])
 
 
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_load_without_slots_restaggers_the_loaded_rows_only(name):
+    """load(states) without slots fills slots 0 .. batch - 1; the slots after them keep their cursors
+    and buffered tokens (they may hold live sequences)."""
+    fam = family(name, seed=5)
+    cache = fam.make_cache(8, buffer_len=4, staggered_flush=True)
+    for _ in range(3):
+        cache.step(*fam.inputs(8), slots=torch.arange(8))
+    before = [t.clone() for t in cache.cache_tensors]
+    cache.load(random_states(fam, 3))
+    assert cache.num_committed[:3].tolist() == [s % 4 for s in range(3)]
+    for t, b in zip(cache.cache_tensors, before):
+        assert torch.equal(t[3:], b[3:])
+
+
 def test_stagger_cursors_errors():
     nc = torch.zeros(4, dtype=torch.int32)
     buf = torch.zeros(4, 2, 8, 3)
