@@ -5,7 +5,7 @@
 // checkpoint and writes the read copy; the replay reads the copy only). The step's CTAs start in grid
 // order, row after row, so when a few slots fold in each step (staggered flush, continuous batching)
 // the folding rows are spread through the batch, some start in the last wave, and the step lasts until
-// they are done, long after the replaying CTAs (session 13: staggered cycles with an fp8 read copy
+// they are done, long after the replaying CTAs (without the pass, staggered cycles with an fp8 read copy
 // 41-70% slower than lock-step ones). Started first, the folds overlap the replay instead.
 //
 // The step cannot order itself: the last CTA of a slot rewrites the slot's cursor once the slot's
