@@ -27,8 +27,8 @@ pybind11::dict gdn_capabilities() {
 #undef REPLAYSSM_GDN_PAIR_ENTRY_
   py::dict out;
   out["shapes"] = shapes;
-  out["activation_dtypes"] = names(gdn::activation_dtypes());
-  out["update_checkpoint_dtypes"] = names(gdn::state_dtypes());
+  out["activation_dtypes"] = names(gdn::kVariants.activation_dtypes());
+  out["update_checkpoint_dtypes"] = names(gdn::kVariants.state_dtypes());
   out["checkpoint_read_copy"] = pairs;
   out["max_buffer_len"] = kGdnMaxBufferLen;
   out["max_draft_tokens"] = kGdnMaxDraftTokens;

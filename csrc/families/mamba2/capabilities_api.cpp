@@ -27,8 +27,8 @@ pybind11::dict mamba2_capabilities() {
 #undef REPLAYSSM_MAMBA2_PAIR_ENTRY_
   py::dict out;
   out["shapes"] = shapes;
-  out["activation_dtypes"] = names(mamba2::activation_dtypes());
-  out["update_checkpoint_dtypes"] = names(mamba2::state_dtypes());
+  out["activation_dtypes"] = names(mamba2::kVariants.activation_dtypes());
+  out["update_checkpoint_dtypes"] = names(mamba2::kVariants.state_dtypes());
   out["checkpoint_read_copy"] = pairs;
   out["max_buffer_len"] = kMamba2MaxBufferLen;
   out["max_draft_tokens"] = kMamba2SpecMaxDraftTokens;
