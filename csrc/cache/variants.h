@@ -9,6 +9,7 @@
 
 #include "common/dispatch.h"
 #include "common/dtype.h"
+#include "common/variants_table.h"
 
 // Checkpoints: X(dtype). load also takes float32 states for any of them.
 #define REPLAYSSM_CACHE_CHECKPOINT_DTYPES(X) \
@@ -25,19 +26,11 @@
 namespace replayssm {
 namespace cache {
 
-inline std::vector<DType> checkpoint_dtypes() {
-  std::vector<DType> out;
-#define REPLAYSSM_CACHE_DTYPE_ADD_(NAME) add_dtype_once(out, DType::NAME);
-  REPLAYSSM_CACHE_CHECKPOINT_DTYPES(REPLAYSSM_CACHE_DTYPE_ADD_)
-  return out;
-}
+inline constexpr DType kCheckpointDtypes[] = {REPLAYSSM_CACHE_CHECKPOINT_DTYPES(REPLAYSSM_DTYPE_ROW)};
+inline constexpr DType kReadCopyDtypes[] = {REPLAYSSM_CACHE_READ_COPY_DTYPES(REPLAYSSM_DTYPE_ROW)};
 
-inline std::vector<DType> read_copy_dtypes() {
-  std::vector<DType> out;
-  REPLAYSSM_CACHE_READ_COPY_DTYPES(REPLAYSSM_CACHE_DTYPE_ADD_)
-#undef REPLAYSSM_CACHE_DTYPE_ADD_
-  return out;
-}
+inline std::vector<DType> checkpoint_dtypes() { return table_dtypes(kCheckpointDtypes); }
+inline std::vector<DType> read_copy_dtypes() { return table_dtypes(kReadCopyDtypes); }
 
 }  // namespace cache
 }  // namespace replayssm

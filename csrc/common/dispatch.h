@@ -11,37 +11,13 @@
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "common/dtype.h"
+#include "common/variants_table.h"  // the rows' keys (shape_key, replay_pair_key) the switches use
 
 namespace replayssm {
-
-// ---- keys of the variants tables' rows (families/<family>/variants.h), for the switches below ----
-
-// A shape row (two dims, each < 2^31).
-constexpr int64_t shape_key(int64_t a, int64_t b) { return (a << 32) | static_cast<uint32_t>(b); }
-
-// A (checkpoint, read copy) row; without a copy the read copy's dtype is ignored.
-constexpr int64_t replay_pair_key(DType checkpoint, bool copy, DType read_copy) {
-  return (static_cast<int64_t>(checkpoint) << 33) | (static_cast<int64_t>(copy) << 32) |
-         static_cast<uint32_t>(copy ? read_copy : checkpoint);
-}
-
-// "(checkpoint, read copy) = (float32, none)"'s value part: "(float32, none)".
-inline std::string replay_pair_text(DType checkpoint, bool copy, DType read_copy) {
-  return std::string("(") + dtype_name(checkpoint) + ", " + (copy ? dtype_name(read_copy) : "none") + ")";
-}
-
-// Appends t to a table's dtype list unless it is there (the lists keep table order, each dtype once).
-inline void add_dtype_once(std::vector<DType>& list, DType t) {
-  for (DType u : list) {
-    if (u == t) return;
-  }
-  list.push_back(t);
-}
 
 // What the last dispatch on this thread found no kernel for ("" when none failed since the last
 // take_unsupported_dispatch()).

@@ -20,18 +20,18 @@ namespace replayssm {
 namespace gdn_api {
 
 inline void check_shape(const char* op, const char* name, int64_t K, int64_t V) {
-  TORCH_CHECK(gdn::shape_compiled(K, V),
+  TORCH_CHECK(gdn::kVariants.shape_compiled(K, V),
               checks::cat(op, ": ", name, " (head_k_dim K = size(3), head_v_dim V = size(2)) must have (K, V) in {",
-                          gdn::shapes_text(), "}, got (", K, ", ", V, ")"));
+                          gdn::kVariants.shapes_text(), "}, got (", K, ", ", V, ")"));
 }
 
 // The variants table's dtypes (variants.h), as torch dtypes: the activations, the state of the
 // conventional ops, the checkpoint of the replay ops and the read copies a checkpoint dtype takes.
-inline std::vector<at::ScalarType> activation_dtypes() { return torch_dtypes(gdn::activation_dtypes()); }
-inline std::vector<at::ScalarType> state_dtypes() { return torch_dtypes(gdn::state_dtypes()); }
-inline std::vector<at::ScalarType> checkpoint_dtypes() { return torch_dtypes(gdn::checkpoint_dtypes()); }
+inline std::vector<at::ScalarType> activation_dtypes() { return torch_dtypes(gdn::kVariants.activation_dtypes()); }
+inline std::vector<at::ScalarType> state_dtypes() { return torch_dtypes(gdn::kVariants.state_dtypes()); }
+inline std::vector<at::ScalarType> checkpoint_dtypes() { return torch_dtypes(gdn::kVariants.checkpoint_dtypes()); }
 inline std::vector<at::ScalarType> read_copy_dtypes(DType checkpoint) {
-  return torch_dtypes(gdn::read_copy_dtypes(checkpoint));
+  return torch_dtypes(gdn::kVariants.read_copy_dtypes(checkpoint));
 }
 
 // The cache of one layer: checkpoint (S, HV, V, K), the optional read copy (and its fp8 scales), the

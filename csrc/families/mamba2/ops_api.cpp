@@ -22,11 +22,11 @@ namespace {
 
 // The variants table (variants.h) says what is compiled; the checks and their messages read it.
 void check_shape_supported(const char* op, int64_t P, int64_t N) {
-  TORCH_CHECK(mamba2::shape_compiled(P, N), checks::cat(op, ": checkpoint (head_dim P, state_dim N) must be one of ", mamba2::shapes_text(), ", got (", P, ", ", N, ")"));
+  TORCH_CHECK(mamba2::kVariants.shape_compiled(P, N), checks::cat(op, ": checkpoint (head_dim P, state_dim N) must be one of ", mamba2::kVariants.shapes_text(), ", got (", P, ", ", N, ")"));
 }
 
-std::vector<at::ScalarType> checkpoint_dtypes() { return torch_dtypes(mamba2::checkpoint_dtypes()); }
-std::vector<at::ScalarType> activation_dtypes() { return torch_dtypes(mamba2::activation_dtypes()); }
+std::vector<at::ScalarType> checkpoint_dtypes() { return torch_dtypes(mamba2::kVariants.checkpoint_dtypes()); }
+std::vector<at::ScalarType> activation_dtypes() { return torch_dtypes(mamba2::kVariants.activation_dtypes()); }
 
 // The checkpoint fields, shared by every op's params struct (Mamba2Params, Mamba2SpecParams).
 template <class Params>
@@ -45,7 +45,7 @@ void fill_read_copy(Params& p, const Expect& expect, const char* op, const at::T
                     bool written) {
   const int64_t S = checkpoint.size(0), H = checkpoint.size(1), P = checkpoint.size(2), N = checkpoint.size(3);
   if (read_copy) {
-    const auto allowed = torch_dtypes(mamba2::read_copy_dtypes(kernel_dtype(checkpoint.scalar_type())));
+    const auto allowed = torch_dtypes(mamba2::kVariants.read_copy_dtypes(kernel_dtype(checkpoint.scalar_type())));
     expect("read_copy", *read_copy, {S, H, P, N}, allowed, 16);
     if (written) checks::writable(op, "read_copy", *read_copy);
     p.read_copy = read_copy->data_ptr();
@@ -222,7 +222,7 @@ void mamba2_update(const at::Tensor& state, const at::Tensor& x, const at::Tenso
                    const std::optional<at::Tensor>& rounding_seed) {
   constexpr const char* op = "mamba2_update";
   const Expect expect{op, state};
-  expect("state", state, {-1, -1, -1, -1}, torch_dtypes(mamba2::state_dtypes()), 16);
+  expect("state", state, {-1, -1, -1, -1}, torch_dtypes(mamba2::kVariants.state_dtypes()), 16);
   checks::writable(op, "state", state);
   const int64_t H = state.size(1), P = state.size(2), N = state.size(3);
   check_shape_supported(op, P, N);

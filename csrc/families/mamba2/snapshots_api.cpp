@@ -28,11 +28,11 @@ void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const
                              const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
                              bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
   const Expect expect{kOp, state, "state"};
-  expect("state", state, {-1, -1, -1, -1}, torch_dtypes(mamba2::state_dtypes()), 16);
+  expect("state", state, {-1, -1, -1, -1}, torch_dtypes(mamba2::kVariants.state_dtypes()), 16);
   const int64_t H = state.size(1), P = state.size(2), N = state.size(3);
-  TORCH_CHECK(mamba2::shape_compiled(P, N), checks::cat(kOp, ": state (head_dim P, state_dim N) must be one of ", mamba2::shapes_text(), ", got (", P, ", ", N, ")"));
+  TORCH_CHECK(mamba2::kVariants.shape_compiled(P, N), checks::cat(kOp, ": state (head_dim P, state_dim N) must be one of ", mamba2::kVariants.shapes_text(), ", got (", P, ", ", N, ")"));
 
-  expect("x", x, {-1, -1, H, P}, torch_dtypes(mamba2::activation_dtypes()));
+  expect("x", x, {-1, -1, H, P}, torch_dtypes(mamba2::kVariants.activation_dtypes()));
   const int64_t batch = x.size(0), T = x.size(1);
   TORCH_CHECK(batch <= 65535, checks::cat(kOp, ": batch (x.size(0)) must be <= 65535, got ", batch));
   TORCH_CHECK(T >= 1 && T <= kMamba2SnapshotsMaxTokens, checks::cat(kOp, ": the number of tokens T (x.size(1)) must be in [1, ", kMamba2SnapshotsMaxTokens, "], got ", T));

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "common/dispatch.h"
 #include "common/dtype.h"
+#include "common/variants_table.h"
 
 // ---- the tables (X-macros; one row a variant) ----
 
@@ -52,77 +52,24 @@
 namespace replayssm {
 namespace mamba2 {
 
-// ---- keys and texts of the tables ----
+// ---- the tables as rows, and the queries over them (common/variants_table.h) ----
 
+// The dispatch macros below name the keys and texts through this namespace.
 using ::replayssm::replay_pair_key;
 using ::replayssm::replay_pair_text;
 using ::replayssm::shape_key;
 
-inline bool shape_compiled(int64_t P, int64_t N) {
-#define REPLAYSSM_MAMBA2_SHAPE_IS_(SP, SN) || (P == (SP) && N == (SN))
-  return false REPLAYSSM_MAMBA2_SHAPES(REPLAYSSM_MAMBA2_SHAPE_IS_);
-#undef REPLAYSSM_MAMBA2_SHAPE_IS_
-}
+inline constexpr ShapeRow kShapes[] = {REPLAYSSM_MAMBA2_SHAPES(REPLAYSSM_SHAPE_ROW)};  // (P, N)
+inline constexpr DType kActivationDtypes[] = {REPLAYSSM_MAMBA2_ACTIVATION_DTYPES(REPLAYSSM_DTYPE_ROW)};
+inline constexpr DType kStateDtypes[] = {REPLAYSSM_MAMBA2_STATE_DTYPES(REPLAYSSM_DTYPE_ROW)};
+inline constexpr ReplayPairRow kReplayPairs[] = {REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_REPLAY_PAIR_ROW)};
 
-// "(64, 64), (64, 128), ..."
-inline std::string shapes_text() {
-  std::string out;
-#define REPLAYSSM_MAMBA2_SHAPE_TEXT_(SP, SN) out += (out.empty() ? "(" : ", (") + std::to_string(SP) + ", " + std::to_string(SN) + ")";
-  REPLAYSSM_MAMBA2_SHAPES(REPLAYSSM_MAMBA2_SHAPE_TEXT_)
-#undef REPLAYSSM_MAMBA2_SHAPE_TEXT_
-  return out;
-}
+// kVariants.shape_compiled(...), .shapes_text(), .activation_dtypes(), .read_copy_dtypes(checkpoint), ...
+inline constexpr VariantsTable kVariants{kShapes, kActivationDtypes, kStateDtypes, kReplayPairs};
 
-inline bool replay_pair_compiled(DType checkpoint, bool copy, DType read_copy) {
-  const int64_t key = replay_pair_key(checkpoint, copy, read_copy);
-#define REPLAYSSM_MAMBA2_PAIR_IS_(CK, COPY, RD) || key == replay_pair_key(DType::CK, COPY, DType::RD)
-  return false REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_PAIR_IS_);
-#undef REPLAYSSM_MAMBA2_PAIR_IS_
-}
-
-// "(float32, none), (float32, bfloat16), ..."
-inline std::string replay_pairs_text() {
-  std::string out;
-#define REPLAYSSM_MAMBA2_PAIR_TEXT_(CK, COPY, RD) \
-  out += (out.empty() ? "" : ", ") + replay_pair_text(DType::CK, COPY, DType::RD);
-  REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_PAIR_TEXT_)
-#undef REPLAYSSM_MAMBA2_PAIR_TEXT_
-  return out;
-}
-
-// The dtypes of the tables, in table order, each once.
-inline std::vector<DType> activation_dtypes() {
-  std::vector<DType> out;
-#define REPLAYSSM_MAMBA2_DTYPE_ADD_(NAME) add_dtype_once(out, DType::NAME);
-  REPLAYSSM_MAMBA2_ACTIVATION_DTYPES(REPLAYSSM_MAMBA2_DTYPE_ADD_)
-  return out;
-}
-
-inline std::vector<DType> state_dtypes() {
-  std::vector<DType> out;
-  REPLAYSSM_MAMBA2_STATE_DTYPES(REPLAYSSM_MAMBA2_DTYPE_ADD_)
-#undef REPLAYSSM_MAMBA2_DTYPE_ADD_
-  return out;
-}
-
-// The replay ops' checkpoint dtypes.
-inline std::vector<DType> checkpoint_dtypes() {
-  std::vector<DType> out;
-#define REPLAYSSM_MAMBA2_CHECKPOINT_ADD_(CK, COPY, RD) add_dtype_once(out, DType::CK);
-  REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_CHECKPOINT_ADD_)
-#undef REPLAYSSM_MAMBA2_CHECKPOINT_ADD_
-  return out;
-}
-
-// The read copies a checkpoint of dtype `checkpoint` may have (none: an empty list).
-inline std::vector<DType> read_copy_dtypes(DType checkpoint) {
-  std::vector<DType> out;
-#define REPLAYSSM_MAMBA2_READ_COPY_ADD_(CK, COPY, RD) \
-  if (COPY && DType::CK == checkpoint) add_dtype_once(out, DType::RD);
-  REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_MAMBA2_READ_COPY_ADD_)
-#undef REPLAYSSM_MAMBA2_READ_COPY_ADD_
-  return out;
-}
+// The compiled lists in the dispatch macros' messages (below).
+inline std::string shapes_text() { return kVariants.shapes_text(); }
+inline std::string replay_pairs_text() { return kVariants.replay_pairs_text(); }
 
 }  // namespace mamba2
 }  // namespace replayssm
