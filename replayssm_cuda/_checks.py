@@ -600,19 +600,8 @@ def copy_pairs(op, src_slots, dst_slots, device) -> None:
 
 def check_copy_slots(cache_tensors, src_slots, dst_slots, pad_slot_id=-1):
     op = "copy_slots"
-    tensors = [t for t in _tensor_list(op, "cache_tensors", cache_tensors) if t is not None]
-    if not tensors:
-        raise ValueError(f"{op}: `cache_tensors` must hold at least one tensor, got none")
-    expect(op, "cache_tensors[0]", tensors[0])
-    if tensors[0].dim() < 1:
-        raise ValueError(f"{op}: `cache_tensors[0]` must have a slot dim 0, got a 0-D tensor")
-    num_slots, dev = tensors[0].shape[0], tensors[0].device
-    for i, t in enumerate(tensors):
-        expect(op, f"cache_tensors[{i}]", t, device=dev)
-        if t.dim() < 1 or t.shape[0] != num_slots:
-            raise ValueError(f"{op}: every cache tensor must have {num_slots} slots in dim 0, "
-                             f"cache_tensors[{i}] has shape {tuple(t.shape)}")
-    copy_pairs(op, src_slots, dst_slots, dev)
+    tensors = _slot_tensors(op, cache_tensors)
+    copy_pairs(op, src_slots, dst_slots, tensors[0].device)
     index(op, "pad_slot_id", pad_slot_id)
 
 

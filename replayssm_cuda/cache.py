@@ -407,7 +407,6 @@ class _ReplayCache:
         """After a varlen verify, lower num_verified[slot] (which the dense verify set to T) to the row's
         own draft count, so that commit accepts at most the drafts the row had. A pad or out-of-range row
         names slot 0 with the int32 maximum, which changes nothing; row r uses slot r without `slots`."""
-        num_verified = self.num_verified
         if slots is None:
             idx, src = torch.arange(counts.shape[0], device=self.device), counts
         else:
@@ -415,7 +414,7 @@ class _ReplayCache:
             named = (idx != self.pad_slot_id) & (idx >= 0) & (idx < self.num_slots)
             idx = torch.where(named, idx, 0)
             src = torch.where(named, counts, torch.iinfo(torch.int32).max)
-        num_verified.scatter_reduce_(0, idx, src.to(num_verified.dtype), reduce="amin")
+        self.num_verified.scatter_reduce_(0, idx, src.to(self.num_verified.dtype), reduce="amin")
 
     def _state_out(self, op: str, slots, out):
         """materialize's output: allocated (batch, *state shape) in the aux dtype, or the caller's, checked
@@ -540,7 +539,7 @@ class Mamba2Cache(_ReplayCache):
         out = torch.empty_like(x) if out is None else out
         if self._reference_path(op):
             self._inputs(op, x, dt, B, C, out, z, slots, 4)
-        self._run(op, (*self._cache, self.num_verified, x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots,
+        self._run(op, (*self._spec_cache_args(), x, dt, w.A, B, C, out, w.D, z, w.dt_bias, w.dt_softplus, slots,
                        self.pad_slot_id, self.error_word))
         return out
 
@@ -570,7 +569,7 @@ class Mamba2Cache(_ReplayCache):
         if self._reference_path(op):
             ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
             _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
-        self._run(op, (*self._cache, self.num_verified, num_accepted, self.weights.A, self.max_draft_tokens, slots,
+        self._run(op, (*self._spec_cache_args(), num_accepted, self.weights.A, self.max_draft_tokens, slots,
                        self.pad_slot_id, self.rounding_seed, self.error_word))
 
     def flush(self, slots=None):
@@ -691,7 +690,7 @@ class _DeltaRuleCache(_ReplayCache):
         out = torch.empty_like(v) if out is None else out
         if self._reference_path(op):
             self._inputs(op, q, k, v, a, b, out, slots, 4)
-        self._run(op, (*self._cache, self.num_verified, q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale,
+        self._run(op, (*self._spec_cache_args(), q, k, v, a, b, w.A_log, w.dt_bias, out, w.scale,
                        w.use_qk_l2norm, slots, self.pad_slot_id, self.error_word))
         return out
 
@@ -722,7 +721,7 @@ class _DeltaRuleCache(_ReplayCache):
         if self._reference_path(op):
             ops.expect(op, "num_accepted", num_accepted, shape=(None,), dtypes=ops.INDEX_DTYPES, device=self.device)
             _checks.slots(op, slots, num_accepted.shape[0], self.num_slots, self.device)
-        self._run(op, (*self._cache, self.num_verified, num_accepted, self.max_draft_tokens,
+        self._run(op, (*self._spec_cache_args(), num_accepted, self.max_draft_tokens,
                        self.weights.use_qk_l2norm, slots, self.pad_slot_id, self.error_word))
 
     def flush(self, slots=None):

@@ -392,7 +392,7 @@ def _slot_errors(slots, batch: int, num_slots: int, pad_slot_id: int, code: int,
 def _record_error(error_word, codes, values, limits) -> None:
     """The first row (in row order) with a nonzero code goes into an empty error word [code, row, value,
     limit] (int32 (4,)); a word that holds an error keeps it. No host synchronisation."""
-    if error_word is None or codes.numel() == 0:
+    if codes.numel() == 0:
         return
     device = error_word.device
     codes, values, limits = (t.to(device=device, dtype=torch.long) for t in (codes, values, limits))
@@ -533,8 +533,9 @@ def mamba2_verify(checkpoint, read_copy, read_scale, x_buf, B_buf, dt_buf, num_c
     w = torch.where(valid, num_committed[idx].long(), 0)
     named, valid = valid, valid & (w >= 0) & (w + T <= L)
     _record_verified(num_verified, idx, named, valid, T)
-    codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, x.device)
-    _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
+    if error_word is not None:
+        codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, x.device)
+        _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
     w = torch.where(valid, w, 0)
     pos = w[:, None] + torch.arange(T, device=x.device)[None, :]      # (batch, T)
 
@@ -810,8 +811,9 @@ def delta_verify(checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_bu
     w = torch.where(valid, num_committed[idx].long(), 0)
     named, valid = valid, valid & (w >= 0) & (w + T <= L)
     _record_verified(num_verified, idx, named, valid, T)
-    codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, q.device)
-    _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
+    if error_word is not None:
+        codes, ids = _slot_errors(slots, batch, checkpoint.shape[0], pad_slot_id, ERROR_VERIFY_SLOT, q.device)
+        _record_error(error_word, codes, ids, torch.full_like(ids, checkpoint.shape[0]))
     w = torch.where(valid, w, 0)
     pos = w[:, None] + torch.arange(T, device=q.device)[None, :]
 
