@@ -316,8 +316,8 @@ def test_fold_split_other_gpus(probe, sms, expected):
 
 # ---- the update: ring stages, grid, claims ----
 
-def update_plan(probe, batch, heads, tile_bytes, ctas_per_sm=2, work_counter=True, sms=132, overrides=None):
-    line = f"update {batch} {heads} {tile_bytes} {int(work_counter)} {ctas_per_sm}"
+def update_plan(probe, batch, heads, tile_bytes, ctas_per_sm=2, work_counter=True, sms=132, overrides=None, parts=1):
+    line = f"update {batch} {heads} {tile_bytes} {int(work_counter)} {ctas_per_sm} {parts}"
     return tuple(map(int, answers(probe, [line], sms=sms, overrides=overrides)[0].split()))
 
 
@@ -360,6 +360,39 @@ def test_update_grid_and_claims(probe):
     # Other SM counts: a wave of 296 CTAs on 148 SMs, 228 on 114.
     assert update_plan(probe, 64, 96, FP32_80x128, sms=148) == (2, 296, 1)
     assert update_plan(probe, 64, 96, FP32_80x128, sms=114) == (2, 228, 1)
+
+
+def update_split(probe, batch, heads, parts, sms=132, overrides=None):
+    return answers(probe, [f"updatesplit {batch} {heads} {parts}"], sms=sms, overrides=overrides)[0] == "1"
+
+
+# One pass of state rows: 8 rows of 128 columns, 16 of 64 (256 threads, 4 columns each).
+FP32_8x128 = 8 * 128 * 4
+
+
+def test_update_split(probe):
+    # Split where whole heads give fewer items than SMs: super120b at TP 4 (H=32) to batch 4, at full
+    # width (H=128) only batch 1; nano4b (H=96) batch 1.
+    assert [b for b in range(1, 10) if update_split(probe, b, 32, 8)] == [1, 2, 3, 4]
+    assert [b for b in range(1, 10) if update_split(probe, b, 128, 8)] == [1]
+    assert [b for b in range(1, 10) if update_split(probe, b, 96, 10)] == [1]
+    assert [b for b in range(1, 10) if update_split(probe, b, 16, 4, sms=148)] == list(range(1, 10))
+    assert not update_split(probe, 1, 32, 1)  # no one-pass kernel (a head of one pass)
+    # The override: always (where the one-pass kernel exists), never.
+    assert update_split(probe, 64, 128, 8, overrides={"update_split": 1})
+    assert not update_split(probe, 64, 128, 1, overrides={"update_split": 1})
+    assert not update_split(probe, 1, 32, 8, overrides={"update_split": 0})
+
+
+def test_update_split_grid(probe):
+    # The split's items (batch x heads x parts) in the same persistent grid: super120b TP 4 at batch 1,
+    # 256 one-pass items of 4 KB, one a CTA (4 stages: 4 KB tiles); at full width, 1024 items over a wave
+    # of 132 x 4 CTAs in two rounds of 512; batch 4 at TP 4 (1024 items) likewise.
+    assert update_plan(probe, 1, 32, FP32_8x128, ctas_per_sm=4, parts=8) == (4, 256, 0)
+    assert update_plan(probe, 1, 128, FP32_8x128, ctas_per_sm=4, parts=8) == (4, 512, 0)
+    assert update_plan(probe, 4, 32, FP32_8x128, ctas_per_sm=4, parts=8) == (4, 512, 0)
+    # update_ctas caps it (128 CTAs of two items, 8 KB a CTA).
+    assert update_plan(probe, 1, 32, FP32_8x128, ctas_per_sm=4, parts=8, overrides={"update_ctas": 128}) == (4, 128, 0)
 
 
 # ---- verify and the fold ----

@@ -108,6 +108,16 @@ FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len
   return none;
 }
 
+// The split: below one item per SM, whole heads leave SMs idle and make each busy one stream a whole
+// tile (32 KB for fp32 64 x 128) in and out alone, so the kernel's time is one SM's transfer of it
+// after the DRAM round trips; items of one pass of rows (4 KB there) spread the same bytes over every
+// SM, as the conventional kernels of other libraries do at small batches (many small CTAs).
+bool mamba2_update_split(int64_t batch, int heads, int parts, int sm_count, const LaunchOverrides& overrides) {
+  if (parts <= 1 || overrides.update_split == 0) return false;
+  if (overrides.update_split == 1) return true;
+  return batch * heads < sm_count;
+}
+
 // Ring stages of the update: as many tiles (up to 4) as let two CTAs share an SM (a CTA's start hides
 // behind the other's), else as many (up to 4) as one CTA holds.
 int plan_mamba2_update_stages(const Mamba2UpdateProblem& problem, const DeviceInfo& device,
@@ -130,7 +140,7 @@ Mamba2UpdatePlan plan_mamba2_update(const Mamba2UpdateProblem& problem, int stag
   plan.stages = stages;
   int64_t wave = static_cast<int64_t>(device.sm_count) * ctas_per_sm;
   if (overrides.update_ctas >= 1 && overrides.update_ctas < wave) wave = overrides.update_ctas;
-  const int64_t items = problem.batch * problem.heads;
+  const int64_t items = problem.batch * problem.heads * (problem.parts > 1 ? problem.parts : 1);
   constexpr int64_t kClaimRounds = 8;
   plan.claims = problem.work_counter && overrides.update_claims != 0 && items > stages * wave &&
                 (overrides.update_claims == 1 || items >= kClaimRounds * wave) && items < (int64_t{1} << 30);

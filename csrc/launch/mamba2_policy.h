@@ -55,10 +55,15 @@ FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len
 
 // ---- mamba2_update: a persistent grid walking the (row, head) items through a ring of state tiles ----
 
+// Whether the update splits each (row, head) item into `parts` items of one pass of state rows each (a
+// compiled form of the kernel whose tile is one pass: P / parts rows). `parts` <= 1: no such form.
+bool mamba2_update_split(int64_t batch, int heads, int parts, int sm_count, const LaunchOverrides& overrides);
+
 struct Mamba2UpdateProblem {
   int64_t batch = 0;
   int heads = 0;
-  int tile_bytes = 0;         // one state tile (P x N x state bytes)
+  int parts = 1;              // items per (row, head): 1 whole heads, else its one-pass tiles (the split)
+  int tile_bytes = 0;         // one item's state tile (rows x N x state bytes)
   int max_stages = 0;         // the kernel's barrier arrays hold this many stages
   int static_bytes = 0;       // the kernel's static shared memory (barriers, item ids), rounded up
   bool work_counter = false;  // the caller gave the counter that claims need

@@ -113,10 +113,11 @@ def test_update_matches_reference(dims, state_dtype, act):
 # The update's persistent CTAs walk the (row, head) items through a ring of S tiles; at these batches the
 # launcher gives each CTA one or two items, so few CTAs (the update_ctas override) and few stages
 # (update_stages) are forced to wrap the ring many times (pad items included), with items past the first
-# S rounds claimed from the launch's counter or, with update_claims = 0, in fixed shares. Every launch
-# shape, a slot-strided pool, a row-padded pool (one bulk copy per state row) and a CUDA-graph replay (the
+# S rounds claimed from the launch's counter or, with update_claims = 0, in fixed shares; and the items
+# split into one pass of state rows each (update_split = 1) or whole heads (0). Every launch shape, a
+# slot-strided pool, a row-padded pool (one bulk copy per state row) and a CUDA-graph replay (the
 # counter's zeroing captured with it) must give the bits of the default launch on a contiguous state: an
-# item skipped or updated twice would show.
+# item skipped or updated twice, or a part of a head's rows in the wrong place, would show.
 @pytest.mark.parametrize("dims", [NANO4B, SUPER120B, ODD], ids=["nano4b", "super120b", "odd"])
 @pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
 def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype, set_overrides):
@@ -138,18 +139,18 @@ def test_update_launch_shapes_and_layouts_are_bitwise_the_same(dims, state_dtype
     want_state = init.clone()
     want_out = run(want_state)
     assert all(torch.count_nonzero(o[[1, 4]]) == 0 for o in want_out), "pad and out-of-range rows get zero output"
-    for (ctas, stages), claims in itertools.product([(1, 1), (3, 2), (5, 3), (2, 8), (64, 2)], [1, 0]):
-        set_overrides(update_ctas=ctas, update_stages=stages, update_claims=claims)
+    for (ctas, stages), claims, split in itertools.product([(1, 1), (3, 2), (5, 3), (2, 8), (64, 2)], [1, 0], [0, 1]):
+        set_overrides(update_ctas=ctas, update_stages=stages, update_claims=claims, update_split=split)
         slot_pool = torch.zeros(num_slots, 2, *init.shape[1:], device="cuda", dtype=state_dtype)
         row_pool = torch.zeros(*init.shape[:3], 2 * layer.N, device="cuda", dtype=state_dtype)
         for state in (init.clone(), slot_pool[:, 1], row_pool[..., :layer.N]):
             state.copy_(init)
             out = run(state)
-            where = f"ctas={ctas} stages={stages} claims={claims} strides={state.stride()}"
+            where = f"ctas={ctas} stages={stages} claims={claims} split={split} strides={state.stride()}"
             assert all(torch.equal(bits(a), bits(b)) for a, b in zip(out, want_out)), where
             assert torch.equal(bits(state), bits(want_state)), where
         assert torch.count_nonzero(slot_pool[:, 0]) == 0 and torch.count_nonzero(row_pool[..., layer.N:]) == 0
-    set_overrides(update_ctas=None, update_stages=None, update_claims=None)
+    set_overrides(update_ctas=None, update_stages=None, update_claims=None, update_split=None)
 
     state = init.clone()
     static_in = [t.clone() for t in steps[0]]

@@ -82,9 +82,13 @@ def expect_close_to_reference_op(got16, ref16, pre_kernel, pre_ref, what, max_fr
 
 # ---- conventional update (the L=1 path) -------------------------------------------------------------
 
+# split: the update's items whole heads (0) or one pass of state rows (1): the random bits follow the
+# element, not the item.
 @pytest.mark.parametrize("dims", [NANO4B, ODD, SMALL], ids=["nano4b", "odd", "small"])
 @pytest.mark.parametrize("dtype", HALF16, ids=_name)
-def test_update_sr_is_the_reference_rounding_of_the_kernel_value(dims, dtype):
+@pytest.mark.parametrize("split", [0, 1])
+def test_update_sr_is_the_reference_rounding_of_the_kernel_value(dims, dtype, split, set_overrides):
+    set_overrides(update_split=split)
     layer = Layer(dims, seed=1)
     init = layer.states(7, dtype)
     slots = torch.tensor([4, -1, 0, 6, 2], device="cuda")

@@ -15,8 +15,10 @@
 //   twogroup BATCH G CTAS BY_RULE           -> 1 or 0 (mamba2_two_group_ctas)
 //   step BATCH H G L CTAS COPY FP32_CKPT TENSOR_REPLAY STAGGERED WORKSPACE
 //        (COPY: none, 16 or fp8)            -> "kernel heads_per_cta fold_split fold_split_rows grid_x grid_y"
-//   update BATCH H TILE_BYTES WORK_COUNTER CTAS
-//                                           -> "stages grid claims" (8 stages at most, 256 static bytes)
+//   update BATCH H TILE_BYTES WORK_COUNTER CTAS [PARTS]
+//                                           -> "stages grid claims" (8 stages at most, 256 static bytes;
+//                                           PARTS: items per (row, head), 1 unless given)
+//   updatesplit BATCH H PARTS               -> 1 or 0 (mamba2_update_split)
 //   verify BATCH H G CTAS                   -> "heads_per_cta grid_x grid_y"
 //   verifyring COMPILED_STAGES COMPILED_CTAS BYTES_1 .. BYTES_COMPILED  -> stages (0: none fits)
 //   foldring COMPILED_STAGES STATIC_BYTES BYTES_1 .. BYTES_COMPILED     -> stages (0: none fits)
@@ -148,12 +150,19 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     Mamba2UpdateProblem problem;
     int work_counter, ctas;
     in >> problem.batch >> problem.heads >> problem.tile_bytes >> work_counter >> ctas;
+    if (!(in >> problem.parts)) problem.parts = 1;
     problem.max_stages = 8;
     problem.static_bytes = 256;
     problem.work_counter = work_counter != 0;
     const int stages = plan_mamba2_update_stages(problem, device, overrides);
     const Mamba2UpdatePlan plan = plan_mamba2_update(problem, stages, ctas, device, overrides);
     return std::to_string(plan.stages) + " " + std::to_string(plan.grid) + " " + (plan.claims ? "1" : "0");
+  }
+  if (command == "updatesplit") {
+    int64_t batch;
+    int heads, parts;
+    in >> batch >> heads >> parts;
+    return mamba2_update_split(batch, heads, parts, device.sm_count, overrides) ? "1" : "0";
   }
   if (command == "verify") {
     Mamba2VerifyProblem problem;

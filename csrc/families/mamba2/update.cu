@@ -10,6 +10,12 @@
 // before it computes and stores them. The row operands of the next item (x, z, dt, B, C, A, D) are
 // loaded one item ahead and decoded when used. (One CTA per (row, head) that loads its tile, computes,
 // stores and leaves reads and writes in two bursts per CTA: 82-86% of copy bandwidth at batch 256-512.)
+//
+// Below one (row, head) item per SM the launch plan may split every item into P / kTileP items of one
+// pass of state rows each (kTileP = the rows 256 threads cover at once: 8 at N = 128, 16 at N = 64), so
+// that the state's bytes spread over every SM instead of a few SMs streaming a whole tile each
+// (launch/mamba2_policy.h, mamba2_update_split). Every state element and output row is computed by the
+// same arithmetic either way.
 #include "common/bulk_copy.cuh"
 #include "common/device_info.h"
 #include "diag/cta_timeline.cuh"
@@ -73,8 +79,9 @@ struct ItemOperands {
   Raw B, C;
   Act x, z;
 
+  // row0: the item's first state row (its part of the head's rows).
   template <class Shape>
-  __device__ static ItemOperands load(const Mamba2Params& p, int row, int head, int pass) {
+  __device__ static ItemOperands load(const Mamba2Params& p, int row, int head, int row0, int pass) {
     ItemOperands o;
     o.slot = p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
     const int64_t dt_off = row * p.dt_row_stride + head * p.dt_head_stride;
@@ -88,7 +95,7 @@ struct ItemOperands {
     o.C = Vec4<kAct>::load(p.C, row * p.C_row_stride + group * p.C_group_stride + Shape::col0());
     o.x = o.z = Act{};
     if (pass < Shape::kRowsPerThread) {
-      const int pr = Shape::first_row() + pass * Shape::kRowsPerPass;
+      const int pr = row0 + Shape::first_row() + pass * Shape::kRowsPerPass;
       o.x = __ldg(static_cast<const Act*>(p.x) + row * p.x_row_stride + head * p.x_head_stride + pr);
       if (p.z != nullptr) o.z = __ldg(static_cast<const Act*>(p.z) + row * p.z_row_stride + head * p.z_head_stride + pr);
     }
@@ -110,14 +117,38 @@ struct ItemOperands {
   }
 };
 
-// kRound: stochastic rounding of a 16-bit state (p.rounding_seed); false compiles without it.
-template <int kP, int kN, DType kState, DType kAct, bool kRound>
-__global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kRound>::kMinCtasPerSm))
+// Item k of a launch whose (row, head) items are split into kParts parts of kTileP rows: row, head
+// and the part's first state row (kParts = 1: k = row * heads + head).
+template <int kParts, int kTileP>
+struct UpdateItem {
+  int row, head, row0;
+  __device__ UpdateItem(int64_t k, int heads) {
+    if constexpr (kParts == 1) {
+      row = static_cast<int>(k / heads);
+      head = static_cast<int>(k % heads);
+      row0 = 0;
+    } else {
+      const int64_t per_row = static_cast<int64_t>(heads) * kParts;
+      row = static_cast<int>(k / per_row);
+      const int in_row = static_cast<int>(k - row * per_row);
+      head = in_row / kParts;
+      row0 = (in_row % kParts) * kTileP;
+    }
+  }
+};
+
+// kRound: stochastic rounding of a 16-bit state (p.rounding_seed); false compiles without it. kTileP:
+// the state rows of one item (kP: whole heads; fewer: the split).
+template <int kP, int kN, DType kState, DType kAct, bool kRound, int kTileP>
+__global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kTileP, kN, kState, kRound>::kMinCtasPerSm))
     update_kernel(const Mamba2Params p, const Mamba2UpdateLaunch launch) {
   static_assert(!kRound || kState != DType::kFloat32, "stochastic rounding is for 16-bit states");
+  static_assert(kP % kTileP == 0, "an item's rows divide the head's");
+  constexpr int kParts = kP / kTileP;
+  using Item = UpdateItem<kParts, kTileP>;
   const int stages = launch.stages;
-  using Shape = TileShape<kP, kN>;
-  using Tile = UpdateTile<kP, kN, kState, kRound>;
+  using Shape = TileShape<kTileP, kN>;
+  using Tile = UpdateTile<kTileP, kN, kState, kRound>;
   using V = Vec4<kState>;
   using Ops = ItemOperands<kAct>;
   constexpr int R = Shape::kRowsPerThread;
@@ -134,7 +165,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   // Stage s is handed back on named barrier 1 + s: the 8 consumer warps arrive, the producer warp syncs.
   auto stage_read = [](int stage) { return 1 + stage; };
 
-  const int64_t items = static_cast<int64_t>(p.batch) * p.heads;
+  const int64_t items = static_cast<int64_t>(p.batch) * p.heads * kParts;
   const int64_t grid = gridDim.x;
   const int tid = threadIdx.x;
   if (tid == 0) {
@@ -151,7 +182,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
     if (tid != kThreads) return;
     const unsigned char* state = static_cast<const unsigned char*>(p.checkpoint);
     auto slot_of = [&](int64_t k) {
-      const int64_t row = k / p.heads;
+      const int64_t row = k / (kParts == 1 ? p.heads : static_cast<int64_t>(p.heads) * kParts);
       return p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
     };
     // This CTA's item i + 1 (-1: none), chosen as item i's copy is issued: the first S round-robin
@@ -179,9 +210,10 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
       if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) {
         mbarrier_arrive(&full[stage]);  // a row that touches nothing: complete the phase with no bytes
       } else {
-        const int head = static_cast<int>(k % p.heads);
-        bulk_copy_tile_to_shared<kP, Tile::kRowBytes>(
-            ring + stage * Tile::kBytes, state + (slot * p.ck_slot_stride + head * p.ck_head_stride) * kStateBytes,
+        const Item item(k, p.heads);
+        bulk_copy_tile_to_shared<kTileP, Tile::kRowBytes>(
+            ring + stage * Tile::kBytes,
+            state + (slot * p.ck_slot_stride + item.head * p.ck_head_stride + item.row0 * p.ck_row_stride) * kStateBytes,
             p.ck_row_stride * kStateBytes, &full[stage]);
       }
       // The next item's id for the consumers (they read item i + 1 - S's from this entry before item
@@ -209,17 +241,21 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
   int64_t k = static_cast<int64_t>(blockIdx.x) < items ? static_cast<int64_t>(blockIdx.x) : -1;  // item 0
   int64_t k_next = -1;
   Ops next{};
-  if (k >= 0) next = Ops::template load<Shape>(p, static_cast<int>(k / p.heads), static_cast<int>(k % p.heads), pass);
+  if (k >= 0) {
+    const Item first(k, p.heads);
+    next = Ops::template load<Shape>(p, first.row, first.head, first.row0, pass);
+  }
   for (int i = 0; k >= 0; ++i, k = k_next) {
     const Ops cur = next;
     const int next_stage = (i + 1) % stages;
     mbarrier_wait(&id_ready[next_stage], ((i + 1) / stages) & 1);
     k_next = item_of[next_stage];
     if (k_next >= 0) {
-      next = Ops::template load<Shape>(p, static_cast<int>(k_next / p.heads), static_cast<int>(k_next % p.heads), pass);
+      const Item after(k_next, p.heads);
+      next = Ops::template load<Shape>(p, after.row, after.head, after.row0, pass);
     }
-    const int row = static_cast<int>(k / p.heads);
-    const int head = static_cast<int>(k % p.heads);
+    const Item item(k, p.heads);
+    const int row = item.row, head = item.head, row0 = item.row0;
     const int stage = i % stages;
     const int64_t slot = cur.slot;
     const bool touches = !(slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots);
@@ -245,11 +281,17 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
     // ~2 points of copy bandwidth at batch 512).
     named_barrier_arrive(stage_read(stage), kUpdateThreads);
     if (!touches) {
-      write_zero_output<kAct>(p, row, head);
+      if constexpr (kParts == 1) {
+        write_zero_output<kAct>(p, row, head);
+      } else {  // this item's rows of the head
+        for (int pr = tid; pr < kTileP; pr += kThreads) {
+          store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + row0 + pr, 0.0f);
+        }
+      }
       continue;
     }
 
-    const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride;
+    const int64_t tile = slot * p.ck_slot_stride + head * p.ck_head_stride + row0 * p.ck_row_stride;
     RoundingWords words;
     float y_mine = 0.0f;  // the output row of pass `pass`, on the lane that holds its x and z
 #pragma unroll
@@ -266,7 +308,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
       }
       if constexpr (kRound) {
         uint32_t w[2];
-        words.get<R>(key, slot, head, r, [](int n) { return Shape::row(n); }, Shape::col0(), w);
+        words.get<R>(key, slot, head, r, [row0](int n) { return row0 + Shape::row(n); }, Shape::col0(), w);
         stochastic_round4<kState>(s, w);
       }
       store_state4<kState>(p.checkpoint, tile + pr * p.ck_row_stride + Shape::col0(), s);
@@ -276,34 +318,32 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kP, kN, kState, kR
     if (pass < R) {
       float y = y_mine + cur.D * x_mine;
       if (p.z != nullptr) y *= silu(to_float(cur.z));
-      const int pr = Shape::first_row() + pass * Shape::kRowsPerPass;
+      const int pr = row0 + Shape::first_row() + pass * Shape::kRowsPerPass;
       store_act<kAct>(p.out, row * p.out_row_stride + head * p.out_head_stride + pr, y);
     }
   }
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
 }
 
-// Plans the launch (launch/mamba2_policy.h: ring stages, a persistent grid, claims or fixed shares)
-// and launches it, zeroing the claims' counter first in stream order.
-template <int kP, int kN, DType kState, DType kAct, bool kRound>
-cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
-  auto kernel = update_kernel<kP, kN, kState, kAct, kRound>;
-  launch::DeviceInfo device;
-  cudaError_t err = current_device_info(&device);
-  if (err != cudaSuccess) return err;
+// Launches the kernel of items of kTileP rows (launch/mamba2_policy.h: ring stages, a persistent grid,
+// claims or fixed shares), zeroing the claims' counter first in stream order.
+template <int kP, int kN, DType kState, DType kAct, bool kRound, int kTileP>
+cudaError_t launch_tiles(const Mamba2Params& p, const launch::DeviceInfo& device,
+                         const launch::LaunchOverrides& overrides, cudaStream_t stream) {
+  auto kernel = update_kernel<kP, kN, kState, kAct, kRound, kTileP>;
   launch::Mamba2UpdateProblem problem;
   problem.batch = p.batch;
   problem.heads = p.heads;
-  problem.tile_bytes = UpdateTile<kP, kN, kState, kRound>::kBytes;
+  problem.parts = kP / kTileP;
+  problem.tile_bytes = UpdateTile<kTileP, kN, kState, kRound>::kBytes;
   problem.max_stages = kMaxStages;
   problem.static_bytes = 4 * kMaxStages * 8;  // full, id_ready, item_of: 3 x 8 bytes a stage, rounded up
   problem.work_counter = p.work_counter != nullptr;
-  const launch::LaunchOverrides& overrides = launch::launch_overrides();
   const int stages = launch::plan_mamba2_update_stages(problem, device, overrides);
   if (stages < 1) return cudaErrorInvalidConfiguration;
   const size_t smem = static_cast<size_t>(stages) * problem.tile_bytes;
   int ctas_per_sm = 0;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kUpdateThreads, smem);
   if (err != cudaSuccess) return err;
   if (ctas_per_sm < 1) return cudaErrorInvalidConfiguration;
@@ -314,6 +354,20 @@ cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
   }
   kernel<<<static_cast<unsigned>(plan.grid), kUpdateThreads, smem, stream>>>(p, Mamba2UpdateLaunch{plan.stages, plan.claims});
   return cudaGetLastError();
+}
+
+// Whole heads, or the split into items of one pass of rows (mamba2_update_split).
+template <int kP, int kN, DType kState, DType kAct, bool kRound>
+cudaError_t launch_kernel(const Mamba2Params& p, cudaStream_t stream) {
+  launch::DeviceInfo device;
+  cudaError_t err = current_device_info(&device);
+  if (err != cudaSuccess) return err;
+  const launch::LaunchOverrides& overrides = launch::launch_overrides();
+  constexpr int kPassRows = TileShape<kP, kN>::kRowsPerPass;
+  if (launch::mamba2_update_split(p.batch, p.heads, kP / kPassRows, device.sm_count, overrides)) {
+    return launch_tiles<kP, kN, kState, kAct, kRound, kPassRows>(p, device, overrides, stream);
+  }
+  return launch_tiles<kP, kN, kState, kAct, kRound, kP>(p, device, overrides, stream);
 }
 
 template <int kP, int kN, DType kState, DType kAct>
