@@ -3,7 +3,7 @@ non-fold replay step (w = 8 of L = 16) and the fold step (w = 15: every row fold
 interval between checkpoint tiles), recorded by a diagnostic build (csrc/diag/):
 
     REPLAYSSM_CTA_TIMELINE=1 REPLAYSSM_CUDA_ARCHS=90a python3 setup.py build_ext --inplace
-    PYTHONPATH=. python3 tools/cta_timeline.py [--dims nano4b super120b] [--batches 64 512]
+    PYTHONPATH=. python3 tools/cta_timeline.py [--dims nano4b super120b super120b@tp4] [--batches 64 512]
         [--kernels update step-none step-fp8 fold-none fold-fp8] [--csv FILE.csv.gz]
 
 Each case is timed the benchmark's way (replayssm_cuda.bench: a CUDA graph of one launch per slot group
@@ -37,7 +37,7 @@ sys.path.insert(0, os.getcwd())
 
 import torch  # noqa: E402
 
-from replayssm_cuda.bench.mamba2 import DIMS, ReplayPool, Setup, conventional_steps, make_inputs  # noqa: E402
+from replayssm_cuda.bench.mamba2 import DIMS, DIMS_TABLE, ReplayPool, Setup, conventional_steps, make_inputs  # noqa: E402
 from replayssm_cuda.bench.timing import capture as _capture, measure_copy_bandwidth  # noqa: E402
 from replayssm_cuda.bench.timing import replay_times as _replay_times  # noqa: E402
 
@@ -118,7 +118,7 @@ def run_case(kind, s: Setup):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--dims", nargs="*", default=list(DIMS))
+    parser.add_argument("--dims", nargs="*", default=list(DIMS), help="model names, NAME@tpK or H=..,P=..,N=..,G=..")
     parser.add_argument("--batches", nargs="*", type=int, default=[64, 512])
     parser.add_argument("--kernels", nargs="*", default=["update", "step-none"], choices=["update", *COPIES])
     parser.add_argument("--csv", default=None, help="write every case's records to this .csv.gz file")
@@ -135,7 +135,8 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     csv_rows = ["dims,kernel,batch,launch,cta,sm,start_ns,end_ns,item_ns..."]
     for name in args.dims:
-        H, P, N, G = DIMS[name]
+        dims = DIMS_TABLE.parse(name)
+        H, P, N, G = dims.H, dims.P, dims.N, dims.G
         for batch in args.batches:
             for kind in args.kernels:
                 s = Setup(H, P, N, G, batch, L)
