@@ -13,9 +13,10 @@
 //     u_t[v] = beta_t (v_t[v] - e^{Lambda_t} (S_c kn_t)[v] - sum_{j<t} c_tj u_j[v]),
 //     c_tj = e^{Lambda_t - Lambda_j} kn_j . kn_t          (shared by all rows v)
 // The state rows do not interact: the CTA takes them in passes of 32 (a row over 8 lanes, K/8 elements
-// a lane), and per pass each row's dot products with kn_t, its recurrence (the row's 8 lanes alike) and
-// its fold, from the row in registers: K/8 floats a thread (the next pass's rows come in by cp.async
-// meanwhile), so the routine fits the step's 64 registers.
+// a lane), and per pass each row's dot products with kn_t, its recurrence (a triangular solve whose
+// entries the row's 8 lanes share, fold_passes) and its fold, from the row in registers: K/8 floats a
+// thread (the next pass's rows come in by cp.async meanwhile), so the routine fits the step's 64
+// registers.
 // Decays: e^{Lambda_t} from prefix sums; e^{Lambda_t - Lambda_j} = exp(g_{j+1} + ... + g_t) from suffix
 // sums, never a difference of prefix sums (no cancellation when |Lambda| is large).
 // Exactness: fp32, no fast math; per element s = e^{Lambda} S_c, then for j = 0 .. n-1:
@@ -269,7 +270,8 @@ struct StateSink {
 // Raw area (cp.async, or the caller's plain stores): k [L][K] act; vu [L][V] fp32-sized rows holding
 // u_j (fp32) for a stored entry or v_t (act, the row's first half) for a recomputed one; g, beta [L].
 // fp32 area: kn [L][K] normalised keys; U [L][V] (u_j, or v_t until the passes correct it to u_t);
-// coef [L][L] (c_tj); elam (e^{Lambda_t}), rel (e^{Lambda - Lambda_j}), beta [L]; the decay e^{Lambda}.
+// coef [L][L] (c_tj at [j][t]: a row's lanes read consecutive t); elam (e^{Lambda_t}), rel
+// (e^{Lambda - Lambda_j}), beta [L]; the decay e^{Lambda}.
 template <int kK, int kV>
 struct FoldWorkspace {
   __host__ __device__ static constexpr size_t a16(size_t b) { return (b + 15) / 16 * 16; }
@@ -423,26 +425,33 @@ __device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct>& ws
     const int j = i / kV, v = i % kV;
     ws.U()[i] = j < first_recompute ? ws.u_raw(j)[v] : to_float(ws.v_raw(j)[v]);
   }
-  __syncthreads();
-  // c_tj = e^{Lambda_t - Lambda_j} kn_j . kn_t for t >= first_recompute, j < t: a warp per t, the lanes
-  // splitting K; the decay from the suffix sums of g_{j+1} .. g_t, lane j & 31 storing entry j.
-  constexpr int kPer = kK / 32;
+  // c_tj = e^{Lambda_t - Lambda_j} kn_j . kn_t for t >= first_recompute, j < t, in two parts: first the
+  // decays (a warp per t, from the suffix sums of g_{j+1} .. g_t, lane j & 31 storing entry j's), then,
+  // after the barrier, the dots: a warp per (t, j) pair, the lanes splitting K, lane 0 multiplying the
+  // decay by the dot. The pairs, not the t, are spread over the warps: without a read copy only the
+  // last entry is recomputed, and a warp per t left its t dots to one warp while seven waited.
   for (int t = first_recompute + warp; t < n; t += kWarps) {
-    float kt[kPer];
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) kt[e] = ws.kn()[t * kK + lane * kPer + e];
     const float g0 = lane <= t ? ws.g_raw()[lane] : 0.0f;
     const float g1 = lane + 32 <= t ? ws.g_raw()[lane + 32] : 0.0f;
     float after0, after1, total;
     suffix_after(g0, g1, after0, after1, total);
-    const float e0 = expf(after0), e1 = expf(after1);
-    for (int j = 0; j < t; ++j) {
-      float d = 0.0f;
+    if (lane < t) ws.coef()[lane * L + t] = expf(after0);
+    if (lane + 32 < t) ws.coef()[(lane + 32) * L + t] = expf(after1);
+  }
+  __syncthreads();
+  constexpr int kPer = kK / 32;
+  // Pair (t, j), t >= first_recompute, j < t, in the order t-major: this warp's first, then every
+  // kWarps-th (the walk is uniform over the warp).
+  int t = first_recompute, j = warp;
+  while (t < n && j >= t) j -= t++;
+  while (t < n) {
+    float d = 0.0f;
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) d = fmaf(ws.kn()[j * kK + lane * kPer + e], kt[e], d);
-      d = row_sum<32>(d);
-      if (lane == (j & 31)) ws.coef()[t * L + j] = (j < 32 ? e0 : e1) * d;
-    }
+    for (int e = 0; e < kPer; ++e) d = fmaf(ws.kn()[j * kK + lane * kPer + e], ws.kn()[t * kK + lane * kPer + e], d);
+    d = row_sum<32>(d);
+    if (lane == 0) ws.coef()[j * L + t] *= d;
+    j += kWarps;
+    while (t < n && j >= t) j -= t++;
   }
   __syncthreads();
 }
@@ -461,17 +470,18 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
     rows.convert(next, x);
     const int v = M::row(r);
     float* u_col = ws.U() + v;
-    // u_t for t >= first_recompute, in order: every lane of the row alike, lane 0 stores it.
-#pragma unroll 1
+    // u_t for t >= first_recompute: a_t = v_t - e^{Lambda_t} (S_c kn_t) first, for all t at once (the
+    // dots do not depend on each other; lane t % 8 of the row keeps a_t in U[t]), then the triangular
+    // solve u_t = beta_t (a_t - sum_{j<t} c_tj u_j) in blocks of 8 entries, lane l of the row holding
+    // entry b0 + l of block b0: the terms of the entries before the block (u_j known, in U), then the
+    // block's own in order, each u_j passed from its lane by a shuffle. Every acc_t takes its terms in
+    // the order j = 0, 1, .., t - 1, so the bits are those of the row-by-row form, but the chain is one
+    // fma and one shuffle per entry instead of a dot, a butterfly and t fmas.
+    const int lane = M::lane();
+#pragma unroll 2
     for (int t = first_recompute; t < n; ++t) {
       const float p = row_dot<kK, kV>(x, ws.kn() + t * kK);
-      const float* c = ws.coef() + t * L;
-      float acc = fmaf(-ws.elam()[t], p, u_col[t * kV]);  // v_t - e^{Lambda_t} (S_c kn_t)
-      for (int j = 0; j < t; ++j) acc = fmaf(-c[j], u_col[j * kV], acc);
-      const float u = ws.beta()[t] * acc;
-      __syncwarp();  // every lane has read U[t] before it is overwritten
-      if (writer) u_col[t * kV] = u;
-      __syncwarp();
+      if (lane == t % kRowLanes) u_col[t * kV] = fmaf(-ws.elam()[t], p, u_col[t * kV]);
     }
     const float decay = *ws.decay();
 #pragma unroll
@@ -479,9 +489,34 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
 #pragma unroll
       for (int k = 0; k < 4; ++k) x[b][k] *= decay;
     }
-    // The next pass's rows, in flight during this fold and its stores; fetched only now that every
-    // value of this pass's rows has been used (a staged source reuses the same shared memory).
+    // The next pass's rows, in flight during the solve, this fold and its stores; fetched only now
+    // that every value of this pass's rows has been used (a staged source reuses the same shared
+    // memory).
     if (r + 1 < M::R) next = rows.fetch(r + 1);
+#pragma unroll 1
+    for (int b0 = first_recompute - first_recompute % kRowLanes; b0 < n; b0 += kRowLanes) {
+      const int t = b0 + lane;
+      const bool mine = t >= first_recompute && t < n;
+      const float* ct = ws.coef() + t;  // c_tj at ct[j * L]
+      float acc = mine ? u_col[t * kV] : 0.0f;
+#pragma unroll 4
+      for (int j = 0; j < b0; ++j) {
+        const float uj = u_col[j * kV];
+        if (mine) acc = fmaf(-ct[j * L], uj, acc);
+      }
+#pragma unroll 1
+      for (int j = b0; j < n && j < b0 + kRowLanes; ++j) {
+        float uj;
+        if (j < first_recompute) {
+          uj = u_col[j * kV];
+        } else {
+          uj = __shfl_sync(kFullMask, ws.beta()[j] * acc, j - b0, kRowLanes);
+          if (lane == j - b0) u_col[j * kV] = uj;
+        }
+        if (mine && j < t) acc = fmaf(-ct[j * L], uj, acc);
+      }
+      __syncwarp();  // the block's u_t, stored by their lanes, before every lane reads them
+    }
 #pragma unroll 1
     for (int j = 0; j < n; ++j) {
       const float cj = u_col[j * kV] * ws.rel()[j];

@@ -27,7 +27,7 @@
 // updates (bf16 copy ~2.7x, fp8 copy ~4.2x).
 //
 // One CTA of 256 threads per (row, v-head). Phases:
-//   1. thread 0: slot, cursor, the source tile's bulk copy (TMA, into dynamic shared memory) and the
+//   1. thread 0: slot, the source tile's bulk copy (TMA, into dynamic shared memory), cursor and the
 //      CTA's ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat, k_hat,
 //      g, beta; all: v.
 //   2. replay only: warp 0 the decays (suffix sums of g, no cancellation), every warp the window keys'
@@ -75,10 +75,17 @@ struct StepTraits {
   static_assert(kStepThreads % kV == 0 && kV <= kStepThreads, "the window terms take whole value channels");
   static_assert(kKeyPerLane % 8 == 0, "window keys move in 16-byte chunks");
   static_assert(FoldHead::kThreads == kStepThreads, "the fold routine (fold.cuh) is written for the step's CTA");
-  // 64 registers, so that 4 CTAs share an SM and keep 4 tiles in flight (the replay is latency-bound:
-  // slot, cursor, window, tile). ptxas -v (sm_90a): no spill at 64 x 64, 0-8 bytes at 64 x 128, 0-28 at
-  // 128 x 64, 36-72 at 128 x 128 (the fused fold's pass addresses); at 3 CTAs (80 registers) 0-24.
-  static constexpr int kMinCtasPerSm = 4;
+  // CTAs per SM: 4 (64 registers) where the shared memory at L = 16 lets 4 share an SM, so that they
+  // keep 4 tiles in flight (the replay is latency-bound: slot, cursor, window, tile); as many as it
+  // lets where that is fewer (the fp32 checkpoint's 64 KB tile at K = V = 128: 3), whose registers
+  // (80) then cost no occupancy and keep the fused fold from spilling. 228 KB an SM, 1 KB reserved
+  // per CTA, the static StepShared under 6 KB.
+  static constexpr size_t kSmemAtL16 =
+      (FoldHead::workspace_bytes(16) > static_cast<size_t>(kTileBytes) ? FoldHead::workspace_bytes(16)
+                                                                       : static_cast<size_t>(kTileBytes)) +
+      6 * 1024 + 1024;
+  static constexpr int kMinCtasPerSm = 228 * 1024 / kSmemAtL16 < 4 ? static_cast<int>(228 * 1024 / kSmemAtL16) : 4;
+  static_assert(kMinCtasPerSm >= 1, "a step CTA fits an SM");
 
   // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
   // workspace over it.
@@ -113,6 +120,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   constexpr int kSlices = Traits::kSlices;
   extern __shared__ __align__(128) unsigned char dyn[];
   __shared__ StepShared<kK, kV, kSlices> sh;
+  static_assert(sizeof(sh) <= 6 * 1024, "StepTraits::kMinCtasPerSm counts 6 KB of static shared memory");
 
   const GdnCache& c = p.cache;
   const GdnTokens& tk = p.tokens;
@@ -128,11 +136,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     const int64_t slot = resolve_slot(p, row);
     int32_t w = -1;
     if (slot >= 0) {
-      // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
-      // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
-      // ticket and is left as it is.
-      w = __ldcg(c.num_committed + slot) & kCursorMask;
-      if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
+      // The tile's bulk copy first: its address needs only the slot, so the tile is in flight during
+      // the cursor's round trip instead of after it (one DRAM round trip less before the rows).
       mbarrier_init(&sh.tile_full, 1);
       fence_barrier_init();
       const int64_t tile = kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride;
@@ -140,6 +145,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
       bulk_copy_tile_to_shared<kV, Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), row_stride * dtype_size(kSrc),
                                                       &sh.tile_full);
+      // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
+      // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
+      // ticket and is left as it is.
+      w = __ldcg(c.num_committed + slot) & kCursorMask;
+      if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
     }
     sh.slot = slot;
     sh.w = w;
