@@ -650,6 +650,8 @@ void mamba2_materialize_layers(const at::Tensor& layer_table, at::TensorList che
   LayerTableArgs args{};
   Mamba2SpecParams p = layered_fold_params(op, l, layer_table, /*written=*/false, slots, out.size(1), pad_slot_id, args);
   p.mode = Mamba2FoldMode::kMaterialize;
+  p.read_copy = nullptr;  // materialize refreshes nothing: the kernel of mamba2_materialize, without a read copy
+  p.read_scale = nullptr;
   p.state_out = out.data_ptr<float>();
   p.so_row_stride = out.stride(1);
   p.so_head_stride = out.stride(2);
