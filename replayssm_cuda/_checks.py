@@ -656,6 +656,81 @@ def check_copy_slots_table(cache_tensors, slot_table, src_slots, dst_slots, pad_
     index(op, "pad_slot_id", pad_slot_id)
 
 
+_LAYER_FIELDS = ("checkpoints", "read_copies", "read_scales", "x_bufs", "B_bufs", "dt_bufs", "num_committed",
+                 "num_verified", "A", "rounding_seeds", "error_words")
+_OPTIONAL_LAYER_FIELDS = ("read_copies", "read_scales", "rounding_seeds", "error_words")
+
+
+def layer_lists(op, layer_table, lists) -> int:
+    """The layer lists of a mamba2_*_layers op: one tensor per layer in each (or none in the optional
+    ones), every layer with layer 0's shapes, strides and dtypes and on its device. Returns the layer
+    count."""
+    # The reference never reads the table (it holds device addresses); its type is still checked.
+    expect(op, "layer_table", layer_table, shape=(None,), dtypes=(torch.int64,))
+    named = dict(zip(_LAYER_FIELDS, lists))
+    for name, tensors in named.items():
+        _tensor_list(op, name, tensors)
+    num_layers = len(named["checkpoints"])
+    if num_layers < 1:
+        raise ValueError(f"{op}: `checkpoints` must hold one checkpoint per layer, got none")
+    dev = named["checkpoints"][0].device if isinstance(named["checkpoints"][0], torch.Tensor) else None
+    for name, tensors in named.items():
+        if len(tensors) != num_layers and not (name in _OPTIONAL_LAYER_FIELDS and len(tensors) == 0):
+            none = " or none" if name in _OPTIONAL_LAYER_FIELDS else ""
+            raise ValueError(f"{op}: `{name}` must hold one tensor per layer ({num_layers}){none}, got {len(tensors)}")
+        for i, t in enumerate(tensors):
+            expect(op, f"{name}[{i}]", t, device=dev)
+            t0 = tensors[0]
+            for what, got, want in (("dtype", t.dtype, t0.dtype), ("shape", tuple(t.shape), tuple(t0.shape)),
+                                    ("strides", t.stride(), t0.stride())):
+                if got != want:
+                    shown = (dtype_text(want), dtype_text(got)) if what == "dtype" else (want, got)
+                    raise ValueError(f"{op}: layer {i}'s `{name}` must have layer 0's {what} {shown[0]}, got {shown[1]}")
+    return num_layers
+
+
+def _layer0(lists):
+    return [None if len(t) == 0 else t[0] for t in lists]
+
+
+def check_mamba2_commit_layers(layer_table, *rest):
+    op = "mamba2_commit_layers"
+    lists, (num_accepted, max_draft_tokens, *tail) = rest[:11], rest[11:]
+    layer_lists(op, layer_table, lists)
+    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
+    check_mamba2_commit(ck, rc, rs, x, B, dt, nc, nv, num_accepted, A, max_draft_tokens, *tail, seed, err)
+
+
+def check_mamba2_flush_layers(layer_table, *rest):
+    op = "mamba2_flush_layers"
+    lists, tail = rest[:11], rest[11:]
+    layer_lists(op, layer_table, lists)
+    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
+    check_mamba2_flush(ck, rc, rs, x, B, dt, nc, A, *tail, seed)
+
+
+def check_mamba2_materialize_layers(layer_table, *rest):
+    op = "mamba2_materialize_layers"
+    lists, (out, *tail) = rest[:11], rest[11:]
+    num_layers = layer_lists(op, layer_table, lists)
+    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
+    expect(op, "out", out, shape=(num_layers, None, *ck.shape[1:]), dtypes=(torch.float32, torch.float64),
+           device=ck.device)
+    check_mamba2_materialize(ck, x, B, dt, nc, A, out[0], *tail)
+
+
+def check_mamba2_load_layers(layer_table, *rest):
+    op = "mamba2_load_layers"
+    lists, (states, slots_, pad_slot_id, stagger_period) = rest[:11], rest[11:]
+    num_layers = layer_lists(op, layer_table, lists)
+    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
+    expect(op, "states", states, shape=(num_layers, None, *ck.shape[1:]), device=ck.device)
+    if not isinstance(stagger_period, int) or isinstance(stagger_period, bool) or not 0 <= stagger_period <= x.shape[2]:
+        raise ValueError(f"{op}: `stagger_period` must be an int in [0, the buffer length {x.shape[2]}] (0 or 1: no "
+                         f"stagger), got {stagger_period!r}")
+    check_load(ck, rc, rs, nc, states[0], slots_, pad_slot_id)
+
+
 OP_CHECKS = {
     "make_read_copy": check_make_read_copy,
     "mamba2_update": check_mamba2_update,
@@ -671,6 +746,10 @@ OP_CHECKS = {
     "copy_slots": check_copy_slots,
     "fill_slots_table": check_fill_slots_table,
     "copy_slots_table": check_copy_slots_table,
+    "mamba2_commit_layers": check_mamba2_commit_layers,
+    "mamba2_flush_layers": check_mamba2_flush_layers,
+    "mamba2_materialize_layers": check_mamba2_materialize_layers,
+    "mamba2_load_layers": check_mamba2_load_layers,
     **_delta_checks("gdn"),
     **_delta_checks("kda"),
 }

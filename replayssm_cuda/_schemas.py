@@ -56,6 +56,11 @@ def _delta_schemas(family: str) -> dict[str, str]:
     }
 
 
+_LAYERS = ("Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, "
+           "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, "
+           "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words")
+LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers", "mamba2_load_layers")
+
 SCHEMAS: dict[str, str] = {
     "make_read_copy": (
         "make_read_copy(Tensor checkpoint, Tensor(a!) read_copy, Tensor(b!)? read_scale, Tensor? slots, "
@@ -109,6 +114,15 @@ SCHEMAS: dict[str, str] = {
     "copy_slots_table": (
         "copy_slots_table(Tensor(a!)[] cache_tensors, Tensor slot_table, Tensor src_slots, Tensor dst_slots, "
         "int pad_slot_id) -> ()"),
+    # Every Mamba-2 layer of a model in one launch each (replayssm_cuda.LayerCaches): the layers' cache
+    # tensors as lists, one entry per layer (read_copies, read_scales, rounding_seeds, error_words empty
+    # where the layers have none), and layer_table, the device table of their pointers built once by
+    # replayssm_cuda._C.mamba2_layer_table; the reference loops over the layers and ignores the table.
+    **{f"mamba2_{kind}_layers": f"mamba2_{kind}_layers({_LAYERS}, {tail}) -> ()" for kind, tail in (
+        ("commit", "Tensor num_accepted, int max_draft_tokens, Tensor? slots, int pad_slot_id"),
+        ("flush", "Tensor? slots, int pad_slot_id"),
+        ("materialize", "Tensor(k!) out, Tensor? slots, int pad_slot_id"),
+        ("load", "Tensor states, Tensor? slots, int pad_slot_id, int stagger_period"))},
     **_delta_schemas("gdn"),
     **_delta_schemas("kda"),
 }

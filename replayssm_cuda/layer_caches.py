@@ -25,8 +25,20 @@ written): a CTA owns one byte range of one tensor for all pairs, and the table b
 whose tensors share memory. More pairs than one launch stages (capabilities()["cache"]
 ["copy_slots_max_pairs"]) run the loop, as each layer's copy_slots falls back itself.
 
-load stays per layer (each cache's load()): states have each layer's own shape and dtype, and a load
-converts them and regenerates the read copy, which is not a byte copy that a table kernel can share.
+Commit, flush, materialize and load of the Mamba-2 layers of a model (a group of Mamba2Cache only) run
+in one launch each too: every layer shares one shape, dtype set and layout (the constructor checks it,
+naming the layer and the field), so the kernels take layer 0's strides once and each layer's pointers
+from a second device table built once (replayssm_cuda._C.mamba2_layer_table), with the layer a grid
+dimension:
+
+    layers.commit(num_accepted, slots)   # every layer's commit(); one num_accepted [batch] for all layers
+    layers.flush(slots)                  # every layer's flush()
+    states = layers.materialize(slots)   # (layers, batch, H, P, N) fp32: states[i] is layer i's
+    layers.load(states, slots)           # every layer's load(states[i], slots)
+
+commit and flush are one fold launch and one cursor launch in all (the per-layer ops are two each), load
+is one load launch plus, with read copies, one read-copy launch. A group of several families runs these
+four as the loop over its layers (materialize then returns a list). `one_launch_fold` says which path runs.
 """
 
 from __future__ import annotations
@@ -34,7 +46,12 @@ from __future__ import annotations
 import torch
 
 from . import _checks, _extension, ops
-from .cache import _ReplayCache
+from .cache import Mamba2Cache, _ReplayCache
+
+# The fields every layer of a Mamba-2 group shares (the one-launch kernels take layer 0's).
+_MAMBA2_SHARED = ("num_heads", "head_dim", "state_dim", "num_groups", "buffer_len", "max_draft_tokens",
+                  "activation_dtype", "aux_dtype", "staggered_flush", "backend")
+_LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers", "mamba2_load_layers")
 
 
 class LayerCaches:
@@ -70,6 +87,54 @@ class LayerCaches:
             self._tensors, fill_values, fill_periods = self._table_entries()
             self._fill_values, self._fill_periods = fill_values, fill_periods
             self._table = _extension._C.slot_table(self._tensors, fill_values, fill_periods)
+        # A group of Mamba-2 layers only: one shape and layout (checked here), one-launch fold ops.
+        self.mamba2 = all(isinstance(cache, Mamba2Cache) for cache in self.caches)
+        if self.mamba2:
+            self._check_mamba2_shared()
+            self._layer_lists = self._mamba2_lists()
+        self.one_launch_fold = self.mamba2 and self._can_fold_once()
+        if self.one_launch_fold:
+            self._layer_table = _extension._C.mamba2_layer_table(*self._layer_lists)
+
+    def _check_mamba2_shared(self):
+        """Every layer has caches[0]'s shapes, dtypes, buffer geometry and tensor layouts."""
+        name, first = "LayerCaches", self.caches[0]
+        for i, cache in enumerate(self.caches[1:], start=1):
+            for attr in _MAMBA2_SHARED:
+                if getattr(cache, attr) != getattr(first, attr):
+                    raise ValueError(f"{name}: Mamba-2 layers must share {attr}: caches[{i}].{attr} = "
+                                     f"{getattr(cache, attr)}, caches[0].{attr} = {getattr(first, attr)}")
+            for attr in ("checkpoint", "read_copy", "read_scale", "rounding_seed", *cache._buffers()):
+                a, b = getattr(cache, attr), getattr(first, attr)
+                if (a is None) != (b is None):
+                    what = {"read_copy": "a read copy", "read_scale": "fp8 read scales",
+                            "rounding_seed": "stochastic rounding"}.get(attr, attr)
+                    raise ValueError(f"{name}: Mamba-2 layers must all have {what} or none: caches[{i}] "
+                                     f"{'has' if a is not None else 'has not'}, caches[0] "
+                                     f"{'has' if b is not None else 'has not'}")
+                if a is None:
+                    continue
+                for what, got, want in (("dtype", a.dtype, b.dtype), ("strides", a.stride(), b.stride())):
+                    if got != want:
+                        raise ValueError(f"{name}: Mamba-2 layers must share the {what} of every cache tensor: "
+                                         f"caches[{i}].{attr} has {what} {got}, caches[0].{attr} {want}")
+
+    def _mamba2_lists(self) -> list[list[torch.Tensor]]:
+        """The layer lists of the mamba2_*_layers ops (their schema's order; empty where no layer has one)."""
+        def every(attr):
+            tensors = [getattr(cache, attr) for cache in self.caches]
+            return [] if tensors[0] is None else tensors
+        return [every("checkpoint"), every("read_copy"), every("read_scale"), every("x_buf"), every("B_buf"),
+                every("dt_buf"), every("num_committed"), every("num_verified"),
+                [cache.weights.A for cache in self.caches], every("rounding_seed"), every("error_word")]
+
+    def _can_fold_once(self) -> bool:
+        """True where every layer runs its commit, flush, materialize and load compiled and this build has
+        the layered ops."""
+        if not all(ops.has_kernel(op) for op in _LAYER_OPS) or not hasattr(_extension._C, "mamba2_layer_table"):
+            return False
+        needed = ("mamba2_commit", "mamba2_flush", "mamba2_materialize", "load", "stagger_cursors")
+        return all(cache._compiled[op] for cache in self.caches for op in needed)
 
     def _can_launch_once(self) -> bool:
         """True where every cache runs its own slot ops compiled and this build has the table ops."""
@@ -122,10 +187,93 @@ class LayerCaches:
         for cache in self.caches:
             cache.copy_slots(src_slots, dst_slots)
 
+    # ---- the Mamba-2 fold ops and load: one launch each for a Mamba-2 group --------------------------
+
+    def _checked(self):
+        """validate=True on a layer: check() it after the call, as its own methods do (eagerly)."""
+        if any(cache.validate for cache in self.caches) and not torch.compiler.is_compiling() and not (
+                self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            for cache in self.caches:
+                if cache.validate:
+                    cache.check()
+
+    def commit(self, num_accepted, slots=None):
+        """Every layer's commit(num_accepted, slots): one num_accepted (batch,) for all layers (an engine
+        accepts the same tokens in every layer of a sequence); device tensors, no host sync."""
+        _checks.slots_type("commit", slots)
+        if not self.one_launch_fold:
+            for cache in self.caches:
+                cache.commit(num_accepted, slots)
+            return
+        first = self.caches[0]
+        ops.KERNELS["mamba2_commit_layers"](self._layer_table, *self._layer_lists, num_accepted,
+                                            first.max_draft_tokens, slots, self.pad_slot_id)
+        self._checked()
+
+    def flush(self, slots=None):
+        """Every layer's flush(slots): fold all committed tokens of the slots (all when None)."""
+        _checks.slots_type("flush", slots)
+        if not self.one_launch_fold:
+            for cache in self.caches:
+                cache.flush(slots)
+            return
+        ops.KERNELS["mamba2_flush_layers"](self._layer_table, *self._layer_lists, slots, self.pad_slot_id)
+
+    def materialize(self, slots=None, out=None):
+        """Every layer's materialize(slots): for a Mamba-2 group one (layers, batch, H, P, N) tensor (in
+        the caches' aux dtype, fp32; `out` if given), states[i] layer i's state at each row's committed
+        position; for a group of several families a list of the layers' states. The caches are unchanged."""
+        _checks.slots_type("materialize", slots)
+        if not self.mamba2:
+            if out is not None:
+                raise ValueError("LayerCaches.materialize: `out` is for a group of Mamba-2 layers only (one "
+                                 "state shape); a group of several families returns a list, got out")
+            return [cache.materialize(slots) for cache in self.caches]
+        first = self.caches[0]
+        if out is None:
+            batch = self.num_slots if slots is None else slots.shape[0]
+            out = torch.empty(len(self.caches), batch, *first.checkpoint.shape[1:], dtype=first.aux_dtype,
+                              device=self.device)
+        if not self.one_launch_fold:
+            ops.expect("LayerCaches.materialize", "out", out, shape=(len(self.caches), None, *first.checkpoint.shape[1:]),
+                       dtypes=(first.aux_dtype,), device=self.device)
+            for i, cache in enumerate(self.caches):
+                cache.materialize(slots, out=out[i])
+            return out
+        ops.KERNELS["mamba2_materialize_layers"](self._layer_table, *self._layer_lists, out, slots, self.pad_slot_id)
+        return out
+
+    def load(self, states, slots=None):
+        """Every layer's load(states[i], slots): states a (layers, batch, *state shape) tensor (what
+        materialize returns) or a list of the layers' states (stacked first on the one-launch path: one
+        copy)."""
+        _checks.slots_type("load", slots)
+        if isinstance(states, (list, tuple)):
+            if len(states) != len(self.caches):
+                raise ValueError(f"LayerCaches.load: `states` must hold one state tensor per layer "
+                                 f"({len(self.caches)}), got {len(states)}")
+            if not self.one_launch_fold:
+                for cache, state in zip(self.caches, states):
+                    cache.load(state, slots)
+                return
+            states = torch.stack(list(states))
+        elif not isinstance(states, torch.Tensor) or states.dim() < 1 or states.shape[0] != len(self.caches):
+            got = tuple(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
+            raise ValueError(f"LayerCaches.load: `states` must be a (layers = {len(self.caches)}, batch, ...) tensor "
+                             f"or a list of one state per layer, got {got}")
+        if not self.one_launch_fold:
+            for i, cache in enumerate(self.caches):
+                cache.load(states[i], slots)
+            return
+        first = self.caches[0]
+        period = first.flush_period if self._staggered(first) else 0
+        ops.KERNELS["mamba2_load_layers"](self._layer_table, *self._layer_lists, states, slots, self.pad_slot_id,
+                                          period)
+
     def __len__(self) -> int:
         return len(self.caches)
 
     def __repr__(self) -> str:
         families = sorted({cache.family for cache in self.caches})
         return (f"LayerCaches({len(self.caches)} layers ({', '.join(families)}), num_slots={self.num_slots}, "
-                f"device={self.device}, one_launch={self.one_launch})")
+                f"device={self.device}, one_launch={self.one_launch}, one_launch_fold={self.one_launch_fold})")

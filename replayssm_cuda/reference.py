@@ -900,3 +900,54 @@ def delta_materialize(checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_comm
                               use_qk_l2norm, True, _compute_dtype(checkpoint, out))
     out.copy_(torch.where(valid[:, None, None, None], state, torch.zeros_like(state)))
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Every Mamba-2 layer of a model at once (LayerCaches): the per-layer ops, layer by layer
+# --------------------------------------------------------------------------------------------------
+
+def _layer(lists, i):
+    return lists[i] if len(lists) else None
+
+
+def mamba2_commit_layers(layer_table, checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed,
+                         num_verified, A, rounding_seeds, error_words, num_accepted, max_draft_tokens: int, slots=None,
+                         pad_slot_id: int = -1) -> None:
+    """mamba2_commit of every layer with the same num_accepted and slots. layer_table is not read here."""
+    for i in range(len(checkpoints)):
+        mamba2_commit(checkpoints[i], _layer(read_copies, i), _layer(read_scales, i), x_bufs[i], B_bufs[i], dt_bufs[i],
+                      num_committed[i], num_verified[i], num_accepted, A[i], max_draft_tokens, slots, pad_slot_id,
+                      _layer(rounding_seeds, i), _layer(error_words, i))
+
+
+def mamba2_flush_layers(layer_table, checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed,
+                        num_verified, A, rounding_seeds, error_words, slots=None, pad_slot_id: int = -1) -> None:
+    """mamba2_flush of every layer. layer_table is not read here."""
+    for i in range(len(checkpoints)):
+        mamba2_flush(checkpoints[i], _layer(read_copies, i), _layer(read_scales, i), x_bufs[i], B_bufs[i], dt_bufs[i],
+                     num_committed[i], A[i], slots, pad_slot_id, _layer(rounding_seeds, i))
+
+
+def mamba2_materialize_layers(layer_table, checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs,
+                              num_committed, num_verified, A, rounding_seeds, error_words, out, slots=None,
+                              pad_slot_id: int = -1) -> None:
+    """mamba2_materialize of every layer into out[layer] (out: (layers, batch, H, P, N) fp32)."""
+    for i in range(len(checkpoints)):
+        mamba2_materialize(checkpoints[i], x_bufs[i], B_bufs[i], dt_bufs[i], num_committed[i], A[i], out[i], slots,
+                           pad_slot_id)
+
+
+def mamba2_load_layers(layer_table, checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed,
+                       num_verified, A, rounding_seeds, error_words, states, slots=None, pad_slot_id: int = -1,
+                       stagger_period: int = 0) -> None:
+    """What each layer's Mamba2Cache.load does: load(states[layer]) into the named slots (rows 0 ..
+    batch - 1 without slots), num_verified of those slots 0, and with stagger_period > 1 their buffers
+    zeroed and cursors at slot % stagger_period."""
+    batch = states.shape[1]
+    loaded = slots if slots is not None else torch.arange(batch, device=states.device)
+    for i in range(len(checkpoints)):
+        load(checkpoints[i], _layer(read_copies, i), _layer(read_scales, i), num_committed[i], states[i], slots,
+             pad_slot_id)
+        stagger_cursors([], num_verified[i], loaded, pad_slot_id, 1)
+        if stagger_period > 1:
+            stagger_cursors([x_bufs[i], B_bufs[i], dt_bufs[i]], num_committed[i], loaded, pad_slot_id, stagger_period)

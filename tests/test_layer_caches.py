@@ -6,7 +6,7 @@ that loop too (what the compiled one-launch path runs on CUDA); bad input names 
 import pytest
 import torch
 
-from families import family
+from families import family, random_states
 from replayssm_cuda import LayerCaches
 
 FP8 = torch.float8_e4m3fn
@@ -185,3 +185,146 @@ def test_table_ops_check_their_fills():
         torch.ops.replayssm.fill_slots_table(tensors, table, values, bad_periods, None, -1)
     with pytest.raises(TypeError, match=r"copy_slots_table: `slot_table` must have dtype in \{int64\}, got int32"):
         torch.ops.replayssm.copy_slots_table(tensors, table.int(), torch.tensor([0]), torch.tensor([1]), -1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Commit, flush, materialize and load of a Mamba-2 group (one launch each on CUDA)
+# --------------------------------------------------------------------------------------------------
+
+# (checkpoint dtype, read copy dtype, activation dtype, buffer_len, max_draft_tokens, staggered_flush, rounding)
+MAMBA2_KINDS = [
+    (torch.float32, torch.bfloat16, torch.bfloat16, 8, 2, False, False),
+    (torch.float16, FP8, torch.float16, 8, 3, True, False),
+    (torch.bfloat16, None, torch.bfloat16, 6, 2, True, True),
+]
+
+
+def make_mamba2_model(kind, num_layers, num_slots, seed=0, verified=True):
+    """A Mamba-2 group: every layer one configuration, random states and buffers, cursors in [0, L - T]
+    and (verified) a pending verify of T entries in every slot."""
+    ck, rc, act, L, T, staggered, rounding = kind
+    gen = torch.Generator().manual_seed(seed)
+    caches = []
+    for i in range(num_layers):
+        fam = family("mamba2", dtype=ck, act_dtype=act, seed=seed + i)
+        cache = fam.make_cache(num_slots, buffer_len=L, max_draft_tokens=T, read_copy_dtype=rc,
+                               staggered_flush=staggered, stochastic_rounding=rounding, seed=seed + i)
+        cache.load(random_states(fam, num_slots).float())
+        for t in (cache.x_buf, cache.B_buf):
+            t.copy_((torch.rand(t.shape, generator=gen) - 0.5).to(t.dtype))
+        cache.dt_buf.copy_(torch.rand(cache.dt_buf.shape, generator=gen) * 0.5)
+        cache.num_committed.copy_(torch.randint(0, L - T + 1, (num_slots,), generator=gen, dtype=torch.int32))
+        if verified:
+            cache.num_verified.copy_(torch.full((num_slots,), T, dtype=torch.int32))
+        caches.append(cache)
+    return caches
+
+
+def layer_op_args(layers):
+    return (torch.zeros(0, dtype=torch.int64), *layers._layer_lists)
+
+
+KIND_IDS = ["fp32-bf16copy", "fp16-fp8copy-staggered", "bf16-staggered-rounding"]
+FOLD_SLOTS = [None, torch.tensor([3, -1, 0, 8, 5, 12]), torch.tensor([2, 7], dtype=torch.int32)]
+
+
+@pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("slots", FOLD_SLOTS, ids=["all", "pads", "int32"])
+def test_commit_layers_equals_the_per_layer_loop(kind, slots):
+    """mamba2_commit_layers (the op LayerCaches.commit launches once on CUDA; here its reference) and
+    LayerCaches.commit equal each layer's own commit with the same num_accepted."""
+    batch = S if slots is None else slots.shape[0]
+    accepted = torch.randint(-1, kind[4] + 2, (batch,), generator=torch.Generator().manual_seed(3))
+    op_model, model, loop = (make_mamba2_model(kind, 4, S, seed=4) for _ in range(3))
+    torch.ops.replayssm.mamba2_commit_layers(*layer_op_args(LayerCaches(op_model)), accepted, kind[4], slots, -1)
+    LayerCaches(model).commit(accepted, slots)
+    for cache in loop:
+        cache.commit(accepted, slots)
+    assert_same_models(op_model, loop, "mamba2_commit_layers")
+    assert_same_models(model, loop, "LayerCaches.commit")
+    assert all(torch.equal(a.error_word, b.error_word) for a, b in zip(op_model, loop))
+
+
+@pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("slots", FOLD_SLOTS, ids=["all", "pads", "int32"])
+def test_flush_layers_equals_the_per_layer_loop(kind, slots):
+    op_model, model, loop = (make_mamba2_model(kind, 3, S, seed=5) for _ in range(3))
+    torch.ops.replayssm.mamba2_flush_layers(*layer_op_args(LayerCaches(op_model)), slots, -1)
+    LayerCaches(model).flush(slots)
+    for cache in loop:
+        cache.flush(slots)
+    assert_same_models(op_model, loop, "mamba2_flush_layers")
+    assert_same_models(model, loop, "LayerCaches.flush")
+
+
+@pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("slots", FOLD_SLOTS, ids=["all", "pads", "int32"])
+def test_materialize_and_load_layers_equal_the_per_layer_loop(kind, slots):
+    model, loop = make_mamba2_model(kind, 3, S, seed=6), make_mamba2_model(kind, 3, S, seed=6)
+    layers = LayerCaches(model)
+    states = layers.materialize(slots)
+    batch = S if slots is None else slots.shape[0]
+    assert states.shape == (3, batch, *model[0].checkpoint.shape[1:]) and states.dtype == torch.float32
+    for i, cache in enumerate(loop):
+        assert torch.equal(states[i], cache.materialize(slots)), f"layer {i}"
+    out = torch.empty_like(states)
+    torch.ops.replayssm.mamba2_materialize_layers(*layer_op_args(layers), out, slots, -1)
+    assert torch.equal(out, states)
+    assert_same_models(model, loop, "materialize changes nothing")
+
+    # load: the layers' states rolled by one slot, into the same slots
+    new_states = states.roll(1, dims=1).contiguous() + 0.25
+    op_model = make_mamba2_model(kind, 3, S, seed=6)
+    period = model[0].flush_period if model[0].staggered_flush and model[0].flush_period > 1 else 0
+    torch.ops.replayssm.mamba2_load_layers(*layer_op_args(LayerCaches(op_model)), new_states, slots, -1, period)
+    layers.load(new_states, slots)
+    for i, cache in enumerate(loop):
+        cache.load(new_states[i], slots)
+    assert_same_models(op_model, loop, "mamba2_load_layers")
+    assert_same_models(model, loop, "LayerCaches.load")
+    layers.load(list(new_states), slots)  # a list of per-layer states: the same
+    assert_same_models(model, loop, "LayerCaches.load of a list")
+
+
+def test_a_mixed_group_loops_the_fold_ops_and_materializes_a_list():
+    model, loop = make_model(5, S, seed=7), make_model(5, S, seed=7)
+    layers = LayerCaches(model)
+    assert not layers.mamba2 and not layers.one_launch_fold
+    layers.flush()
+    for cache in loop:
+        cache.flush()
+    assert_same_models(model, loop, "flush of a mixed group")
+    states = layers.materialize()
+    assert isinstance(states, list) and [s.shape for s in states] == [c.materialize().shape for c in loop]
+
+
+@pytest.mark.parametrize("field, change, match", [
+    ("head_dim", {"head_dim": 4}, r"caches\[1\]\.head_dim = 4, caches\[0\]\.head_dim = 5"),
+    ("buffer_len", {"buffer_len": 6}, r"caches\[1\]\.buffer_len = 6, caches\[0\]\.buffer_len = 8"),
+    ("read_copy", {"read_copy_dtype": None}, r"all have a read copy or none: caches\[1\] has not"),
+    ("read_copy_dtype", {"read_copy_dtype": torch.float16},
+     r"share the dtype of every cache tensor: caches\[1\]\.read_copy has dtype torch.float16"),
+])
+def test_mamba2_layers_must_share_their_geometry(field, change, match):
+    def make(**kw):
+        fam = family("mamba2", dtype=torch.float32, act_dtype=torch.bfloat16, head_dim=kw.pop("head_dim", 5))
+        args = dict(buffer_len=8, max_draft_tokens=2, read_copy_dtype=torch.bfloat16)
+        args.update(kw)
+        return fam.make_cache(S, **args)
+    with pytest.raises(ValueError, match=r"LayerCaches: Mamba-2 layers must .*" + match):
+        LayerCaches([make(), make(**change)])
+
+
+def test_layer_ops_name_the_layer_and_the_list():
+    model = make_mamba2_model(MAMBA2_KINDS[0], 3, S)
+    table, *lists = layer_op_args(LayerCaches(model))
+    bad = [list(t) for t in lists]
+    bad[0][2] = bad[0][2][:, :, :, :2]
+    with pytest.raises(ValueError, match=r"mamba2_flush_layers: layer 2's `checkpoints` must have layer 0's shape"):
+        torch.ops.replayssm.mamba2_flush_layers(table, *bad, None, -1)
+    bad = [list(t) for t in lists]
+    bad[3] = bad[3][:2]
+    with pytest.raises(ValueError, match=r"mamba2_flush_layers: `x_bufs` must hold one tensor per layer \(3\), got 2"):
+        torch.ops.replayssm.mamba2_flush_layers(table, *bad, None, -1)
+    with pytest.raises(ValueError, match=r"LayerCaches.load: `states` must be a \(layers = 3, batch, \.\.\.\) tensor"):
+        LayerCaches(model).load(torch.zeros(2, 1, 6, 5, 4))

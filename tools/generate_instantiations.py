@@ -22,21 +22,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # family -> (its name in prose, its shape table's macro, the two dims (file-name letter, name in prose),
-#            {op: (launch header, namespace, launcher, params type, what the file holds)})
+#            {op: (launch header, namespace, launcher, its arguments before the stream, what the file holds)})
 FAMILIES = {
     "mamba2": ("Mamba-2", "REPLAYSSM_MAMBA2_SHAPES", (("p", "head_dim"), ("n", "state_dim")), {
-        "step": ("families/mamba2/step_launch.cuh", "replayssm::mamba2", "launch_step_shape", "Mamba2Params",
+        "step": ("families/mamba2/step_launch.cuh", "replayssm::mamba2", "launch_step_shape", "const Mamba2Params&",
                  "step kernels (the ordered and two-group ones with them)"),
         "verify": ("families/mamba2/verify_launch.cuh", "replayssm::mamba2_spec", "launch_verify_shape",
-                   "Mamba2SpecParams", "verify kernels"),
+                   "const Mamba2SpecParams&", "verify kernels"),
         "fold": ("families/mamba2/fold_launch.cuh", "replayssm::mamba2_spec", "launch_fold_shape",
-                 "Mamba2SpecParams", "fold kernels (commit, flush, materialize)"),
+                 "const Mamba2SpecParams&, const LayerTableArgs*",
+                 "fold kernels (commit, flush, materialize; one layer or a layer table)"),
     }),
     "gdn": ("Gated DeltaNet", "REPLAYSSM_GDN_SHAPES", (("k", "head_k_dim"), ("v", "head_v_dim")), {
-        "step": ("families/gdn/step_launch.cuh", "replayssm::gdn", "launch_step_shape", "GdnParams", "step kernels"),
-        "verify": ("families/gdn/verify_launch.cuh", "replayssm::gdn", "launch_verify_shape", "GdnParams",
+        "step": ("families/gdn/step_launch.cuh", "replayssm::gdn", "launch_step_shape", "const GdnParams&", "step kernels"),
+        "verify": ("families/gdn/verify_launch.cuh", "replayssm::gdn", "launch_verify_shape", "const GdnParams&",
                    "verify kernels"),
-        "fold": ("families/gdn/fold_launch.cuh", "replayssm::gdn", "launch_fold_shape", "GdnParams",
+        "fold": ("families/gdn/fold_launch.cuh", "replayssm::gdn", "launch_fold_shape", "const GdnParams&",
                  "fold kernels (commit, flush, materialize)"),
     }),
 }
@@ -62,7 +63,7 @@ def file_text(family: str, name: str, dims, spec: tuple[str, str, str, str, str]
     return ("".join(f"// {line}\n" for line in textwrap.wrap(comment, 105)) +
             f'#include "{header}"\n\n'
             f"namespace {namespace} {{\n"
-            f"template cudaError_t {launcher}<{P}, {N}>(const {params}&, cudaStream_t);\n"
+            f"template cudaError_t {launcher}<{P}, {N}>({params}, cudaStream_t);\n"
             f"}}  // namespace {namespace}\n")
 
 

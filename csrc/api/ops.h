@@ -43,6 +43,26 @@
   X(mamba2_materialize,                                                                            \
     "mamba2_materialize(Tensor checkpoint, Tensor x_buf, Tensor B_buf, Tensor dt_buf, Tensor num_committed, " \
     "Tensor A, Tensor(a!) out, Tensor? slots, int pad_slot_id) -> ()")                             \
+  X(mamba2_commit_layers,                                                                          \
+    "mamba2_commit_layers(Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
+    "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, " \
+    "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words, " \
+    "Tensor num_accepted, int max_draft_tokens, Tensor? slots, int pad_slot_id) -> ()")             \
+  X(mamba2_flush_layers,                                                                           \
+    "mamba2_flush_layers(Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
+    "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, " \
+    "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words, " \
+    "Tensor? slots, int pad_slot_id) -> ()")                                                      \
+  X(mamba2_materialize_layers,                                                                     \
+    "mamba2_materialize_layers(Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
+    "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, " \
+    "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words, " \
+    "Tensor(k!) out, Tensor? slots, int pad_slot_id) -> ()")                                      \
+  X(mamba2_load_layers,                                                                            \
+    "mamba2_load_layers(Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
+    "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, " \
+    "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words, " \
+    "Tensor states, Tensor? slots, int pad_slot_id, int stagger_period) -> ()")                   \
   X(mamba2_update_snapshots,                                                                       \
     "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, " \
     "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "  \
@@ -143,6 +163,27 @@ void mamba2_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>&
 void mamba2_materialize(const at::Tensor& checkpoint, const at::Tensor& x_buf, const at::Tensor& B_buf,
                         const at::Tensor& dt_buf, const at::Tensor& num_committed, const at::Tensor& A,
                         const at::Tensor& out, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+// Every Mamba-2 layer of a model in one launch each (families/mamba2/ops_api.cpp; replayssm_cuda.LayerCaches):
+// mamba2_layer_table (not an op; _C.mamba2_layer_table) builds, once, the device table of the layers'
+// pointers that the *_layers ops take with the same lists.
+at::Tensor mamba2_layer_table(at::TensorList checkpoints, at::TensorList read_copies, at::TensorList read_scales,
+                              at::TensorList x_bufs, at::TensorList B_bufs, at::TensorList dt_bufs,
+                              at::TensorList num_committed, at::TensorList num_verified, at::TensorList A,
+                              at::TensorList rounding_seeds, at::TensorList error_words);
+
+#define REPLAYSSM_LAYER_ARGS                                                                                        \
+  const at::Tensor &layer_table, at::TensorList checkpoints, at::TensorList read_copies, at::TensorList read_scales, \
+      at::TensorList x_bufs, at::TensorList B_bufs, at::TensorList dt_bufs, at::TensorList num_committed,          \
+      at::TensorList num_verified, at::TensorList A, at::TensorList rounding_seeds, at::TensorList error_words
+void mamba2_commit_layers(REPLAYSSM_LAYER_ARGS, const at::Tensor& num_accepted, int64_t max_draft_tokens,
+                          const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+void mamba2_flush_layers(REPLAYSSM_LAYER_ARGS, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+void mamba2_materialize_layers(REPLAYSSM_LAYER_ARGS, const at::Tensor& out, const std::optional<at::Tensor>& slots,
+                               int64_t pad_slot_id);
+void mamba2_load_layers(REPLAYSSM_LAYER_ARGS, const at::Tensor& states, const std::optional<at::Tensor>& slots,
+                        int64_t pad_slot_id, int64_t stagger_period);
+#undef REPLAYSSM_LAYER_ARGS
 
 void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,
                              const at::Tensor& B, const at::Tensor& C, const at::Tensor& out,

@@ -84,6 +84,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "the device table of fill_slots_table / copy_slots_table for these cache tensors (built once: it validates "
       "them and copies the table to their device)",
       pybind11::arg("cache_tensors"), pybind11::arg("fill_values"), pybind11::arg("fill_periods"));
+  m.def(
+      "mamba2_layer_table",
+      [](const std::vector<at::Tensor>& checkpoints, const std::vector<at::Tensor>& read_copies,
+         const std::vector<at::Tensor>& read_scales, const std::vector<at::Tensor>& x_bufs,
+         const std::vector<at::Tensor>& B_bufs, const std::vector<at::Tensor>& dt_bufs,
+         const std::vector<at::Tensor>& num_committed, const std::vector<at::Tensor>& num_verified,
+         const std::vector<at::Tensor>& A, const std::vector<at::Tensor>& rounding_seeds,
+         const std::vector<at::Tensor>& error_words) {
+        return replayssm::mamba2_layer_table(checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs,
+                                             num_committed, num_verified, A, rounding_seeds, error_words);
+      },
+      "the device table of the mamba2_*_layers ops for these layers' cache tensors (built once: it validates them "
+      "and copies the layers' pointers to their device)",
+      pybind11::arg("checkpoints"), pybind11::arg("read_copies"), pybind11::arg("read_scales"), pybind11::arg("x_bufs"),
+      pybind11::arg("B_bufs"), pybind11::arg("dt_bufs"), pybind11::arg("num_committed"),
+      pybind11::arg("num_verified"), pybind11::arg("A"), pybind11::arg("rounding_seeds"),
+      pybind11::arg("error_words"));
   replayssm::register_launch_api(m);
   replayssm::register_capabilities(m);
 }

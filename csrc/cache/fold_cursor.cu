@@ -6,7 +6,7 @@
 namespace replayssm {
 namespace {
 
-__global__ void move_cursors_kernel(const CursorMoveParams p) {
+__device__ __forceinline__ void move_cursors(const CursorMoveParams& p) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row == 0 && p.rounding_seed != nullptr) p.rounding_seed[1] += 1;
   if (row >= p.batch) return;
@@ -34,6 +34,18 @@ __global__ void move_cursors_kernel(const CursorMoveParams p) {
   p.num_committed[slot] = n + p.max_draft_tokens > L ? 0 : n;
 }
 
+__global__ void move_cursors_kernel(const CursorMoveParams p) { move_cursors(p); }
+
+__global__ void move_cursors_layers_kernel(const CursorMoveParams p, const LayerTableArgs layers) {
+  const LayerPointers& lp = layer_pointers(layers, static_cast<int>(blockIdx.y));
+  CursorMoveParams q = p;
+  q.num_committed = lp.num_committed;
+  q.num_verified = lp.num_verified;
+  q.rounding_seed = lp.rounding_seed;
+  q.error_word = p.mode == kFoldCommit ? lp.error_word : nullptr;
+  move_cursors(q);
+}
+
 }  // namespace
 
 cudaError_t launch_move_cursors(const CursorMoveParams& p, cudaStream_t stream) {
@@ -46,6 +58,19 @@ cudaError_t launch_move_cursors(const CursorMoveParams& p, cudaStream_t stream) 
   const int64_t rows = p.batch > 0 ? p.batch : 1;
   const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
   move_cursors_kernel<<<static_cast<unsigned>(blocks), kRowsPerBlock, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_move_cursors_layers(const CursorMoveParams& p, const LayerTableArgs& layers, cudaStream_t stream) {
+  if (p.batch < 0 || (p.mode != kFoldCommit && p.mode != kFoldFlush) ||
+      (p.mode == kFoldCommit && p.num_accepted == nullptr) || layers.table == nullptr || layers.num_layers < 1 ||
+      layers.num_layers > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr int kRowsPerBlock = 256;
+  const int64_t rows = p.batch > 0 ? p.batch : 1;  // batch 0: one thread per layer advances its seed
+  const dim3 grid(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(layers.num_layers));
+  move_cursors_layers_kernel<<<grid, kRowsPerBlock, 0, stream>>>(p, layers);
   return cudaGetLastError();
 }
 

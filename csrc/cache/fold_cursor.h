@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cache/layer_table.h"
 #include "common/dtype.h"
 
 namespace replayssm {
@@ -42,5 +43,10 @@ struct CursorMoveParams {
 
 // Launches on `stream` (nothing for batch 0 without a seed); returns the launch status.
 cudaError_t launch_move_cursors(const CursorMoveParams& params, cudaStream_t stream);
+
+// The cursor move of every layer of a layer table in one launch (blockIdx.y the layer): params as for
+// one layer, with each layer's num_committed, num_verified, rounding_seed and error_word from the table.
+cudaError_t launch_move_cursors_layers(const CursorMoveParams& params, const LayerTableArgs& layers,
+                                       cudaStream_t stream);
 
 }  // namespace replayssm

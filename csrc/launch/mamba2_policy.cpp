@@ -250,7 +250,10 @@ Mamba2FoldPlan plan_mamba2_fold(const Mamba2FoldProblem& problem, int stages, in
   Mamba2FoldPlan plan;
   plan.ring_stages = stages;
   const int64_t items = problem.batch * problem.heads;
-  plan.grid = std::min(items, resident_ctas(device.sm_count, ctas_per_sm));
+  // The layers of a layered launch share the resident CTAs: each layer's CTAs walk its items as one
+  // layer's persistent grid does (at least one CTA per layer; more layers than resident CTAs queue).
+  const int64_t layers = std::max(problem.layers, 1);
+  plan.grid = std::min(items, std::max<int64_t>(resident_ctas(device.sm_count, ctas_per_sm) / layers, 1));
   return plan;
 }
 

@@ -140,11 +140,12 @@ Mamba2VerifyPlan plan_mamba2_verify(const Mamba2VerifyProblem& problem, int stag
 struct Mamba2FoldProblem {
   int64_t batch = 0;
   int heads = 0;
+  int layers = 1;  // a layered launch folds every layer of a layer table (cache/layer_table.h)
 };
 
 struct Mamba2FoldPlan {
   int ring_stages = 0;
-  int64_t grid = 0;
+  int64_t grid = 0;  // CTAs per layer (gridDim.x); a layered launch has `layers` of them (gridDim.y)
 };
 
 // Ring stages, before the occupancy query (0: not even two stages fit).

@@ -3,6 +3,7 @@
     bench mamba2 cycle      update vs the replay step over whole cycles, lock-step and staggered
     bench mamba2 spec       conventional T-token snapshots vs verify(T) + commit
     bench mamba2 overhead   host µs per eager call
+    bench mamba2 layers     every layer's slot and fold ops: the per-layer loop vs LayerCaches' one launch
     bench gdn cycle         Gated DeltaNet: update (and fla's fused_recurrent) vs the replay step's cycles
     bench gdn spec          Gated DeltaNet: conventional T-token snapshots vs verify(T) + commit
     bench copy              the device copy bandwidth (the ceiling), also at the sizes kernels move
@@ -20,7 +21,7 @@ import shlex
 import sys
 
 from . import compare as compare_mod
-from . import gdn, mamba2  # noqa: F401  (register the families; a new family adds its import here)
+from . import gdn, layers, mamba2  # noqa: F401  (register the families and their benchmarks; a new one adds its import here)
 from . import results, timing
 from .copybw import COPY
 from .registry import FAMILIES, table_name

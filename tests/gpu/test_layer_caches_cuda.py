@@ -220,3 +220,140 @@ def test_bad_input_on_the_compiled_path_names_the_argument(twin_models):
     with pytest.raises(RuntimeError, match=r"copy_slots_table: slot_table must be the contiguous"):
         torch.ops.replayssm.copy_slots_table(layers._tensors, other._table, torch.tensor([0], device="cuda"),
                                              torch.tensor([1], device="cuda"), -1)
+
+
+# ---- commit, flush, materialize, load of a Mamba-2 group: one launch each ---------------------------
+
+# (checkpoint dtype, read copy dtype, buffer_len, max_draft_tokens, staggered_flush, stochastic_rounding)
+MAMBA2_KINDS = [
+    (torch.float32, torch.bfloat16, 16, 4, True, False),
+    (torch.bfloat16, FP8, 16, 3, False, True),
+    (torch.float32, None, 8, 2, False, False),
+]
+MAMBA2_IDS = ["fp32-bf16copy-staggered", "bf16-fp8copy-rounding", "fp32-nocopy"]
+MAMBA2_DIMS = dict(heads=8, head_dim=64, state_dim=128, groups=2)
+
+
+def make_mamba2_model(kind, seed, num_layers=NUM_LAYERS):
+    """A 40-layer Mamba-2 group on the GPU: random states, buffers, cursors in [0, L - T] and pending
+    verifies of 0..T entries."""
+    ck, rc, L, T, staggered, rounding = kind
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    caches = []
+    for i in range(num_layers):
+        fam = family("mamba2", dtype=ck, act_dtype=torch.bfloat16, device="cuda", seed=seed + i, **MAMBA2_DIMS)
+        cache = fam.make_cache(S, buffer_len=L, max_draft_tokens=T, read_copy_dtype=rc, staggered_flush=staggered,
+                               stochastic_rounding=rounding, seed=seed + i, backend="cuda")
+        cache.load(0.3 * torch.randn(S, *cache.checkpoint.shape[1:], device="cuda", generator=gen))
+        for t in (cache.x_buf, cache.B_buf):
+            t.copy_(torch.rand(t.shape, device="cuda", generator=gen) - 0.5)
+        cache.dt_buf.copy_(0.5 * torch.rand(cache.dt_buf.shape, device="cuda", generator=gen))
+        cache.num_committed.copy_(torch.randint(0, L - T + 1, (S,), device="cuda", generator=gen, dtype=torch.int32))
+        cache.num_verified.copy_(torch.randint(0, T + 1, (S,), device="cuda", generator=gen, dtype=torch.int32))
+        caches.append(cache)
+    return caches
+
+
+def fold_rows(batch, seed, T):
+    """Rows on distinct random slots with a few pads, and num_accepted in [-1, T + 1] (clamped)."""
+    gen = torch.Generator().manual_seed(seed)
+    slots = torch.randperm(S, generator=gen)[:batch]
+    slots[torch.randperm(batch, generator=gen)[: batch // 8]] = -1
+    accepted = torch.randint(-1, T + 2, (batch,), generator=gen)
+    return slots.cuda(), accepted.int().cuda()
+
+
+@pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=MAMBA2_IDS)
+@pytest.mark.parametrize("batch", [8, 64, 256])
+def test_mamba2_fold_ops_equal_the_per_layer_loop(kind, batch):
+    model, loop = make_mamba2_model(kind, seed=20), make_mamba2_model(kind, seed=20)
+    layers = LayerCaches(model)
+    assert layers.one_launch_fold, layers
+    slots, accepted = fold_rows(batch, seed=21, T=kind[3])
+    layers.commit(accepted, slots)
+    for cache in loop:
+        cache.commit(accepted, slots)
+    assert_same_models(model, loop, "commit")
+    for a, b in zip(model, loop):
+        assert torch.equal(a.error_word, b.error_word)
+        if a.rounding_seed is not None:
+            assert torch.equal(a.rounding_seed, b.rounding_seed)
+    states = layers.materialize(slots)
+    for i, cache in enumerate(loop):
+        assert torch.equal(states[i], cache.materialize(slots)), f"materialize: layer {i}"
+    layers.flush(slots)
+    for cache in loop:
+        cache.flush(slots)
+    assert_same_models(model, loop, "flush")
+    new_states = states.roll(1, dims=1).contiguous() * 0.5
+    layers.load(new_states, slots)
+    for i, cache in enumerate(loop):
+        cache.load(new_states[i], slots)
+    assert_same_models(model, loop, "load")
+    layers.flush()   # every slot
+    for cache in loop:
+        cache.flush()
+    assert_same_models(model, loop, "flush of every slot")
+
+
+def test_mamba2_fold_ops_replay_in_a_cuda_graph():
+    kind = MAMBA2_KINDS[0]
+    model, loop = make_mamba2_model(kind, seed=30), make_mamba2_model(kind, seed=30)
+    layers = LayerCaches(model)
+    slots, accepted = fold_rows(64, seed=31, T=kind[3])
+    states = layers.materialize(slots)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):       # warm-up outside the capture (on copies of the model)
+        warm = LayerCaches(make_mamba2_model(kind, seed=30, num_layers=2))
+        warm.commit(accepted, slots)
+        warm.flush(slots)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layers.commit(accepted, slots)
+        layers.materialize(slots, out=states)
+        layers.flush(slots)
+        layers.load(states, slots)
+    for round_ in range(2):
+        new_slots, new_accepted = fold_rows(64, seed=32 + round_, T=kind[3])
+        slots.copy_(new_slots)
+        accepted.copy_(new_accepted)
+        for cache in model + loop:   # a pending verify in every slot again
+            cache.num_verified.fill_(kind[3])
+        graph.replay()
+        for i, cache in enumerate(loop):
+            cache.commit(accepted, slots)
+            expect = cache.materialize(slots)
+            cache.flush(slots)
+            cache.load(expect, slots)
+        torch.cuda.synchronize()
+        assert_same_models(model, loop, f"graph replay {round_}")
+
+
+def test_mamba2_fold_ops_launch_once_where_the_loop_launches_per_layer():
+    kind = MAMBA2_KINDS[0]
+    model = make_mamba2_model(kind, seed=40)
+    layers = LayerCaches(model)
+    slots, accepted = fold_rows(64, seed=41, T=kind[3])
+    states = layers.materialize(slots)
+    counts = {"commit": len(_cuda_events(lambda: layers.commit(accepted, slots))),
+              "flush": len(_cuda_events(lambda: layers.flush(slots))),
+              "materialize": len(_cuda_events(lambda: layers.materialize(slots, out=states))),
+              "load": len(_cuda_events(lambda: layers.load(states, slots)))}
+    # commit and flush: the fold and the cursor kernel; load: the load and the read-copy kernel.
+    assert counts == {"commit": 2, "flush": 2, "materialize": 1, "load": 2}, counts
+    loop_commit = len(_cuda_events(lambda: [c.commit(accepted, slots) for c in model]))
+    assert loop_commit == 2 * NUM_LAYERS
+
+
+def test_mamba2_layer_table_refuses_other_tensors():
+    kind = MAMBA2_KINDS[2]
+    layers = LayerCaches(make_mamba2_model(kind, seed=50, num_layers=3))
+    other = LayerCaches(make_mamba2_model(kind, seed=51, num_layers=2))
+    with pytest.raises(RuntimeError, match=r"mamba2_flush_layers: layer_table must be the contiguous \(50,\) int64"):
+        torch.ops.replayssm.mamba2_flush_layers(other._layer_table, *layers._layer_lists, None, -1)
+    lists = [list(t) for t in layers._layer_lists]
+    lists[0][1] = lists[0][1][:, :4]
+    with pytest.raises(RuntimeError, match=r"mamba2_flush_layers: layer 1's checkpoints must have layer 0's shape"):
+        torch.ops.replayssm.mamba2_flush_layers(layers._layer_table, *lists, None, -1)

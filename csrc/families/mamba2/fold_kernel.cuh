@@ -18,6 +18,7 @@
 #pragma once
 
 #include "cache/fold_rows.cuh"
+#include "cache/layer_table.h"
 #include "families/mamba2/fold.cuh"
 #include "families/mamba2/spec_common.cuh"
 #include "common/stochastic_rounding.cuh"
@@ -227,8 +228,12 @@ __device__ __forceinline__ void write_zero_state(const Mamba2SpecParams& p, int6
 // ran at about half the copy rate.)
 // kRound: stochastic rounding of a 16-bit checkpoint's stores (p.rounding_seed); false compiles to the
 // kernel without any rounding code.
+//
+// The body is fold_items, run by fold_kernel for one layer (the params' tensors) and by
+// fold_layers_kernel for every layer of a layer table (blockIdx.y the layer): the same code on other
+// pointers.
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
-__global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAct>())) fold_kernel(const Mamba2SpecParams p, const Mamba2FoldLaunch launch) {
+__device__ __forceinline__ void fold_items(const Mamba2SpecParams& p, const Mamba2FoldLaunch launch) {
   static_assert(!kRound || kCkpt != DType::kFloat32, "stochastic rounding is for 16-bit checkpoints");
   using Tile = FoldTile<kP, kN>;
   using Coef = FoldCoef<kP, kN>;
@@ -413,6 +418,34 @@ __global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAc
     }
     items_before += items;
   }
+}
+
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
+__global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAct>())) fold_kernel(const Mamba2SpecParams p, const Mamba2FoldLaunch launch) {
+  fold_items<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>(p, launch);
+}
+
+// Every layer of a layer table (cache/layer_table.h) in one launch: the CTAs of blockIdx.y fold layer
+// blockIdx.y, as fold_kernel folds one layer with a grid of gridDim.x CTAs. p holds layer 0's shapes,
+// strides and dtypes (shared by every layer) and the rows, slots and num_accepted of all layers;
+// materialize writes layer l's states at p.state_out + l * out_layer_stride.
+template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound>
+__global__ void __launch_bounds__(kThreads, (fold_ctas_per_sm<kP, kN, kCkpt, kAct>()))
+fold_layers_kernel(const Mamba2SpecParams p, const Mamba2FoldLaunch launch, const LayerTableArgs layers) {
+  const LayerPointers& lp = layer_pointers(layers, static_cast<int>(blockIdx.y));
+  Mamba2SpecParams q = p;
+  q.checkpoint = lp.checkpoint;
+  q.read_copy = lp.read_copy;
+  q.read_scale = lp.read_scale;
+  q.x_buf = lp.buffers[0];
+  q.B_buf = lp.buffers[1];
+  q.dt_buf = static_cast<float*>(lp.buffers[2]);
+  q.num_committed = lp.num_committed;
+  q.num_verified = lp.num_verified;
+  q.A = static_cast<const float*>(lp.weights[0]);
+  q.rounding_seed = lp.rounding_seed;
+  if (p.state_out != nullptr) q.state_out = p.state_out + blockIdx.y * layers.out_layer_stride;
+  fold_items<kP, kN, kCkpt, kCopy, kRead, kAct, kRound>(q, launch);
 }
 
 }  // namespace mamba2_spec

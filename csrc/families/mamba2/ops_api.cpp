@@ -2,6 +2,8 @@
 // mamba2_materialize: validate, fill the params, launch on the current stream. Tensor tables and math:
 // kernels/mamba2.cuh (update, step) and kernels/mamba2_spec.cuh (the speculative ops). No allocation
 // and no host synchronisation, so all are safe under CUDA-graph capture.
+#include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,9 @@
 #include "diag/cta_timeline_api.h"
 #include "api/ops.h"
 #include "api/tensor_args.h"
+#include "cache/layer_table.h"
+#include "cache/read_copy.cuh"
+#include "cache/slot_ops.cuh"
 #include "families/mamba2/params.h"
 #include "families/mamba2/spec_params.h"
 #include "families/mamba2/variants.h"
@@ -427,6 +432,324 @@ void mamba2_materialize(const at::Tensor& checkpoint, const at::Tensor& x_buf, c
   p.so_head_stride = out.stride(1);
   p.so_p_stride = out.stride(2);
   launch_checked(op, checkpoint, launch_mamba2_fold, p);
+}
+
+// ---- every layer in one launch (replayssm_cuda.LayerCaches) ----------------------------------------
+//
+// The layered ops take the cache tensors of all layers as lists (one entry per layer; read_copies,
+// read_scales, rounding_seeds and error_words empty where the layers have none) and the layer table
+// that mamba2_layer_table built for them. Layer 0's tensors go through the checks of the per-layer op and
+// fill the params; every other layer must have layer 0's shapes, strides and dtypes (checked on every
+// call, naming the layer and the tensor), and the kernels read its pointers from the table, whose
+// fingerprint of all of the lists' tensors must equal the call's (else they trap).
+namespace {
+
+struct LayerLists {
+  at::TensorList checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified, A,
+      rounding_seeds, error_words;
+};
+
+// The fields in table-record order, with their names, and whether a layer may go without (an empty list).
+struct LayerField {
+  const char* name;
+  at::TensorList LayerLists::*list;
+  bool optional;
+};
+constexpr LayerField kLayerFields[] = {
+    {"checkpoints", &LayerLists::checkpoints, false},     {"read_copies", &LayerLists::read_copies, true},
+    {"read_scales", &LayerLists::read_scales, true},      {"x_bufs", &LayerLists::x_bufs, false},
+    {"B_bufs", &LayerLists::B_bufs, false},               {"dt_bufs", &LayerLists::dt_bufs, false},
+    {"num_committed", &LayerLists::num_committed, false}, {"num_verified", &LayerLists::num_verified, false},
+    {"A", &LayerLists::A, false},                         {"rounding_seeds", &LayerLists::rounding_seeds, true},
+    {"error_words", &LayerLists::error_words, true},
+};
+
+uint64_t fnv(uint64_t h, uint64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Checks that every list holds one tensor per layer (or none, for the optional ones) and that every
+// layer's tensors have layer 0's shapes, strides, dtypes and device; returns the fingerprint of all of
+// them (pointers included) and sets num_layers.
+uint64_t check_layers(const char* op, const LayerLists& l, int64_t& num_layers) {
+  num_layers = static_cast<int64_t>(l.checkpoints.size());
+  TORCH_CHECK(num_layers >= 1 && num_layers <= 65535, checks::cat(op, ": checkpoints must hold one checkpoint per layer, 1 to 65535 layers, got ", num_layers));
+  uint64_t h = fnv(14695981039346656037ull, static_cast<uint64_t>(num_layers));
+  for (const LayerField& f : kLayerFields) {
+    const at::TensorList& list = l.*(f.list);
+    const int64_t n = static_cast<int64_t>(list.size());
+    TORCH_CHECK(n == num_layers || (f.optional && n == 0), checks::cat(op, ": ", f.name, " must hold one tensor per layer (", num_layers, ")", f.optional ? " or none" : "", ", got ", n));
+    h = fnv(h, static_cast<uint64_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const at::Tensor& t = list[i];
+      const at::Tensor& t0 = list[0];
+      if (i > 0) {
+        TORCH_CHECK(t.scalar_type() == t0.scalar_type(), checks::cat(op, ": layer ", i, "'s ", f.name, " must have layer 0's dtype ", checks::dtype_str(t0.scalar_type()), ", got ", checks::dtype_str(t.scalar_type())));
+        TORCH_CHECK(t.sizes() == t0.sizes(), checks::cat(op, ": layer ", i, "'s ", f.name, " must have layer 0's shape ", checks::shape_str(t0.sizes()), ", got ", checks::shape_str(t.sizes())));
+        TORCH_CHECK(t.strides() == t0.strides(), checks::cat(op, ": layer ", i, "'s ", f.name, " must have layer 0's strides ", checks::shape_str(t0.strides()), " (the kernels take one set of strides for all layers), got ", checks::shape_str(t.strides())));
+        TORCH_CHECK(t.device() == t0.device(), checks::cat(op, ": layer ", i, "'s ", f.name, " must be on layer 0's device ", t0.device().str(), ", got ", t.device().str()));
+      }
+      h = fnv(h, reinterpret_cast<uint64_t>(t.data_ptr()));
+      h = fnv(h, static_cast<uint64_t>(t.scalar_type()));
+      for (int64_t d = 0; d < t.dim(); ++d) h = fnv(fnv(h, static_cast<uint64_t>(t.size(d))), static_cast<uint64_t>(t.stride(d)));
+    }
+  }
+  return h;
+}
+
+std::optional<at::Tensor> layer0(at::TensorList list) {
+  return list.empty() ? std::nullopt : std::optional<at::Tensor>(list[0]);
+}
+
+// The table argument: the contiguous int64 table of num_layers layers on the caches' device.
+LayerTableArgs table_args(const char* op, const at::Tensor& table, const at::Tensor& ref, int64_t num_layers,
+                          uint64_t fingerprint) {
+  checks::cuda(op, "layer_table", table);
+  checks::same_device(op, "layer_table", table, "checkpoints[0]", ref);
+  checks::dtype_in(op, "layer_table", table, {at::kLong});
+  const int64_t len = layer_table_len(num_layers);
+  TORCH_CHECK(table.dim() == 1 && table.size(0) == len && table.is_contiguous(), checks::cat(op, ": layer_table must be the contiguous (", len, ",) int64 table that replayssm_cuda._C.mamba2_layer_table built for these ", num_layers, " layers, got shape ", checks::shape_str(table.sizes())));
+  LayerTableArgs args{};
+  args.table = table.data_ptr<int64_t>();
+  args.fingerprint = fingerprint;
+  args.num_layers = static_cast<int32_t>(num_layers);
+  return args;
+}
+
+// What the layered commit, flush and materialize share: the lists checked, layer 0's params, the table.
+Mamba2SpecParams layered_fold_params(const char* op, const LayerLists& l, const at::Tensor& table, bool written,
+                                     const std::optional<at::Tensor>& slots, int64_t batch, int64_t pad_slot_id,
+                                     LayerTableArgs& args) {
+  int64_t num_layers = 0;
+  const uint64_t fingerprint = check_layers(op, l, num_layers);
+  const at::Tensor& ck = l.checkpoints[0];
+  const Expect expect{op, ck, "checkpoints[0]"};
+  Mamba2SpecParams p = fold_params(op, expect, ck, written, layer0(l.read_copies), layer0(l.read_scales), l.x_bufs[0],
+                                   l.B_bufs[0], l.dt_bufs[0], l.num_committed[0], l.A[0], slots, batch, pad_slot_id);
+  fill_num_verified(p, expect, op, l.num_verified[0], l.num_committed[0]);
+  args = table_args(op, table, ck, num_layers, fingerprint);
+  return p;
+}
+
+}  // namespace
+
+at::Tensor mamba2_layer_table(at::TensorList checkpoints, at::TensorList read_copies, at::TensorList read_scales,
+                              at::TensorList x_bufs, at::TensorList B_bufs, at::TensorList dt_bufs,
+                              at::TensorList num_committed, at::TensorList num_verified, at::TensorList A,
+                              at::TensorList rounding_seeds, at::TensorList error_words) {
+  constexpr const char* op = "mamba2_layer_table";
+  const LayerLists l{checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified,
+                     A, rounding_seeds, error_words};
+  int64_t num_layers = 0;
+  const uint64_t fingerprint = check_layers(op, l, num_layers);
+  const at::Tensor& ck = checkpoints[0];
+  const Expect expect{op, ck, "checkpoints[0]"};
+  // Layer 0 as the per-layer commit checks it (the others have its geometry), with its seed and error word.
+  Mamba2SpecParams p = fold_params(op, expect, ck, /*written=*/true, layer0(read_copies), layer0(read_scales),
+                                   x_bufs[0], B_bufs[0], dt_bufs[0], num_committed[0], A[0], std::nullopt, 0, -1);
+  fill_num_verified(p, expect, op, num_verified[0], num_committed[0]);
+  fill_rounding_seed(p, expect, op, "checkpoint", ck, layer0(rounding_seeds));
+  error_word_arg(expect, op, layer0(error_words));
+  // Layers write their own tensors in one launch: no tensor may serve two layers.
+  std::set<const void*> seen;
+  for (const LayerField& f : kLayerFields) {
+    const at::TensorList& list = l.*(f.list);
+    for (int64_t i = 0; i < static_cast<int64_t>(list.size()); ++i) {
+      if (std::string(f.name) == "A") continue;  // read only: layers may share weights
+      TORCH_CHECK(seen.insert(list[i].data_ptr()).second, checks::cat(op, ": layer ", i, "'s ", f.name, " shares its memory with another tensor of the layers (every layer must own its cache tensors)"));
+    }
+  }
+  at::Tensor host = at::empty({layer_table_len(num_layers)}, at::dtype(at::kLong));
+  int64_t* words = host.data_ptr<int64_t>();
+  std::memset(words, 0, sizeof(int64_t) * host.numel());
+  words[0] = static_cast<int64_t>(fingerprint);
+  words[1] = num_layers;
+  auto ptr = [](at::TensorList list, int64_t i) { return list.empty() ? nullptr : list[i].data_ptr(); };
+  for (int64_t i = 0; i < num_layers; ++i) {
+    LayerPointers r{};
+    r.checkpoint = checkpoints[i].data_ptr();
+    r.read_copy = ptr(read_copies, i);
+    r.read_scale = static_cast<float*>(ptr(read_scales, i));
+    r.buffers[0] = x_bufs[i].data_ptr();
+    r.buffers[1] = B_bufs[i].data_ptr();
+    r.buffers[2] = dt_bufs[i].data_ptr();
+    r.num_committed = num_committed[i].data_ptr<int32_t>();
+    r.num_verified = num_verified[i].data_ptr<int32_t>();
+    r.weights[0] = A[i].data_ptr();
+    r.rounding_seed = static_cast<int64_t*>(ptr(rounding_seeds, i));
+    r.error_word = static_cast<int32_t*>(ptr(error_words, i));
+    std::memcpy(words + kLayerTableHeader + i * kLayerRecordWords, &r, sizeof(r));
+  }
+  return host.to(ck.device());
+}
+
+void mamba2_commit_layers(const at::Tensor& layer_table, at::TensorList checkpoints, at::TensorList read_copies,
+                          at::TensorList read_scales, at::TensorList x_bufs, at::TensorList B_bufs,
+                          at::TensorList dt_bufs, at::TensorList num_committed, at::TensorList num_verified,
+                          at::TensorList A, at::TensorList rounding_seeds, at::TensorList error_words,
+                          const at::Tensor& num_accepted, int64_t max_draft_tokens,
+                          const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  constexpr const char* op = "mamba2_commit_layers";
+  const LayerLists l{checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified,
+                     A, rounding_seeds, error_words};
+  TORCH_CHECK(!checkpoints.empty(), checks::cat(op, ": checkpoints must hold one checkpoint per layer, got none"));
+  const Expect expect{op, checkpoints[0], "checkpoints[0]"};
+  expect("num_accepted", num_accepted, {-1}, {at::kInt, at::kLong});
+  LayerTableArgs args{};
+  Mamba2SpecParams p = layered_fold_params(op, l, layer_table, /*written=*/true, slots, num_accepted.size(0),
+                                           pad_slot_id, args);
+  TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= p.buffer_len, checks::cat(op, ": max_draft_tokens must be in [1, L = ", p.buffer_len, "], got ", max_draft_tokens));
+  p.error_word = error_word_arg(expect, op, layer0(error_words));
+  p.mode = Mamba2FoldMode::kCommit;
+  p.max_draft_tokens = static_cast<int32_t>(max_draft_tokens);
+  p.num_accepted = num_accepted.data_ptr();
+  p.num_accepted_dtype = kernel_dtype(num_accepted.scalar_type());
+  p.num_accepted_stride = num_accepted.stride(0);
+  fill_rounding_seed(p, expect, op, "checkpoint", checkpoints[0], layer0(rounding_seeds));
+  const c10::cuda::CUDAGuard device_guard(checkpoints[0].device());
+  checks::launched(op, launch_mamba2_fold_layers(p, args, c10::cuda::getCurrentCUDAStream().stream()));
+}
+
+void mamba2_flush_layers(const at::Tensor& layer_table, at::TensorList checkpoints, at::TensorList read_copies,
+                         at::TensorList read_scales, at::TensorList x_bufs, at::TensorList B_bufs,
+                         at::TensorList dt_bufs, at::TensorList num_committed, at::TensorList num_verified,
+                         at::TensorList A, at::TensorList rounding_seeds, at::TensorList error_words,
+                         const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  constexpr const char* op = "mamba2_flush_layers";
+  const LayerLists l{checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified,
+                     A, rounding_seeds, error_words};
+  TORCH_CHECK(!checkpoints.empty(), checks::cat(op, ": checkpoints must hold one checkpoint per layer, got none"));
+  const Expect expect{op, checkpoints[0], "checkpoints[0]"};
+  if (slots) expect("slots", *slots, {-1}, {at::kInt, at::kLong});
+  const int64_t batch = slots ? slots->size(0) : checkpoints[0].size(0);
+  LayerTableArgs args{};
+  Mamba2SpecParams p = layered_fold_params(op, l, layer_table, /*written=*/true, slots, batch, pad_slot_id, args);
+  p.mode = Mamba2FoldMode::kFlush;
+  fill_rounding_seed(p, expect, op, "checkpoint", checkpoints[0], layer0(rounding_seeds));
+  const c10::cuda::CUDAGuard device_guard(checkpoints[0].device());
+  checks::launched(op, launch_mamba2_fold_layers(p, args, c10::cuda::getCurrentCUDAStream().stream()));
+}
+
+void mamba2_materialize_layers(const at::Tensor& layer_table, at::TensorList checkpoints, at::TensorList read_copies,
+                               at::TensorList read_scales, at::TensorList x_bufs, at::TensorList B_bufs,
+                               at::TensorList dt_bufs, at::TensorList num_committed, at::TensorList num_verified,
+                               at::TensorList A, at::TensorList rounding_seeds, at::TensorList error_words,
+                               const at::Tensor& out, const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  constexpr const char* op = "mamba2_materialize_layers";
+  const LayerLists l{checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified,
+                     A, rounding_seeds, error_words};
+  TORCH_CHECK(!checkpoints.empty(), checks::cat(op, ": checkpoints must hold one checkpoint per layer, got none"));
+  const at::Tensor& ck = checkpoints[0];
+  const Expect expect{op, ck, "checkpoints[0]"};
+  expect("out", out, {static_cast<int64_t>(checkpoints.size()), -1, ck.size(1), ck.size(2), ck.size(3)}, {at::kFloat}, 16);
+  checks::writable(op, "out", out);
+  LayerTableArgs args{};
+  Mamba2SpecParams p = layered_fold_params(op, l, layer_table, /*written=*/false, slots, out.size(1), pad_slot_id, args);
+  p.mode = Mamba2FoldMode::kMaterialize;
+  p.read_copy = nullptr;  // materialize refreshes nothing: the kernel of mamba2_materialize, without a read copy
+  p.read_scale = nullptr;
+  p.state_out = out.data_ptr<float>();
+  p.so_row_stride = out.stride(1);
+  p.so_head_stride = out.stride(2);
+  p.so_p_stride = out.stride(3);
+  args.out_layer_stride = out.stride(0);
+  const c10::cuda::CUDAGuard device_guard(ck.device());
+  checks::launched(op, launch_mamba2_fold_layers(p, args, c10::cuda::getCurrentCUDAStream().stream()));
+}
+
+void mamba2_load_layers(const at::Tensor& layer_table, at::TensorList checkpoints, at::TensorList read_copies,
+                        at::TensorList read_scales, at::TensorList x_bufs, at::TensorList B_bufs,
+                        at::TensorList dt_bufs, at::TensorList num_committed, at::TensorList num_verified,
+                        at::TensorList A, at::TensorList rounding_seeds, at::TensorList error_words,
+                        const at::Tensor& states, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                        int64_t stagger_period) {
+  constexpr const char* op = "mamba2_load_layers";
+  const LayerLists l{checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified,
+                     A, rounding_seeds, error_words};
+  TORCH_CHECK(!checkpoints.empty(), checks::cat(op, ": checkpoints must hold one checkpoint per layer, got none"));
+  const at::Tensor& ck = checkpoints[0];
+  const Expect expect{op, ck, "checkpoints[0]"};
+  const int64_t num_layers = static_cast<int64_t>(checkpoints.size());
+  const std::vector<at::ScalarType> state_dtypes =
+      ck.scalar_type() == at::kFloat ? std::vector<at::ScalarType>{at::kFloat} : std::vector<at::ScalarType>{at::kFloat, ck.scalar_type()};
+  expect("states", states, {num_layers, -1, ck.size(1), ck.size(2), ck.size(3)}, state_dtypes);
+  const int64_t S = ck.size(0), batch = states.size(1);
+  TORCH_CHECK(states.stride(4) == 1 && states.stride(3) == ck.size(3) && states.stride(2) == ck.size(2) * ck.size(3),
+              checks::cat(op, ": states must be contiguous inside a row (dims 2.. with the strides of a contiguous tensor), got strides ", checks::shape_str(states.strides())));
+  TORCH_CHECK(stagger_period >= 0 && stagger_period <= INT32_MAX, checks::cat(op, ": stagger_period must be in [0, 2^31 - 1] (0 or 1: no stagger), got ", stagger_period));
+  LayerTableArgs args{};
+  Mamba2SpecParams p = layered_fold_params(op, l, layer_table, /*written=*/true, slots, batch, pad_slot_id, args);
+  TORCH_CHECK(stagger_period <= p.buffer_len, checks::cat(op, ": stagger_period must be <= the buffer length (", p.buffer_len, "), got ", stagger_period));
+  for (int64_t i = 0; i < num_layers; ++i) checks::no_overlap(op, "a layer's checkpoint", checkpoints[i], "states", states);
+  if (batch == 0) return;
+
+  LoadStatesParams lp{};
+  lp.states = states.data_ptr();
+  lp.states_dtype = kernel_dtype(states.scalar_type());
+  lp.states_row_stride = states.stride(1);
+  lp.checkpoint = ck.data_ptr();
+  lp.checkpoint_dtype = kernel_dtype(ck.scalar_type());
+  lp.ck_slot_stride = ck.stride(0);
+  lp.elems_per_slot = ck.size(1) * ck.size(2) * ck.size(3);
+  TORCH_CHECK(ck.stride(3) == 1 && ck.stride(2) == ck.size(3) && ck.stride(1) == ck.size(2) * ck.size(3), checks::cat(op, ": checkpoints must be contiguous inside a slot, got strides ", checks::shape_str(ck.strides())));
+  lp.num_committed = num_committed[0].data_ptr<int32_t>();
+  lp.nc_stride = num_committed[0].stride(0);
+  lp.slots = p.slots;
+  lp.slots_dtype = p.slots_dtype;
+  lp.slots_stride = p.slots_stride;
+  lp.pad_slot_id = pad_slot_id;
+  lp.num_slots = S;
+  lp.batch = batch;
+  LoadLayersArgs extra{};
+  extra.states_layer_stride = states.stride(0);
+  extra.stagger_period = static_cast<int32_t>(stagger_period);
+  const at::Tensor* buffers[] = {&x_bufs[0], &B_bufs[0], &dt_bufs[0]};
+  extra.num_buffers = 3;
+  for (int b = 0; b < 3; ++b) {
+    const at::Tensor& t = *buffers[b];
+    const int64_t elem = static_cast<int64_t>(t.element_size());
+    int64_t inner = 1;  // a slot of the buffer must be one byte range (the cache's buffers are contiguous)
+    for (int64_t d = t.dim() - 1; d >= 1; --d) {
+      TORCH_CHECK(t.size(d) == 1 || t.stride(d) == inner, checks::cat(op, ": the buffers must be contiguous inside a slot, got strides ", checks::shape_str(t.strides()), " for shape ", checks::shape_str(t.sizes())));
+      inner *= t.size(d);
+    }
+    extra.buffer_bytes[b] = t.numel() / S * elem;
+    extra.buffer_slot_stride[b] = t.stride(0) * elem;
+    TORCH_CHECK(extra.buffer_bytes[b] % 4 == 0 && extra.buffer_slot_stride[b] % 4 == 0, checks::cat(op, ": a slot of every buffer must be whole 4-byte words, got ", extra.buffer_bytes[b], " bytes with a slot stride of ", extra.buffer_slot_stride[b]));
+  }
+  const c10::cuda::CUDAGuard device_guard(ck.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  checks::launched(op, launch_load_states_layers(lp, args, extra, stream));
+  if (p.read_copy == nullptr) return;
+  ReadCopyParams rc{};
+  rc.checkpoint = ck.data_ptr();
+  rc.read_copy = p.read_copy;
+  rc.read_scale = p.read_scale;
+  rc.slots = p.slots;
+  rc.checkpoint_dtype = p.checkpoint_dtype;
+  rc.read_copy_dtype = p.read_copy_dtype;
+  rc.slots_dtype = p.slots_dtype;
+  rc.num_slots = S;
+  rc.heads = ck.size(1);
+  rc.rows = ck.size(2);
+  rc.cols = ck.size(3);
+  rc.num_entries = batch;
+  rc.pad_slot_id = pad_slot_id;
+  rc.checkpoint_slot_stride = ck.stride(0);
+  rc.checkpoint_head_stride = ck.stride(1);
+  rc.checkpoint_row_stride = ck.stride(2);
+  rc.read_copy_slot_stride = p.rc_slot_stride;
+  rc.read_copy_head_stride = p.rc_head_stride;
+  rc.read_copy_row_stride = p.rc_row_stride;
+  rc.read_scale_slot_stride = p.rs_slot_stride;
+  rc.read_scale_head_stride = p.rs_head_stride;
+  rc.read_scale_row_stride = read_scales.empty() ? 0 : read_scales[0].stride(2);
+  rc.slots_stride = p.slots_stride;
+  checks::launched(op, launch_make_read_copy_layers(rc, args, stream));
 }
 
 }  // namespace replayssm

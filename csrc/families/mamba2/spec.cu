@@ -12,7 +12,7 @@ namespace mamba2_spec {
 template <int kP, int kN>
 cudaError_t launch_verify_shape(const Mamba2SpecParams& p, cudaStream_t stream);
 template <int kP, int kN>
-cudaError_t launch_fold_shape(const Mamba2SpecParams& p, cudaStream_t stream);
+cudaError_t launch_fold_shape(const Mamba2SpecParams& p, const LayerTableArgs* layers, cudaStream_t stream);
 
 namespace {
 
@@ -35,24 +35,34 @@ cudaError_t launch_mamba2_verify(const Mamba2SpecParams& p, cudaStream_t stream)
   });
 }
 
-cudaError_t launch_mamba2_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
+namespace mamba2_spec {
+namespace {
+
+// The fold launch(es) of launch_mamba2_fold / launch_mamba2_fold_layers (layers null: one layer).
+cudaError_t launch_fold_op(const Mamba2SpecParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
   const bool commit = p.mode == Mamba2FoldMode::kCommit;
   const bool materialize = p.mode == Mamba2FoldMode::kMaterialize;
   if (p.rounding_seed != nullptr && (materialize || p.checkpoint_dtype == DType::kFloat32)) {
     return cudaErrorInvalidValue;
   }
-  if (p.batch == 0) {  // nothing to fold; a launch with a seed still moves the offset, like the reference
+  if (layers != nullptr && (layers->table == nullptr || layers->num_layers < 1 || layers->num_layers > 65535)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.batch == 0 && layers == nullptr) {  // nothing to fold; a launch with a seed still moves the offset, like the reference
     return p.rounding_seed != nullptr ? launch_rounding_offset_advance(p.rounding_seed, stream) : cudaSuccess;
   }
-  if (!mamba2_spec::common_params_ok(p)) return cudaErrorInvalidValue;
+  if (!common_params_ok(p)) return cudaErrorInvalidValue;
   if ((commit && (p.num_accepted == nullptr || p.num_verified == nullptr || p.max_draft_tokens < 1 ||
                   p.max_draft_tokens > p.buffer_len)) ||
       (materialize && p.state_out == nullptr)) {
     return cudaErrorInvalidValue;
   }
-  cudaError_t err = REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
-    return mamba2_spec::launch_fold_shape<decltype(P)::value, decltype(N)::value>(p, stream);
-  });
+  cudaError_t err = cudaSuccess;
+  if (p.batch > 0) {  // a layered batch 0 launches only the cursor kernel, which moves the seeds' offsets
+    err = REPLAYSSM_MAMBA2_SHAPE_SWITCH(p.head_dim, p.state_dim, [&](auto P, auto N) {
+      return launch_fold_shape<decltype(P)::value, decltype(N)::value>(p, layers, stream);
+    });
+  }
   if (err != cudaSuccess || materialize) return err;
   CursorMoveParams cm{};
   cm.num_committed = p.num_committed;
@@ -71,7 +81,19 @@ cudaError_t launch_mamba2_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
   cm.max_draft_tokens = p.max_draft_tokens;
   cm.rounding_seed = p.rounding_seed;
   cm.error_word = commit ? p.error_word : nullptr;
+  if (layers != nullptr) return p.batch > 0 || p.rounding_seed != nullptr ? launch_move_cursors_layers(cm, *layers, stream) : cudaSuccess;
   return launch_move_cursors(cm, stream);
+}
+
+}  // namespace
+}  // namespace mamba2_spec
+
+cudaError_t launch_mamba2_fold(const Mamba2SpecParams& p, cudaStream_t stream) {
+  return mamba2_spec::launch_fold_op(p, nullptr, stream);
+}
+
+cudaError_t launch_mamba2_fold_layers(const Mamba2SpecParams& p, const LayerTableArgs& layers, cudaStream_t stream) {
+  return mamba2_spec::launch_fold_op(p, &layers, stream);
 }
 
 }  // namespace replayssm

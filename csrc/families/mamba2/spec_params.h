@@ -37,6 +37,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cache/layer_table.h"
 #include "common/dtype.h"
 
 namespace replayssm {
@@ -136,5 +137,12 @@ cudaError_t launch_mamba2_verify(const Mamba2SpecParams& params, cudaStream_t st
 
 // params.mode selects commit, flush or materialize. Commit and flush: fold launch + cursor launch.
 cudaError_t launch_mamba2_fold(const Mamba2SpecParams& params, cudaStream_t stream);
+
+// launch_mamba2_fold for every layer of a layer table (cache/layer_table.h): params filled from layer 0
+// (every layer shares its shapes, strides and dtypes; the table gives each layer's pointers), the rows,
+// slots and num_accepted shared by all layers; materialize writes layer l at state_out +
+// l * layers.out_layer_stride. One fold launch and, for commit and flush, one cursor launch in all.
+cudaError_t launch_mamba2_fold_layers(const Mamba2SpecParams& params, const LayerTableArgs& layers,
+                                      cudaStream_t stream);
 
 }  // namespace replayssm

@@ -1,0 +1,139 @@
+"""`bench mamba2 layers`: the slot and fold ops of every Mamba-2 layer of a model, the per-layer loop (the
+baseline: each layer's own method, one launch per layer, two for commit, flush and a staggered reset)
+against LayerCaches' one launch per call (two for commit and flush: the fold and the cursor kernel).
+
+A model of --layers Mamba-2 layers (default 40, super120b@tp4: H=32 P=64 N=128 G=2), --slots slots
+(default 512), fp32 checkpoints with the --copies read copy, buffer_len L, T = --tokens draft tokens,
+staggered_flush. Each op runs on `batch` rows on distinct random slots, captured in a CUDA graph (µs per
+call, median of replays); before each replay, outside the timed region, the cursors are put back at
+random positions in [0, L - T] with a pending verify of T entries in every slot, so commit and flush fold
+what a serving step folds. GB/s: the bytes the op must move over all layers (reset: every byte of the
+rows' slots written; copy_slots: read and written; materialize: the checkpoint rows read and the fp32
+states written; load: the fp32 states read, the checkpoint and read copy written); commit and flush have
+none (what they move follows the cursors).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+
+from . import timing
+from .mamba2 import COPIES, FAMILY
+from .registry import Bench, Case, Measurement
+
+OPS = ("reset", "copy_slots", "commit", "flush", "materialize", "load")
+
+
+class Model:
+    """The --layers caches (and a LayerCaches over them) of one (dims, copy) configuration."""
+
+    def __init__(self, d, copy: str, layers: int, slots: int, L: int, T: int):
+        from replayssm_cuda import LayerCaches, Mamba2Cache, Mamba2Weights
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            self.caches = [Mamba2Cache(slots, d.H, d.P, d.N, d.G,
+                                       Mamba2Weights(A=-0.5 - torch.rand(d.H, device="cuda")), buffer_len=L,
+                                       max_draft_tokens=T, read_copy_dtype=COPIES[copy], device="cuda",
+                                       staggered_flush=True, backend="cuda") for _ in range(layers)]
+        for c in self.caches:
+            c.x_buf.normal_()
+            c.B_buf.normal_()
+            c.dt_buf.uniform_(0, 0.1)
+        self.layers = LayerCaches(self.caches)
+        if not (self.layers.one_launch and self.layers.one_launch_fold):
+            raise RuntimeError(f"bench mamba2 layers: this build does not run LayerCaches in one launch "
+                               f"({self.layers!r})")
+        self.slots, self.L, self.T = slots, L, T
+        self.slot_bytes = sum(c.bytes_per_slot()["total"] for c in self.caches)
+
+    def restore(self, gen_cursors: torch.Tensor):
+        """Cursors at the drawn positions and a pending verify of T entries in every slot, every layer."""
+        for c in self.caches:
+            c.num_committed.copy_(gen_cursors)
+            c.num_verified.fill_(self.T)
+
+
+def measure(model: Model, op: str, path: str, batch: int) -> Measurement:
+    m, caches, layers = model, model.caches, model.layers
+    perm = torch.randperm(m.slots, device="cuda")
+    slots, dst = perm[:batch].clone(), perm[batch:2 * batch].clone() if 2 * batch <= m.slots else perm[:batch].clone()
+    accepted = torch.randint(1, m.T + 1, (batch,), device="cuda", dtype=torch.int32)
+    cursors = torch.randint(0, m.L - m.T + 1, (m.slots,), device="cuda", dtype=torch.int32)
+    first = caches[0]
+    states = torch.zeros(len(caches), batch, *first.checkpoint.shape[1:], device="cuda")
+    one = path == "one launch"
+    calls = {
+        "reset": (lambda: layers.reset(slots)) if one else (lambda: [c.reset(slots) for c in caches]),
+        "copy_slots": ((lambda: layers.copy_slots(slots, dst)) if one
+                       else (lambda: [c.copy_slots(slots, dst) for c in caches])),
+        "commit": ((lambda: layers.commit(accepted, slots)) if one
+                   else (lambda: [c.commit(accepted, slots) for c in caches])),
+        "flush": (lambda: layers.flush(slots)) if one else (lambda: [c.flush(slots) for c in caches]),
+        "materialize": ((lambda: layers.materialize(slots, out=states)) if one
+                        else (lambda: [c.materialize(slots, out=states[i]) for i, c in enumerate(caches)])),
+        "load": ((lambda: layers.load(states, slots)) if one
+                 else (lambda: [c.load(states[i], slots) for i, c in enumerate(caches)])),
+    }
+    seconds = timing.time_graph(calls[op], before_replay=lambda: model.restore(cursors))
+    ck, state = first.checkpoint, first.checkpoint[0].numel()
+    rc = 0 if first.read_copy is None else state * first.read_copy.element_size()
+    per_layer = {"reset": m.slot_bytes / len(caches), "copy_slots": 2 * m.slot_bytes / len(caches),
+                 "materialize": state * (ck.element_size() + 4), "load": state * (4 + ck.element_size()) + rc}
+    nbytes = per_layer[op] * batch * len(caches) if op in per_layer else None
+    return Measurement(seconds, nbytes)
+
+
+@functools.lru_cache(maxsize=1)  # one model at a time: 40 layers of 512 slots are tens of GB
+def _model(dims_label, d, copy, layers, slots, L, T):
+    return Model(d, copy, layers, slots, L, T)
+
+
+def plan_layers(args, dims_list):
+    cases, notes = [], []
+    for d in dims_list:
+        for copy in args.copies:
+            model = functools.partial(_model, d.label, d, copy, args.layers, args.slots, args.buffer_len, args.tokens)
+            for batch in args.batches:
+                if batch > args.slots:
+                    notes.append(f"batch {batch} skipped: more than --slots {args.slots}")
+                    continue
+                common = {"dims": d.label, "layers": args.layers, "batch": batch, "copy": copy, "L": args.buffer_len,
+                          "T": args.tokens}
+                for op in args.ops:
+                    base = {**common, "op": op, "path": "loop"}
+                    for path in ("loop", "one launch"):
+                        cfg = {**common, "op": op, "path": path}
+                        cases.append(Case(cfg, lambda model=model, op=op, path=path, batch=batch:
+                                          measure(model(), op, path, batch), baseline=base, overridable=False,
+                                          meta={"dims": d.text()}))
+    return cases, notes
+
+
+def _arguments(parser):
+    parser.add_argument("--layers", type=int, default=40, help="Mamba-2 layers of the model (default 40)")
+    parser.add_argument("--slots", type=int, default=512, help="slots of every layer's cache (default 512)")
+    parser.add_argument("--tokens", type=int, default=4, help="draft tokens T (max_draft_tokens; default 4)")
+    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP",
+                        help=f"ops to time, of {', '.join(OPS)} (default all)")
+
+
+def check_args(args) -> None:
+    if args.layers < 1 or args.slots < 1:
+        raise ValueError(f"--layers and --slots must be >= 1, got {args.layers} and {args.slots}")
+    if not 1 <= args.tokens <= min(16, args.buffer_len):
+        raise ValueError(f"--tokens must be in [1, min(16, --buffer-len={args.buffer_len})], got {args.tokens}")
+
+
+LAYERS_DOC = ("µs per call over all layers: each op as the per-layer loop (the baseline) and as LayerCaches' "
+              "one launch (CUDA-graph replay).")
+
+FAMILY.add(Bench("layers", "every layer's reset / copy_slots / commit / flush / materialize / load: loop vs one launch",
+                 LAYERS_DOC + "\n\n" + __doc__, plan_layers, _arguments, default_dims=("super120b@tp4",),
+                 default_batches=(8, 64, 256), default_copies=("bf16",),
+                 needs_ops=("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers",
+                            "mamba2_load_layers", "fill_slots_table", "copy_slots_table"),
+                 check=check_args))
