@@ -26,8 +26,9 @@ whose tensors share memory. More pairs than one launch stages (capabilities()["c
 ["copy_slots_max_pairs"]) run the loop, as each layer's copy_slots falls back itself.
 
 Commit, flush, materialize and load of the Mamba-2 layers of a model (a group of Mamba2Cache only) run
-in one launch each too: every layer shares one shape, dtype set and layout (the constructor checks it,
-naming the layer and the field), so the kernels take layer 0's strides once and each layer's pointers
+in one launch each too when every layer shares one shape, dtype set and layout (the constructor checks
+it; layers that differ run the loop, with a RuntimeWarning naming the layer and the field, kept in
+`fold_loop_reason`), so the kernels take layer 0's strides once and each layer's pointers
 from a second device table built once (replayssm_cuda._C.mamba2_layer_table), with the layer a grid
 dimension:
 
@@ -42,6 +43,8 @@ four as the loop over its layers (materialize then returns a list). `one_launch_
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
@@ -89,35 +92,41 @@ class LayerCaches:
             self._table = _extension._C.slot_table(self._tensors, fill_values, fill_periods)
         # A group of Mamba-2 layers only: one shape and layout (checked here), one-launch fold ops.
         self.mamba2 = all(isinstance(cache, Mamba2Cache) for cache in self.caches)
-        if self.mamba2:
-            self._check_mamba2_shared()
+        # A group whose layers differ (a test rig, a model with two Mamba-2 widths) loops over its layers for
+        # these ops; the reason is kept and said once, so the slow path is never silent.
+        self.fold_loop_reason = self._mamba2_mismatch() if self.mamba2 else "not every layer is a Mamba2Cache"
+        if self.mamba2 and self.fold_loop_reason is not None:
+            warnings.warn(f"LayerCaches: commit, flush, materialize and load loop over the layers: "
+                          f"{self.fold_loop_reason}", RuntimeWarning, stacklevel=2)
+        if self.mamba2 and self.fold_loop_reason is None:
             self._layer_lists = self._mamba2_lists()
-        self.one_launch_fold = self.mamba2 and self._can_fold_once()
+        self.one_launch_fold = self.mamba2 and self.fold_loop_reason is None and self._can_fold_once()
         if self.one_launch_fold:
             self._layer_table = _extension._C.mamba2_layer_table(*self._layer_lists)
 
-    def _check_mamba2_shared(self):
-        """Every layer has caches[0]'s shapes, dtypes, buffer geometry and tensor layouts."""
-        name, first = "LayerCaches", self.caches[0]
+    def _mamba2_mismatch(self) -> str | None:
+        """Why the layers cannot share one layer table (None when every layer has caches[0]'s shapes, dtypes,
+        buffer geometry and tensor layouts)."""
+        first = self.caches[0]
         for i, cache in enumerate(self.caches[1:], start=1):
             for attr in _MAMBA2_SHARED:
                 if getattr(cache, attr) != getattr(first, attr):
-                    raise ValueError(f"{name}: Mamba-2 layers must share {attr}: caches[{i}].{attr} = "
-                                     f"{getattr(cache, attr)}, caches[0].{attr} = {getattr(first, attr)}")
+                    return (f"the layers differ in {attr}: caches[{i}].{attr} = {getattr(cache, attr)}, "
+                        f"caches[0].{attr} = {getattr(first, attr)}")
             for attr in ("checkpoint", "read_copy", "read_scale", "rounding_seed", *cache._buffers()):
                 a, b = getattr(cache, attr), getattr(first, attr)
                 if (a is None) != (b is None):
                     what = {"read_copy": "a read copy", "read_scale": "fp8 read scales",
                             "rounding_seed": "stochastic rounding"}.get(attr, attr)
-                    raise ValueError(f"{name}: Mamba-2 layers must all have {what} or none: caches[{i}] "
-                                     f"{'has' if a is not None else 'has not'}, caches[0] "
-                                     f"{'has' if b is not None else 'has not'}")
+                    return (f"the layers differ in having {what}: caches[{i}] {'has' if a is not None else 'has not'}, "
+                            f"caches[0] {'has' if b is not None else 'has not'}")
                 if a is None:
                     continue
                 for what, got, want in (("dtype", a.dtype, b.dtype), ("strides", a.stride(), b.stride())):
                     if got != want:
-                        raise ValueError(f"{name}: Mamba-2 layers must share the {what} of every cache tensor: "
-                                         f"caches[{i}].{attr} has {what} {got}, caches[0].{attr} {want}")
+                        return (f"the layers differ in the {what} of {attr}: caches[{i}].{attr} has {got}, "
+                            f"caches[0].{attr} {want}")
+        return None
 
     def _mamba2_lists(self) -> list[list[torch.Tensor]]:
         """The layer lists of the mamba2_*_layers ops (their schema's order; empty where no layer has one)."""

@@ -275,7 +275,11 @@ def test_mamba2_fold_ops_equal_the_per_layer_loop(kind, batch):
         cache.commit(accepted, slots)
     assert_same_models(model, loop, "commit")
     for a, b in zip(model, loop):
-        assert torch.equal(a.error_word, b.error_word)
+        # the error word keeps the first misuse to land: which row that is depends on CTA timing, so the code
+        # is compared, and the recorded count is checked to be a misuse (outside [0, verified])
+        assert torch.equal(a.error_word[0], b.error_word[0])
+        code, _, value, limit = a.error_word.tolist()
+        assert code == 0 or not 0 <= value <= limit, a.error_word
         if a.rounding_seed is not None:
             assert torch.equal(a.rounding_seed, b.rounding_seed)
     states = layers.materialize(slots)
