@@ -371,12 +371,14 @@ FP32_8x128 = 8 * 128 * 4
 
 
 def test_update_split(probe):
-    # Split where whole heads give fewer items than SMs: super120b at TP 4 (H=32) to batch 4, at full
-    # width (H=128) only batch 1; nano4b (H=96) batch 1.
-    assert [b for b in range(1, 10) if update_split(probe, b, 32, 8)] == [1, 2, 3, 4]
-    assert [b for b in range(1, 10) if update_split(probe, b, 128, 8)] == [1]
-    assert [b for b in range(1, 10) if update_split(probe, b, 96, 10)] == [1]
-    assert [b for b in range(1, 10) if update_split(probe, b, 16, 4, sms=148)] == list(range(1, 10))
+    # Split where whole heads give at most half an item per SM: super120b at TP 4 (H=32) batch 1 and 2;
+    # never at full width (H=128) or nano4b (H=96), where batch 1 already has 96-128 items; TP 8 (H=16)
+    # on 148 SMs to batch 4.
+    assert [b for b in range(1, 10) if update_split(probe, b, 32, 8)] == [1, 2]
+    assert [b for b in range(1, 10) if update_split(probe, b, 128, 8)] == []
+    assert [b for b in range(1, 10) if update_split(probe, b, 96, 10)] == []
+    assert [b for b in range(1, 10) if update_split(probe, b, 16, 4, sms=148)] == [1, 2, 3, 4]
+    assert update_split(probe, 1, 64, 8) and not update_split(probe, 1, 67, 8)  # 2 x 66 = 132
     assert not update_split(probe, 1, 32, 1)  # no one-pass kernel (a head of one pass)
     # The override: always (where the one-pass kernel exists), never.
     assert update_split(probe, 64, 128, 8, overrides={"update_split": 1})

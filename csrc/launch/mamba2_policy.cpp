@@ -108,14 +108,17 @@ FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len
   return none;
 }
 
-// The split: below one item per SM, whole heads leave SMs idle and make each busy one stream a whole
-// tile (32 KB for fp32 64 x 128) in and out alone, so the kernel's time is one SM's transfer of it
+// The split: with few (row, head) items, whole heads leave SMs idle and make each busy one stream a
+// whole tile (32 KB for fp32 64 x 128) in and out alone, so the kernel's time is one SM's transfer of it
 // after the DRAM round trips; items of one pass of rows (4 KB there) spread the same bytes over every
-// SM, as the conventional kernels of other libraries do at small batches (many small CTAs).
+// SM, as the conventional kernels of other libraries do at small batches (many small CTAs). Measured
+// (H100, 132 SMs, fp32 64 x 128): it wins at 32 and 64 items (super120b TP 4 batch 1: 4.88 -> 3.95 us,
+// batch 2: 5.51 -> 5.18 us) and loses from 96 items (nano4b batch 1: 6.50 -> 8.35 us; 128 items:
+// 6.74 -> 8.2 us), where whole heads already keep most SMs streaming; hence up to half an item per SM.
 bool mamba2_update_split(int64_t batch, int heads, int parts, int sm_count, const LaunchOverrides& overrides) {
   if (parts <= 1 || overrides.update_split == 0) return false;
   if (overrides.update_split == 1) return true;
-  return batch * heads < sm_count;
+  return 2 * batch * heads <= sm_count;
 }
 
 // Ring stages of the update: as many tiles (up to 4) as let two CTAs share an SM (a CTA's start hides
