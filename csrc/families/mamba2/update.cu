@@ -11,11 +11,11 @@
 // loaded one item ahead and decoded when used. (One CTA per (row, head) that loads its tile, computes,
 // stores and leaves reads and writes in two bursts per CTA: 82-86% of copy bandwidth at batch 256-512.)
 //
-// With few (row, head) items (at most half an item per SM) the launch plan splits every item into P / kTileP items of one
-// pass of state rows each (kTileP = the rows 256 threads cover at once: 8 at N = 128, 16 at N = 64), so
-// that the state's bytes spread over every SM instead of a few SMs streaming a whole tile each
-// (launch/mamba2_policy.h, mamba2_update_split). Every state element and output row is computed by the
-// same arithmetic either way.
+// With few (row, head) items (at most half an item per SM) the launch plan splits every item into
+// P / kTileP items of one pass of state rows each (kTileP = the rows 256 threads cover at once: 8 at
+// N = 128, 16 at N = 64), so that the state's bytes spread over every SM instead of a few SMs streaming
+// a whole tile each (launch/mamba2_policy.h, mamba2_update_split). Every state element and output row
+// is computed by the same arithmetic either way.
 #include "common/bulk_copy.cuh"
 #include "common/device_info.h"
 #include "diag/cta_timeline.cuh"
