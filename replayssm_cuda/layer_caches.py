@@ -254,30 +254,24 @@ class LayerCaches:
 
     def load(self, states, slots=None):
         """Every layer's load(states[i], slots): states a (layers, batch, *state shape) tensor (what
-        materialize returns) or a list of the layers' states (stacked first on the one-launch path: one
-        copy)."""
+        materialize returns) or a list of the layers' states."""
         _checks.slots_type("load", slots)
         if isinstance(states, (list, tuple)):
             if len(states) != len(self.caches):
                 raise ValueError(f"LayerCaches.load: `states` must hold one state tensor per layer "
                                  f"({len(self.caches)}), got {len(states)}")
-            if not self.one_launch_fold:
-                for cache, state in zip(self.caches, states):
-                    cache.load(state, slots)
-                return
-            states = torch.stack(list(states))
-        elif not isinstance(states, torch.Tensor) or states.dim() < 1 or states.shape[0] != len(self.caches):
+            for cache, state in zip(self.caches, states):
+                cache.load(state, slots)
+            return
+        if not isinstance(states, torch.Tensor) or states.dim() < 1 or states.shape[0] != len(self.caches):
             got = tuple(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
             raise ValueError(f"LayerCaches.load: `states` must be a (layers = {len(self.caches)}, batch, ...) tensor "
                              f"or a list of one state per layer, got {got}")
-        if not self.one_launch_fold:
-            for i, cache in enumerate(self.caches):
-                cache.load(states[i], slots)
-            return
-        first = self.caches[0]
-        period = first.flush_period if self._staggered(first) else 0
-        ops.KERNELS["mamba2_load_layers"](self._layer_table, *self._layer_lists, states, slots, self.pad_slot_id,
-                                          period)
+        # The per-layer loads, also on the compiled path: the one-launch load (mamba2_load_layers, same
+        # results) measured 0.73x / 0.67x the loop's speed at batch 64 / 256 over 40 layers (H100), 1.02x
+        # at batch 8, and load runs once per admitted request, outside the decode step.
+        for i, cache in enumerate(self.caches):
+            cache.load(states[i], slots)
 
     def __len__(self) -> int:
         return len(self.caches)
