@@ -719,18 +719,6 @@ def check_mamba2_materialize_layers(layer_table, *rest):
     check_mamba2_materialize(ck, x, B, dt, nc, A, out[0], *tail)
 
 
-def check_mamba2_load_layers(layer_table, *rest):
-    op = "mamba2_load_layers"
-    lists, (states, slots_, pad_slot_id, stagger_period) = rest[:11], rest[11:]
-    num_layers = layer_lists(op, layer_table, lists)
-    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
-    expect(op, "states", states, shape=(num_layers, None, *ck.shape[1:]), device=ck.device)
-    if not isinstance(stagger_period, int) or isinstance(stagger_period, bool) or not 0 <= stagger_period <= x.shape[2]:
-        raise ValueError(f"{op}: `stagger_period` must be an int in [0, the buffer length {x.shape[2]}] (0 or 1: no "
-                         f"stagger), got {stagger_period!r}")
-    check_load(ck, rc, rs, nc, states[0], slots_, pad_slot_id)
-
-
 OP_CHECKS = {
     "make_read_copy": check_make_read_copy,
     "mamba2_update": check_mamba2_update,
@@ -749,7 +737,6 @@ OP_CHECKS = {
     "mamba2_commit_layers": check_mamba2_commit_layers,
     "mamba2_flush_layers": check_mamba2_flush_layers,
     "mamba2_materialize_layers": check_mamba2_materialize_layers,
-    "mamba2_load_layers": check_mamba2_load_layers,
     **_delta_checks("gdn"),
     **_delta_checks("kda"),
 }

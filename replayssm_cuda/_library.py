@@ -37,7 +37,7 @@ REFERENCE = {
     "fill_slots_table": reference.fill_slots_table,
     "copy_slots_table": reference.copy_slots_table,
     **{name: getattr(reference, name) for name in ("mamba2_commit_layers", "mamba2_flush_layers",
-                                                   "mamba2_materialize_layers", "mamba2_load_layers")},
+                                                   "mamba2_materialize_layers")},
     **{f"{family}_{op}": getattr(reference, f"delta_{op}") for family in ("gdn", "kda")
        for op in ("update", "update_snapshots", "step", "verify", "commit", "flush", "materialize")},
 }

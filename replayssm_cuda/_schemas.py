@@ -59,7 +59,7 @@ def _delta_schemas(family: str) -> dict[str, str]:
 _LAYERS = ("Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, "
            "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, "
            "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words")
-LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers", "mamba2_load_layers")
+LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers")
 
 SCHEMAS: dict[str, str] = {
     "make_read_copy": (
@@ -121,8 +121,7 @@ SCHEMAS: dict[str, str] = {
     **{f"mamba2_{kind}_layers": f"mamba2_{kind}_layers({_LAYERS}, {tail}) -> ()" for kind, tail in (
         ("commit", "Tensor num_accepted, int max_draft_tokens, Tensor? slots, int pad_slot_id"),
         ("flush", "Tensor? slots, int pad_slot_id"),
-        ("materialize", "Tensor(k!) out, Tensor? slots, int pad_slot_id"),
-        ("load", "Tensor states, Tensor? slots, int pad_slot_id, int stagger_period"))},
+        ("materialize", "Tensor(k!) out, Tensor? slots, int pad_slot_id"))},
     **_delta_schemas("gdn"),
     **_delta_schemas("kda"),
 }

@@ -25,21 +25,23 @@ written): a CTA owns one byte range of one tensor for all pairs, and the table b
 whose tensors share memory. More pairs than one launch stages (capabilities()["cache"]
 ["copy_slots_max_pairs"]) run the loop, as each layer's copy_slots falls back itself.
 
-Commit, flush, materialize and load of the Mamba-2 layers of a model (a group of Mamba2Cache only) run
-in one launch each too when every layer shares one shape, dtype set and layout (the constructor checks
-it; layers that differ run the loop, with a RuntimeWarning naming the layer and the field, kept in
-`fold_loop_reason`), so the kernels take layer 0's strides once and each layer's pointers
-from a second device table built once (replayssm_cuda._C.mamba2_layer_table), with the layer a grid
-dimension:
+Commit, flush and materialize of the Mamba-2 layers of a model (a group of Mamba2Cache only) run in one
+launch each too when every layer shares one shape, dtype set and layout (the constructor checks it;
+layers that differ run the loop, with a RuntimeWarning naming the layer and the field, kept in
+`fold_loop_reason`), so the kernels take layer 0's strides once and each layer's pointers from a second
+device table built once (replayssm_cuda._C.mamba2_layer_table), with the layer a grid dimension. load
+runs the per-layer loads (each layer's load(), on every path): one launch for all layers measured slower
+than the loop at batch 64 and 256 (docs/EXPERIMENTS.md), and load runs once per admitted request, outside
+the decode step:
 
     layers.commit(num_accepted, slots)   # every layer's commit(); one num_accepted [batch] for all layers
     layers.flush(slots)                  # every layer's flush()
     states = layers.materialize(slots)   # (layers, batch, H, P, N) fp32: states[i] is layer i's
     layers.load(states, slots)           # every layer's load(states[i], slots)
 
-commit and flush are one fold launch and one cursor launch in all (the per-layer ops are two each), load
-is one load launch plus, with read copies, one read-copy launch. A group of several families runs these
-four as the loop over its layers (materialize then returns a list). `one_launch_fold` says which path runs.
+commit and flush are one fold launch and one cursor launch in all (the per-layer ops are two each). A
+group of several families runs commit, flush and materialize as the loop over its layers (materialize then
+returns a list). `one_launch_fold` says which path runs.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from .cache import Mamba2Cache, _ReplayCache
 # The fields every layer of a Mamba-2 group shares (the one-launch kernels take layer 0's).
 _MAMBA2_SHARED = ("num_heads", "head_dim", "state_dim", "num_groups", "buffer_len", "max_draft_tokens",
                   "activation_dtype", "aux_dtype", "staggered_flush", "backend")
-_LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers", "mamba2_load_layers")
+_LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers")
 
 
 class LayerCaches:
@@ -96,7 +98,7 @@ class LayerCaches:
         # these ops; the reason is kept and said once, so the slow path is never silent.
         self.fold_loop_reason = self._mamba2_mismatch() if self.mamba2 else "not every layer is a Mamba2Cache"
         if self.mamba2 and self.fold_loop_reason is not None:
-            warnings.warn(f"LayerCaches: commit, flush, materialize and load loop over the layers: "
+            warnings.warn(f"LayerCaches: commit, flush and materialize loop over the layers: "
                           f"{self.fold_loop_reason}", RuntimeWarning, stacklevel=2)
         if self.mamba2 and self.fold_loop_reason is None:
             self._layer_lists = self._mamba2_lists()
@@ -138,11 +140,11 @@ class LayerCaches:
                 [cache.weights.A for cache in self.caches], every("rounding_seed"), every("error_word")]
 
     def _can_fold_once(self) -> bool:
-        """True where every layer runs its commit, flush, materialize and load compiled and this build has
-        the layered ops."""
+        """True where every layer runs its commit, flush and materialize compiled and this build has the
+        layered ops."""
         if not all(ops.has_kernel(op) for op in _LAYER_OPS) or not hasattr(_extension._C, "mamba2_layer_table"):
             return False
-        needed = ("mamba2_commit", "mamba2_flush", "mamba2_materialize", "load", "stagger_cursors")
+        needed = ("mamba2_commit", "mamba2_flush", "mamba2_materialize")
         return all(cache._compiled[op] for cache in self.caches for op in needed)
 
     def _can_launch_once(self) -> bool:
@@ -196,7 +198,7 @@ class LayerCaches:
         for cache in self.caches:
             cache.copy_slots(src_slots, dst_slots)
 
-    # ---- the Mamba-2 fold ops and load: one launch each for a Mamba-2 group --------------------------
+    # ---- the Mamba-2 fold ops: one launch each for a Mamba-2 group; load: the per-layer loads ---------
 
     def _checked(self):
         """validate=True on a layer: check() it after the call, as its own methods do (eagerly)."""
@@ -267,9 +269,7 @@ class LayerCaches:
             got = tuple(states.shape) if isinstance(states, torch.Tensor) else type(states).__name__
             raise ValueError(f"LayerCaches.load: `states` must be a (layers = {len(self.caches)}, batch, ...) tensor "
                              f"or a list of one state per layer, got {got}")
-        # The per-layer loads, also on the compiled path: the one-launch load (mamba2_load_layers, same
-        # results) measured 0.73x / 0.67x the loop's speed at batch 64 / 256 over 40 layers (H100), 1.02x
-        # at batch 8, and load runs once per admitted request, outside the decode step.
+        # The per-layer loads, also on the compiled path (see the module docstring).
         for i, cache in enumerate(self.caches):
             cache.load(states[i], slots)
 

@@ -935,19 +935,3 @@ def mamba2_materialize_layers(layer_table, checkpoints, read_copies, read_scales
     for i in range(len(checkpoints)):
         mamba2_materialize(checkpoints[i], x_bufs[i], B_bufs[i], dt_bufs[i], num_committed[i], A[i], out[i], slots,
                            pad_slot_id)
-
-
-def mamba2_load_layers(layer_table, checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed,
-                       num_verified, A, rounding_seeds, error_words, states, slots=None, pad_slot_id: int = -1,
-                       stagger_period: int = 0) -> None:
-    """What each layer's Mamba2Cache.load does: load(states[layer]) into the named slots (rows 0 ..
-    batch - 1 without slots), num_verified of those slots 0, and with stagger_period > 1 their buffers
-    zeroed and cursors at slot % stagger_period."""
-    batch = states.shape[1]
-    loaded = slots if slots is not None else torch.arange(batch, device=states.device)
-    for i in range(len(checkpoints)):
-        load(checkpoints[i], _layer(read_copies, i), _layer(read_scales, i), num_committed[i], states[i], slots,
-             pad_slot_id)
-        stagger_cursors([], num_verified[i], loaded, pad_slot_id, 1)
-        if stagger_period > 1:
-            stagger_cursors([x_bufs[i], B_bufs[i], dt_bufs[i]], num_committed[i], loaded, pad_slot_id, stagger_period)

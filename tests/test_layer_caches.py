@@ -190,7 +190,7 @@ def test_table_ops_check_their_fills():
 
 
 # --------------------------------------------------------------------------------------------------
-# Commit, flush, materialize and load of a Mamba-2 group (one launch each on CUDA)
+# Commit, flush and materialize of a Mamba-2 group (one launch each on CUDA); load (the per-layer loads)
 # --------------------------------------------------------------------------------------------------
 
 # (checkpoint dtype, read copy dtype, activation dtype, buffer_len, max_draft_tokens, staggered_flush, rounding)
@@ -261,7 +261,7 @@ def test_flush_layers_equals_the_per_layer_loop(kind, slots):
 
 @pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=KIND_IDS)
 @pytest.mark.parametrize("slots", FOLD_SLOTS, ids=["all", "pads", "int32"])
-def test_materialize_and_load_layers_equal_the_per_layer_loop(kind, slots):
+def test_materialize_layers_and_load_equal_the_per_layer_loop(kind, slots):
     model, loop = make_mamba2_model(kind, 3, S, seed=6), make_mamba2_model(kind, 3, S, seed=6)
     layers = LayerCaches(model)
     states = layers.materialize(slots)
@@ -276,13 +276,9 @@ def test_materialize_and_load_layers_equal_the_per_layer_loop(kind, slots):
 
     # load: the layers' states rolled by one slot, into the same slots
     new_states = states.roll(1, dims=1).contiguous() + 0.25
-    op_model = make_mamba2_model(kind, 3, S, seed=6)
-    period = model[0].flush_period if model[0].staggered_flush and model[0].flush_period > 1 else 0
-    torch.ops.replayssm.mamba2_load_layers(*layer_op_args(LayerCaches(op_model)), new_states, slots, -1, period)
     layers.load(new_states, slots)
     for i, cache in enumerate(loop):
         cache.load(new_states[i], slots)
-    assert_same_models(op_model, loop, "mamba2_load_layers")
     assert_same_models(model, loop, "LayerCaches.load")
     layers.load(list(new_states), slots)  # a list of per-layer states: the same
     assert_same_models(model, loop, "LayerCaches.load of a list")
@@ -313,7 +309,7 @@ def test_mamba2_layers_that_differ_loop_and_say_why(field, change, match):
         args = dict(buffer_len=8, max_draft_tokens=2, read_copy_dtype=torch.bfloat16)
         args.update(kw)
         return fam.make_cache(S, **args)
-    with pytest.warns(RuntimeWarning, match=r"LayerCaches: commit, flush, materialize and load loop over the "
+    with pytest.warns(RuntimeWarning, match=r"LayerCaches: commit, flush and materialize loop over the "
                                             r"layers: the layers .*" + match):
         layers = LayerCaches([make(), make(**change)])
     assert not layers.one_launch_fold and re.search(match, layers.fold_loop_reason)

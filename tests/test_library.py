@@ -91,14 +91,13 @@ def _op_args(op_name):
                                  torch.tensor([2, 0]), -1),
         }[op_name]
     if op_name in _schemas.LAYER_OPS:   # two Mamba-2 layers, their lists as LayerCaches passes them
-        fam, first = _filled_cache("mamba2", torch.bfloat16)
+        _, first = _filled_cache("mamba2", torch.bfloat16)
         layers = LayerCaches([first, _filled_cache("mamba2", torch.bfloat16)[1]])
         head = (torch.zeros(0, dtype=torch.int64), *layers._layer_lists)
         return {
             "mamba2_commit_layers": (*head, torch.tensor([2, 1, 1], dtype=torch.int32), 2, slots, -1),
             "mamba2_flush_layers": (*head, slots, -1),
             "mamba2_materialize_layers": (*head, torch.empty(2, 3, *first.checkpoint.shape[1:]), slots, -1),
-            "mamba2_load_layers": (*head, torch.stack([random_states(fam, 3).float()] * 2), slots, -1, 3),
         }[op_name]
     family_name, kind = op_name.split("_", 1)
     fam, cache = _filled_cache(family_name, torch.bfloat16)

@@ -15,8 +15,8 @@ never merge in the table):
     for mamba2 then gdn; then on the Mamba-2 layer: make_read_copy, load, reset, stagger_cursors and
     copy_slots (batch/8 slots or pairs: the requests that finish or fork in one decode step); then
     fill_slots_table and copy_slots_table over both layers' tensors (LayerCaches' one launch); then
-    mamba2_commit_layers, mamba2_flush_layers, mamba2_materialize_layers and mamba2_load_layers over the
-    Mamba-2 layer and a copy of it (LayerCaches' one launch of each).
+    mamba2_commit_layers, mamba2_flush_layers and mamba2_materialize_layers over the Mamba-2 layer and a
+    copy of it (LayerCaches' one launch of each).
 
 Each compiled op opens an NVTX range named after it (domain "replayssm"), so
 `ncu --nvtx --nvtx-include "regex:replayssm@.+/"` profiles the ops' kernels and none of the launcher's
@@ -203,7 +203,7 @@ def build_calls(args) -> list[Call]:
               Call("copy_slots_table", f"{k} pairs, 2 layers",
                    lambda: ops.copy_slots_table(layers, table, src, dst, -1))]
 
-    # Commit, flush, materialize and load of two Mamba-2 layers in one launch each (LayerCaches): the
+    # Commit, flush and materialize of two Mamba-2 layers in one launch each (LayerCaches): the
     # Mamba-2 layer and a copy of it, with the read copy above; every slot with a pending verify of T.
     two = [[t, t.clone()] if t is not None else [] for t in (ck, rc, rs, *bufs, nc, m["num_verified"])]
     lists = [*two, [A, A], [], []]
@@ -211,7 +211,6 @@ def build_calls(args) -> list[Call]:
     layer_table = (_extension._C.mamba2_layer_table(*lists) if ck.is_cuda and _extension.is_compiled()
                    else torch.zeros(0, dtype=torch.int64))
     out = torch.empty(2, batch, H, P, N, device=dev)
-    two_states = torch.stack([states, states])
 
     def commit_layers():
         for t in nv:
@@ -221,9 +220,7 @@ def build_calls(args) -> list[Call]:
     calls += [Call("mamba2_commit_layers", "2 layers", commit_layers),
               Call("mamba2_flush_layers", "2 layers", lambda: ops.mamba2_flush_layers(layer_table, *lists, slots, -1)),
               Call("mamba2_materialize_layers", "2 layers",
-                   lambda: ops.mamba2_materialize_layers(layer_table, *lists, out, slots, -1)),
-              Call("mamba2_load_layers", f"{k} slots, 2 layers",
-                   lambda: ops.mamba2_load_layers(layer_table, *lists, two_states, src, -1, 0))]
+                   lambda: ops.mamba2_materialize_layers(layer_table, *lists, out, slots, -1))]
     return calls
 
 

@@ -58,11 +58,6 @@
     "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, " \
     "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words, " \
     "Tensor(k!) out, Tensor? slots, int pad_slot_id) -> ()")                                      \
-  X(mamba2_load_layers,                                                                            \
-    "mamba2_load_layers(Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
-    "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, " \
-    "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words, " \
-    "Tensor states, Tensor? slots, int pad_slot_id, int stagger_period) -> ()")                   \
   X(mamba2_update_snapshots,                                                                       \
     "mamba2_update_snapshots(Tensor state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor(a!) out, " \
     "Tensor(b!) snapshots, Tensor? D, Tensor? z, Tensor? dt_bias, bool dt_softplus, Tensor? slots, "  \
@@ -181,8 +176,6 @@ void mamba2_commit_layers(REPLAYSSM_LAYER_ARGS, const at::Tensor& num_accepted, 
 void mamba2_flush_layers(REPLAYSSM_LAYER_ARGS, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
 void mamba2_materialize_layers(REPLAYSSM_LAYER_ARGS, const at::Tensor& out, const std::optional<at::Tensor>& slots,
                                int64_t pad_slot_id);
-void mamba2_load_layers(REPLAYSSM_LAYER_ARGS, const at::Tensor& states, const std::optional<at::Tensor>& slots,
-                        int64_t pad_slot_id, int64_t stagger_period);
 #undef REPLAYSSM_LAYER_ARGS
 
 void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const at::Tensor& dt, const at::Tensor& A,

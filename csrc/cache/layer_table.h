@@ -1,6 +1,6 @@
 // The layer table: the per-layer pointers of every layer cache of a model, in device memory, so that
-// commit, flush, materialize and load run for all layers of one family in ONE launch (the layer is a
-// grid dimension; a CTA reads its layer's pointers from the table). Host-safe header.
+// commit, flush and materialize run for all layers of one family in ONE launch (the layer is a grid
+// dimension; a CTA reads its layer's pointers from the table). Host-safe header.
 //
 // Every layer of a table shares the shapes, strides and dtypes of its cache tensors (the builder checks
 // it, naming the layer and the tensor): the kernels take those once, from the params of layer 0 that the
@@ -43,8 +43,7 @@ constexpr int kLayerRecordWords = static_cast<int>(sizeof(LayerPointers) / sizeo
 constexpr int64_t layer_table_len(int64_t num_layers) { return kLayerTableHeader + num_layers * kLayerRecordWords; }
 
 // What a layered launch adds to the per-layer params: the table, the fingerprint of the call's tensors,
-// and the layer strides (in elements) of the per-call tensors that hold every layer (materialize's out,
-// load's states).
+// and the layer stride (in elements) of the per-call tensor that holds every layer (materialize's out).
 struct LayerTableArgs {
   const int64_t* table;  // device
   uint64_t fingerprint;

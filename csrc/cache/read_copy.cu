@@ -30,7 +30,8 @@ struct ReadCopyTraits {
 };
 
 template <DType kCheckpoint, DType kReadCopy>
-__device__ __forceinline__ void make_read_copy_rows(const ReadCopyParams& p, int threads_per_row_log2) {
+__global__ void __launch_bounds__(kThreadsPerBlock)
+make_read_copy_kernel(const ReadCopyParams p, int threads_per_row_log2) {
   using Traits = ReadCopyTraits<kCheckpoint, kReadCopy>;
   using In = typename Traits::In;
   using Out = typename Traits::Out;
@@ -96,25 +97,7 @@ __device__ __forceinline__ void make_read_copy_rows(const ReadCopyParams& p, int
 }
 
 template <DType kCheckpoint, DType kReadCopy>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-make_read_copy_kernel(const ReadCopyParams p, int threads_per_row_log2) {
-  make_read_copy_rows<kCheckpoint, kReadCopy>(p, threads_per_row_log2);
-}
-
-// Every layer of a layer table (blockIdx.y the layer): its checkpoint, read copy and scales from the table.
-template <DType kCheckpoint, DType kReadCopy>
-__global__ void __launch_bounds__(kThreadsPerBlock)
-make_read_copy_layers_kernel(const ReadCopyParams p, int threads_per_row_log2, const LayerTableArgs layers) {
-  const LayerPointers& lp = layer_pointers(layers, static_cast<int>(blockIdx.y));
-  ReadCopyParams q = p;
-  q.checkpoint = lp.checkpoint;
-  q.read_copy = lp.read_copy;
-  q.read_scale = lp.read_scale;
-  make_read_copy_rows<kCheckpoint, kReadCopy>(q, threads_per_row_log2);
-}
-
-template <DType kCheckpoint, DType kReadCopy>
-cudaError_t launch(const ReadCopyParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
+cudaError_t launch(const ReadCopyParams& p, cudaStream_t stream) {
   const int64_t chunks_per_row = (p.cols + kChunk - 1) / kChunk;
   int log2 = 0;
   while ((int64_t{1} << log2) < chunks_per_row) ++log2;
@@ -123,23 +106,13 @@ cudaError_t launch(const ReadCopyParams& p, const LayerTableArgs* layers, cudaSt
   // One pass over the rows when the grid allows; the kernel's grid-stride loop covers the rest.
   const int64_t blocks = (total_rows + rows_per_block - 1) / rows_per_block;
   const unsigned grid = static_cast<unsigned>(blocks < INT_MAX ? blocks : INT_MAX);
-  if (layers == nullptr) {
-    make_read_copy_kernel<kCheckpoint, kReadCopy><<<grid, kThreadsPerBlock, 0, stream>>>(p, log2);
-  } else {
-    const dim3 layer_grid(grid, static_cast<unsigned>(layers->num_layers));
-    make_read_copy_layers_kernel<kCheckpoint, kReadCopy><<<layer_grid, kThreadsPerBlock, 0, stream>>>(p, log2, *layers);
-  }
+  make_read_copy_kernel<kCheckpoint, kReadCopy><<<grid, kThreadsPerBlock, 0, stream>>>(p, log2);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-namespace {
-
-cudaError_t launch_read_copy_op(const ReadCopyParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
-  if (layers != nullptr && (layers->table == nullptr || layers->num_layers < 1 || layers->num_layers > 65535)) {
-    return cudaErrorInvalidValue;
-  }
+cudaError_t launch_make_read_copy(const ReadCopyParams& p, cudaStream_t stream) {
   if (p.cols < 1 || p.cols > kReadCopyMaxCols || p.num_slots < 0 || p.heads < 0 || p.rows < 0 ||
       p.num_entries < 0 || p.checkpoint == nullptr || p.read_copy == nullptr) {
     return cudaErrorInvalidValue;
@@ -153,19 +126,9 @@ cudaError_t launch_read_copy_op(const ReadCopyParams& p, const LayerTableArgs* l
                                 [&](auto ckpt) {
     return REPLAYSSM_DTYPE_SWITCH(p.read_copy_dtype, "read copy dtype", REPLAYSSM_CACHE_READ_COPY_DTYPES,
                                   [&](auto read) {
-      return launch<decltype(ckpt)::value, decltype(read)::value>(p, layers, stream);
+      return launch<decltype(ckpt)::value, decltype(read)::value>(p, stream);
     });
   });
-}
-
-}  // namespace
-
-cudaError_t launch_make_read_copy(const ReadCopyParams& p, cudaStream_t stream) {
-  return launch_read_copy_op(p, nullptr, stream);
-}
-
-cudaError_t launch_make_read_copy_layers(const ReadCopyParams& p, const LayerTableArgs& layers, cudaStream_t stream) {
-  return launch_read_copy_op(p, &layers, stream);
 }
 
 }  // namespace replayssm

@@ -12,7 +12,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cache/layer_table.h"
 #include "common/dtype.h"
 
 namespace replayssm {
@@ -52,10 +51,5 @@ struct ReadCopyParams {
 // Launches on `stream`; returns cudaErrorInvalidValue for params outside the contract above (the API
 // layer validates first, so that is a programming error), else the launch status.
 cudaError_t launch_make_read_copy(const ReadCopyParams& params, cudaStream_t stream);
-
-// make_read_copy for every layer of a layer table in one launch (params filled from layer 0; every layer
-// shares its shapes, strides and dtypes, the table gives each layer's checkpoint, read copy and scales).
-cudaError_t launch_make_read_copy_layers(const ReadCopyParams& params, const LayerTableArgs& layers,
-                                         cudaStream_t stream);
 
 }  // namespace replayssm

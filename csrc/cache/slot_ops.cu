@@ -298,34 +298,15 @@ __device__ __forceinline__ void store_converted(__nv_bfloat16* p, const float (&
   }
 }
 
-// kLayers: the layered load (load_states_layers_kernel): slot `slot`'s cursor starts at slot %
-// stagger_period (0 without a stagger), its num_verified at 0, and with a stagger its buffers are zeroed.
-template <DType kIn, DType kOut, bool kLayers>
-__device__ __forceinline__ void load_rows(const LoadStatesParams& p, const LoadLayersArgs& extra, const LayerPointers* lp) {
+template <DType kIn, DType kOut>
+__global__ void __launch_bounds__(kThreads) load_states_kernel(const LoadStatesParams p) {
   using In = typename Storage<kIn>::type;
   using Out = typename Storage<kOut>::type;
   const int64_t e0 = static_cast<int64_t>(blockIdx.x) * kLoadElemsPerBlock + threadIdx.x * kLoadElemsPerThread;
   for (int64_t row = blockIdx.y; row < p.batch; row += gridDim.y) {
     const int64_t slot = p.slots == nullptr ? row : load_index(p.slots, p.slots_dtype, row, p.slots_stride);
     if (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) continue;
-    if constexpr (kLayers) {
-      if (blockIdx.x == 0 && threadIdx.x == 0) {
-        p.num_committed[slot * p.nc_stride] = extra.stagger_period > 1 ? static_cast<int32_t>(slot % extra.stagger_period) : 0;
-        lp->num_verified[slot] = 0;
-      }
-      if (extra.stagger_period > 1) {  // neutral (zero) buffer entries, as stagger_cursors writes them
-        for (int b = 0; b < extra.num_buffers; ++b) {
-          uint32_t* words = reinterpret_cast<uint32_t*>(static_cast<char*>(lp->buffers[b]) + slot * extra.buffer_slot_stride[b]);
-          const int64_t n_words = extra.buffer_bytes[b] / 4;
-          for (int64_t w = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; w < n_words;
-               w += static_cast<int64_t>(gridDim.x) * kThreads) {
-            words[w] = 0;
-          }
-        }
-      }
-    } else {
-      if (blockIdx.x == 0 && threadIdx.x == 0) p.num_committed[slot * p.nc_stride] = 0;
-    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.num_committed[slot * p.nc_stride] = 0;
     if (e0 >= p.elems_per_slot) continue;
     const int n = p.elems_per_slot - e0 < kChunk ? static_cast<int>(p.elems_per_slot - e0) : kChunk;
     const In* src = static_cast<const In*>(p.states) + row * p.states_row_stride + e0;
@@ -348,35 +329,10 @@ __device__ __forceinline__ void load_rows(const LoadStatesParams& p, const LoadL
 }
 
 template <DType kIn, DType kOut>
-__global__ void __launch_bounds__(kThreads) load_states_kernel(const LoadStatesParams p) {
-  load_rows<kIn, kOut, false>(p, LoadLayersArgs{}, nullptr);
-}
-
-// Every layer of a layer table (blockIdx.z the layer): its checkpoint and cursors from the table, its
-// states at states + layer * states_layer_stride.
-template <DType kIn, DType kOut>
-__global__ void __launch_bounds__(kThreads)
-load_states_layers_kernel(const LoadStatesParams p, const LayerTableArgs layers, const LoadLayersArgs extra) {
-  const LayerPointers& lp = layer_pointers(layers, static_cast<int>(blockIdx.z));
-  LoadStatesParams q = p;
-  q.states = static_cast<const typename Storage<kIn>::type*>(p.states) + blockIdx.z * extra.states_layer_stride;
-  q.checkpoint = lp.checkpoint;
-  q.num_committed = lp.num_committed;
-  load_rows<kIn, kOut, true>(q, extra, &lp);
-}
-
-template <DType kIn, DType kOut>
-cudaError_t launch_load(const LoadStatesParams& p, const LayerTableArgs* layers, const LoadLayersArgs* extra,
-                        cudaStream_t stream) {
+cudaError_t launch_load(const LoadStatesParams& p, cudaStream_t stream) {
   const int64_t chunks = (p.elems_per_slot + kLoadElemsPerBlock - 1) / kLoadElemsPerBlock;
-  if (layers == nullptr) {
-    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
-    load_states_kernel<kIn, kOut><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535),
-                    static_cast<unsigned>(layers->num_layers));
-    load_states_layers_kernel<kIn, kOut><<<grid, kThreads, 0, stream>>>(p, *layers, *extra);
-  }
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(p.batch < 65535 ? p.batch : 65535));
+  load_states_kernel<kIn, kOut><<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -531,21 +487,9 @@ cudaError_t launch_fill_slots_table(const SlotTableParams& p, const SlotTensor* 
   return cudaGetLastError();
 }
 
-namespace {
-
-cudaError_t launch_load_states_op(const LoadStatesParams& p, const LayerTableArgs* layers, const LoadLayersArgs* extra,
-                                  cudaStream_t stream) {
+cudaError_t launch_load_states(const LoadStatesParams& p, cudaStream_t stream) {
   using namespace slot_ops;
   if (p.elems_per_slot < 1 || p.batch < 0 || p.num_slots < 0 || p.num_committed == nullptr) return cudaErrorInvalidValue;
-  if (layers != nullptr) {
-    if (layers->table == nullptr || layers->num_layers < 1 || layers->num_layers > 65535 || extra == nullptr ||
-        extra->num_buffers < 0 || extra->num_buffers > kLayerMaxBuffers || extra->stagger_period < 0) {
-      return cudaErrorInvalidValue;
-    }
-    for (int b = 0; b < extra->num_buffers; ++b) {
-      if (extra->buffer_bytes[b] % 4 != 0 || extra->buffer_slot_stride[b] % 4 != 0) return cudaErrorInvalidValue;
-    }
-  }
   if (p.slots != nullptr && p.slots_dtype != DType::kInt32 && p.slots_dtype != DType::kInt64) return cudaErrorInvalidValue;
   if ((p.elems_per_slot + kLoadElemsPerBlock - 1) / kLoadElemsPerBlock > INT_MAX) return cudaErrorInvalidValue;
   if (p.batch == 0) return cudaSuccess;
@@ -553,23 +497,12 @@ cudaError_t launch_load_states_op(const LoadStatesParams& p, const LayerTableArg
   return REPLAYSSM_DTYPE_SWITCH(p.checkpoint_dtype, "checkpoint dtype", REPLAYSSM_CACHE_CHECKPOINT_DTYPES,
                                 [&](auto ckpt) {
     constexpr DType kCkpt = decltype(ckpt)::value;
-    if (p.states_dtype == DType::kFloat32) return launch_load<DType::kFloat32, kCkpt>(p, layers, extra, stream);
-    if (p.states_dtype == kCkpt) return launch_load<kCkpt, kCkpt>(p, layers, extra, stream);
+    if (p.states_dtype == DType::kFloat32) return launch_load<DType::kFloat32, kCkpt>(p, stream);
+    if (p.states_dtype == kCkpt) return launch_load<kCkpt, kCkpt>(p, stream);
     return unsupported(std::string("states dtype ") + dtype_name(p.states_dtype) + " for a " + dtype_name(kCkpt) +
                            " checkpoint",
                        "float32 or the checkpoint's dtype");
   });
-}
-
-}  // namespace
-
-cudaError_t launch_load_states(const LoadStatesParams& p, cudaStream_t stream) {
-  return launch_load_states_op(p, nullptr, nullptr, stream);
-}
-
-cudaError_t launch_load_states_layers(const LoadStatesParams& p, const LayerTableArgs& layers,
-                                      const LoadLayersArgs& extra, cudaStream_t stream) {
-  return launch_load_states_op(p, &layers, &extra, stream);
 }
 
 }  // namespace replayssm

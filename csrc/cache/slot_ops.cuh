@@ -29,7 +29,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cache/layer_table.h"
 #include "common/dtype.h"
 
 namespace replayssm {
@@ -84,22 +83,6 @@ struct LoadStatesParams {
 cudaError_t launch_copy_slots(const SlotOpsParams& params, cudaStream_t stream);
 cudaError_t launch_fill_slots(const SlotOpsParams& params, cudaStream_t stream);
 cudaError_t launch_load_states(const LoadStatesParams& params, cudaStream_t stream);
-
-// load_states for every layer of a layer table in one launch: params filled from layer 0 (every layer
-// shares its shapes, strides and dtypes), states (layers, batch, ...) with layer l's rows at states +
-// l * states_layer_stride. Besides the checkpoint it sets what a cache's load() sets after it, so that a
-// loaded slot is one the per-layer calls would leave: num_verified[slot] = 0, num_committed[slot] =
-// slot % stagger_period (0 where stagger_period <= 1), and with a stagger (period > 1) the slot's buffers
-// zeroed (stagger_cursors' neutral entries). Read copies: launch_make_read_copy_layers after it.
-struct LoadLayersArgs {
-  int64_t states_layer_stride;  // elements
-  int32_t stagger_period;
-  int32_t num_buffers;
-  int64_t buffer_bytes[kLayerMaxBuffers];       // bytes a slot owns in each buffer (a multiple of 4)
-  int64_t buffer_slot_stride[kLayerMaxBuffers];  // bytes (a multiple of 4)
-};
-cudaError_t launch_load_states_layers(const LoadStatesParams& params, const LayerTableArgs& layers,
-                                      const LoadLayersArgs& extra, cudaStream_t stream);
 
 // ---- the model-level form: any number of tensors, in a device table ----------------------------------
 //

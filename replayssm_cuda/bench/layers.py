@@ -9,8 +9,8 @@ call, median of replays); before each replay, outside the timed region, the curs
 random positions in [0, L - T] with a pending verify of T entries in every slot, so commit and flush fold
 what a serving step folds. GB/s: the bytes the op must move over all layers (reset: every byte of the
 rows' slots written; copy_slots: read and written; materialize: the checkpoint rows read and the fp32
-states written; load: the fp32 states read, the checkpoint and read copy written); commit and flush have
-none (what they move follows the cursors).
+states written); commit and flush have none (what they move follows the cursors). LayerCaches.load runs
+the per-layer loads on both paths, so it is not timed here.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from . import timing
 from .mamba2 import COPIES, FAMILY
 from .registry import Bench, Case, Measurement
 
-OPS = ("reset", "copy_slots", "commit", "flush", "materialize", "load")
+OPS = ("reset", "copy_slots", "commit", "flush", "materialize")
 
 
 class Model:
@@ -75,14 +75,11 @@ def measure(model: Model, op: str, path: str, batch: int) -> Measurement:
         "flush": (lambda: layers.flush(slots)) if one else (lambda: [c.flush(slots) for c in caches]),
         "materialize": ((lambda: layers.materialize(slots, out=states)) if one
                         else (lambda: [c.materialize(slots, out=states[i]) for i, c in enumerate(caches)])),
-        "load": ((lambda: layers.load(states, slots)) if one
-                 else (lambda: [c.load(states[i], slots) for i, c in enumerate(caches)])),
     }
     seconds = timing.time_graph(calls[op], before_replay=lambda: model.restore(cursors))
     ck, state = first.checkpoint, first.checkpoint[0].numel()
-    rc = 0 if first.read_copy is None else state * first.read_copy.element_size()
     per_layer = {"reset": m.slot_bytes / len(caches), "copy_slots": 2 * m.slot_bytes / len(caches),
-                 "materialize": state * (ck.element_size() + 4), "load": state * (4 + ck.element_size()) + rc}
+                 "materialize": state * (ck.element_size() + 4)}
     nbytes = per_layer[op] * batch * len(caches) if op in per_layer else None
     return Measurement(seconds, nbytes)
 
@@ -131,9 +128,9 @@ def check_args(args) -> None:
 LAYERS_DOC = ("µs per call over all layers: each op as the per-layer loop (the baseline) and as LayerCaches' "
               "one launch (CUDA-graph replay).")
 
-FAMILY.add(Bench("layers", "every layer's reset / copy_slots / commit / flush / materialize / load: loop vs one launch",
+FAMILY.add(Bench("layers", "every layer's reset / copy_slots / commit / flush / materialize: loop vs one launch",
                  LAYERS_DOC + "\n\n" + __doc__, plan_layers, _arguments, default_dims=("super120b@tp4",),
                  default_batches=(8, 64, 256), default_copies=("bf16",),
                  needs_ops=("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers",
-                            "mamba2_load_layers", "fill_slots_table", "copy_slots_table"),
+                            "fill_slots_table", "copy_slots_table"),
                  check=check_args))

@@ -16,8 +16,6 @@
 #include "api/ops.h"
 #include "api/tensor_args.h"
 #include "cache/layer_table.h"
-#include "cache/read_copy.cuh"
-#include "cache/slot_ops.cuh"
 #include "families/mamba2/params.h"
 #include "families/mamba2/spec_params.h"
 #include "families/mamba2/variants.h"
@@ -659,97 +657,6 @@ void mamba2_materialize_layers(const at::Tensor& layer_table, at::TensorList che
   args.out_layer_stride = out.stride(0);
   const c10::cuda::CUDAGuard device_guard(ck.device());
   checks::launched(op, launch_mamba2_fold_layers(p, args, c10::cuda::getCurrentCUDAStream().stream()));
-}
-
-void mamba2_load_layers(const at::Tensor& layer_table, at::TensorList checkpoints, at::TensorList read_copies,
-                        at::TensorList read_scales, at::TensorList x_bufs, at::TensorList B_bufs,
-                        at::TensorList dt_bufs, at::TensorList num_committed, at::TensorList num_verified,
-                        at::TensorList A, at::TensorList rounding_seeds, at::TensorList error_words,
-                        const at::Tensor& states, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
-                        int64_t stagger_period) {
-  constexpr const char* op = "mamba2_load_layers";
-  const LayerLists l{checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified,
-                     A, rounding_seeds, error_words};
-  TORCH_CHECK(!checkpoints.empty(), checks::cat(op, ": checkpoints must hold one checkpoint per layer, got none"));
-  const at::Tensor& ck = checkpoints[0];
-  const Expect expect{op, ck, "checkpoints[0]"};
-  const int64_t num_layers = static_cast<int64_t>(checkpoints.size());
-  const std::vector<at::ScalarType> state_dtypes =
-      ck.scalar_type() == at::kFloat ? std::vector<at::ScalarType>{at::kFloat} : std::vector<at::ScalarType>{at::kFloat, ck.scalar_type()};
-  expect("states", states, {num_layers, -1, ck.size(1), ck.size(2), ck.size(3)}, state_dtypes);
-  const int64_t S = ck.size(0), batch = states.size(1);
-  TORCH_CHECK(states.stride(4) == 1 && states.stride(3) == ck.size(3) && states.stride(2) == ck.size(2) * ck.size(3),
-              checks::cat(op, ": states must be contiguous inside a row (dims 2.. with the strides of a contiguous tensor), got strides ", checks::shape_str(states.strides())));
-  TORCH_CHECK(stagger_period >= 0 && stagger_period <= INT32_MAX, checks::cat(op, ": stagger_period must be in [0, 2^31 - 1] (0 or 1: no stagger), got ", stagger_period));
-  LayerTableArgs args{};
-  Mamba2SpecParams p = layered_fold_params(op, l, layer_table, /*written=*/true, slots, batch, pad_slot_id, args);
-  TORCH_CHECK(stagger_period <= p.buffer_len, checks::cat(op, ": stagger_period must be <= the buffer length (", p.buffer_len, "), got ", stagger_period));
-  for (int64_t i = 0; i < num_layers; ++i) checks::no_overlap(op, "a layer's checkpoint", checkpoints[i], "states", states);
-  if (batch == 0) return;
-
-  LoadStatesParams lp{};
-  lp.states = states.data_ptr();
-  lp.states_dtype = kernel_dtype(states.scalar_type());
-  lp.states_row_stride = states.stride(1);
-  lp.checkpoint = ck.data_ptr();
-  lp.checkpoint_dtype = kernel_dtype(ck.scalar_type());
-  lp.ck_slot_stride = ck.stride(0);
-  lp.elems_per_slot = ck.size(1) * ck.size(2) * ck.size(3);
-  TORCH_CHECK(ck.stride(3) == 1 && ck.stride(2) == ck.size(3) && ck.stride(1) == ck.size(2) * ck.size(3), checks::cat(op, ": checkpoints must be contiguous inside a slot, got strides ", checks::shape_str(ck.strides())));
-  lp.num_committed = num_committed[0].data_ptr<int32_t>();
-  lp.nc_stride = num_committed[0].stride(0);
-  lp.slots = p.slots;
-  lp.slots_dtype = p.slots_dtype;
-  lp.slots_stride = p.slots_stride;
-  lp.pad_slot_id = pad_slot_id;
-  lp.num_slots = S;
-  lp.batch = batch;
-  LoadLayersArgs extra{};
-  extra.states_layer_stride = states.stride(0);
-  extra.stagger_period = static_cast<int32_t>(stagger_period);
-  const at::Tensor* buffers[] = {&x_bufs[0], &B_bufs[0], &dt_bufs[0]};
-  extra.num_buffers = 3;
-  for (int b = 0; b < 3; ++b) {
-    const at::Tensor& t = *buffers[b];
-    const int64_t elem = static_cast<int64_t>(t.element_size());
-    int64_t inner = 1;  // a slot of the buffer must be one byte range (the cache's buffers are contiguous)
-    for (int64_t d = t.dim() - 1; d >= 1; --d) {
-      TORCH_CHECK(t.size(d) == 1 || t.stride(d) == inner, checks::cat(op, ": the buffers must be contiguous inside a slot, got strides ", checks::shape_str(t.strides()), " for shape ", checks::shape_str(t.sizes())));
-      inner *= t.size(d);
-    }
-    extra.buffer_bytes[b] = t.numel() / S * elem;
-    extra.buffer_slot_stride[b] = t.stride(0) * elem;
-    TORCH_CHECK(extra.buffer_bytes[b] % 4 == 0 && extra.buffer_slot_stride[b] % 4 == 0, checks::cat(op, ": a slot of every buffer must be whole 4-byte words, got ", extra.buffer_bytes[b], " bytes with a slot stride of ", extra.buffer_slot_stride[b]));
-  }
-  const c10::cuda::CUDAGuard device_guard(ck.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  checks::launched(op, launch_load_states_layers(lp, args, extra, stream));
-  if (p.read_copy == nullptr) return;
-  ReadCopyParams rc{};
-  rc.checkpoint = ck.data_ptr();
-  rc.read_copy = p.read_copy;
-  rc.read_scale = p.read_scale;
-  rc.slots = p.slots;
-  rc.checkpoint_dtype = p.checkpoint_dtype;
-  rc.read_copy_dtype = p.read_copy_dtype;
-  rc.slots_dtype = p.slots_dtype;
-  rc.num_slots = S;
-  rc.heads = ck.size(1);
-  rc.rows = ck.size(2);
-  rc.cols = ck.size(3);
-  rc.num_entries = batch;
-  rc.pad_slot_id = pad_slot_id;
-  rc.checkpoint_slot_stride = ck.stride(0);
-  rc.checkpoint_head_stride = ck.stride(1);
-  rc.checkpoint_row_stride = ck.stride(2);
-  rc.read_copy_slot_stride = p.rc_slot_stride;
-  rc.read_copy_head_stride = p.rc_head_stride;
-  rc.read_copy_row_stride = p.rc_row_stride;
-  rc.read_scale_slot_stride = p.rs_slot_stride;
-  rc.read_scale_head_stride = p.rs_head_stride;
-  rc.read_scale_row_stride = read_scales.empty() ? 0 : read_scales[0].stride(2);
-  rc.slots_stride = p.slots_stride;
-  checks::launched(op, launch_make_read_copy_layers(rc, args, stream));
 }
 
 }  // namespace replayssm
