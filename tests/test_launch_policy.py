@@ -54,6 +54,8 @@ def answers(probe, lines, sms=132, overrides=None):
 
 
 NANO4B, SUPER120B, THREE_PER_GROUP = (96, 8), (128, 8), (24, 8)
+# Tensor-parallel shards: one of 2 / 4 / 8 GPUs' heads and groups.
+NANO4B_TP2, SUPER120B_TP4, SUPER120B_TP8 = (48, 4), (32, 2), (16, 1)
 
 # (dims, CTAs per SM, waves, one_wave, full_waves, step_heads_per_cta) -> {batch: heads per CTA}. The step
 # passes waves 2 where its replay runs on tensor cores (read copies, and the fp32 checkpoint without one:
@@ -186,6 +188,19 @@ SPLIT_CASES = [
     ((SUPER120B, 16, 3, {"step_heads_per_cta": 8}), {16: (0, 1, 0)}),
     ((SUPER120B, 16, 3, {"step_fold_split": 0}), {16: (0, 1, 0)}),
     ((SUPER120B, 16, 3, {"step_fold_split": -1}), {16: (8, 8, 1)}),
+    # step_fold_split = k >= 1: folds of k heads (the largest divisor of the replay block <= k) from the
+    # rule's replay block where the rule splits (super120b@tp4 batch 64: 8 heads), else from the hint's
+    # own block, in any number of waves (batch 256: 4-head CTAs, 5 waves); none where the block is not
+    # larger (super120b@tp8 batch 64: 1 head) or the grid's rows would pass 65535.
+    ((SUPER120B_TP4, 16, 3, {"step_fold_split": 2}), {64: (8, 4, 4), 128: (16, 8, 8)}),
+    ((SUPER120B_TP4, 16, 3, {"step_fold_split": 1}), {64: (8, 8, 4), 128: (16, 16, 8), 256: (4, 4, 16)}),
+    ((SUPER120B_TP8, 16, 3, {"step_fold_split": 1}), {64: (0, 1, 0)}),
+    ((NANO4B_TP2, 16, 3, {"step_fold_split": 5}), {64: (12, 3, 4)}),
+    ((SUPER120B, 16, 3, {"step_fold_split": 8}), {60000: (16, 2, 3750), 61000: (16, 2, 3813), 65000: (0, 1, 0)}),
+    # step_staggered_heads_per_cta: the replay block by hand; the split only where step_fold_split >= 1.
+    ((SUPER120B_TP8, 16, 3, {"step_staggered_heads_per_cta": 4}), {32: (0, 1, 0), 64: (0, 1, 0)}),
+    ((SUPER120B_TP8, 16, 3, {"step_staggered_heads_per_cta": 4, "step_fold_split": 1}), {32: (4, 4, 2), 64: (4, 4, 4)}),
+    ((SUPER120B_TP8, 16, 3, {"step_staggered_heads_per_cta": 2, "step_fold_split": 2}), {64: (0, 1, 0)}),
 ]
 
 
@@ -274,6 +289,33 @@ def test_step_plan_staggered(probe):
     assert step_plan(probe, 64, NANO4B, "none", staggered=True, ctas_per_sm=2) == ("ordered", 4, 1, 0, 24, 64)
     # No two-group CTAs under the hint, even forced.
     assert step_plan(probe, 64, NANO4B, "fp8", staggered=True, overrides={"step_groups_per_cta": 2})[0] != "two_groups"
+
+
+def test_step_plan_staggered_overrides(probe):
+    # step_staggered_heads_per_cta: the hint's launch takes the block by hand (super120b@tp8 batch 64: the
+    # lock-step launch's 4 heads, one wave) and the lock-step launch keeps its rules (two-group CTAs at
+    # nano4b batch 64 with an fp8 copy).
+    k4 = {"step_staggered_heads_per_cta": 4}
+    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True) == ("plain", 1, 1, 0, 16, 64)
+    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True, overrides={**k4, "step_order": 0}) == (
+        "plain", 4, 1, 0, 4, 64)
+    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", overrides=k4) == ("plain", 4, 1, 0, 4, 64)
+    assert step_plan(probe, 64, NANO4B, "fp8", overrides={"step_staggered_heads_per_cta": 8}) == (
+        "two_groups", 24, 1, 0, 4, 64)
+    # With step_fold_split: the 4 folding rows of batch 64 in one-head CTAs, 3 helper rows each.
+    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True, overrides={**k4, "step_fold_split": 1}) == (
+        "ordered", 4, 4, 4, 4, 64 + 12)
+    # step_order = 0 still turns the pass and the split off; step_heads_per_cta still decides alone.
+    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True,
+                     overrides={**k4, "step_fold_split": 1, "step_order": 0}) == ("plain", 4, 1, 0, 4, 64)
+    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True,
+                     overrides={"step_staggered_heads_per_cta": 8, "step_heads_per_cta": 2})[1] == 2
+    # The largest divisor of the group size (nano4b@tp2: 12 heads a group, 5 -> 4); a kernel without an
+    # ordered form (a 16-bit checkpoint without a copy) takes the block, never the split.
+    assert step_plan(probe, 64, NANO4B_TP2, "16", staggered=True, overrides={"step_staggered_heads_per_cta": 5}) == (
+        "ordered", 4, 1, 0, 12, 64)
+    assert step_plan(probe, 64, SUPER120B_TP8, "none", staggered=True, fp32=False, tensor=False,
+                     overrides={**k4, "step_fold_split": 1}) == ("plain", 4, 1, 0, 4, 64)
 
 
 def test_step_plan_other_gpus(probe):
@@ -477,7 +519,7 @@ def test_gdn_fold_update_and_step_grids(probe):
 def test_overrides_from_environment(probe):
     out, err = probe(["env REPLAYSSM_STEP_HEADS_PER_CTA 4", "env REPLAYSSM_VERIFY_HEADS_PER_CTA 3",
                       "env REPLAYSSM_UPDATE_CLAIMS 0", "env REPLAYSSM_STEP_HEADS_PER_CTA abc",
-                      "env REPLAYSSM_STEP_ORDER 2", "env REPLAYSSM_STEP_FOLD_SPLIT 1"])
+                      "env REPLAYSSM_STEP_ORDER 2", "env REPLAYSSM_STEP_FOLD_SPLIT -2"])
     fields = [dict(kv.split("=") for kv in line.split()) for line in out]
     assert fields[0]["step_heads_per_cta"] == "4"
     assert fields[2]["verify_heads_per_cta"] == "3" and fields[2]["update_claims"] == "0"
@@ -489,9 +531,9 @@ def test_overrides_from_environment(probe):
 
 
 def test_overrides_hook_checks(probe):
-    out, _ = probe(["set step_groups_per_cta 3", "set step_fold_split 1", "set update_claims -1", "set step_orders 1"])
+    out, _ = probe(["set step_groups_per_cta 3", "set step_fold_split -2", "set update_claims -1", "set step_orders 1"])
     assert out[0] == "error step_groups_per_cta must be in [0, 2] (0: the rule), got 3"
-    assert out[1] == "error step_fold_split must be in [-1, 0] (-1: the rule), got 1"
+    assert out[1] == "error step_fold_split must be in [-1, 65535] (-1: the rule), got -2"
     assert out[2] == "ok"
     assert out[3] == "error unknown field step_orders"
 

@@ -86,6 +86,9 @@ bool mamba2_two_group_ctas(int64_t batch, int groups, int ctas_per_sm, int sm_co
 // after the other, so the folding rows get smaller CTAs than the replaying ones, all in one wave. Only
 // where every row's whole-group CTAs fit in one wave and the hint's own launch makes >= 3 waves (below
 // that the order pass costs more than the split saves), with folding CTAs of at most 2 heads.
+// step_fold_split = k >= 1 (an override, for tuning the shapes the rule was not measured at) forces folds
+// of k heads: from step_staggered_heads_per_cta's block where that is set, else from the rule's replay
+// block where the rule splits, else from the hint's own block, in any number of waves.
 FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len, int ctas_per_sm, int sm_count,
                             int hint_heads, const LaunchOverrides& overrides) {
   const FoldSplit none;
@@ -93,19 +96,28 @@ FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len
   if (batch < 1 || buffer_len < 1 || hint_heads < 1) return none;
   const int heads_per_group = heads / groups;
   const int64_t resident = resident_ctas(sm_count, ctas_per_sm);
-  if (batch * groups > resident || batch * (heads / hint_heads) < 3 * resident) return none;
   const int64_t rows = (batch + buffer_len - 1) / buffer_len;  // the folds of a step of an even stagger
-  constexpr int kMaxFoldHeads = 2;
-  for (int replay = 2; replay <= heads_per_group; ++replay) {
-    if (heads_per_group % replay != 0 || batch * (heads / replay) > resident) continue;
-    for (int fold = 1; fold < replay && fold <= kMaxFoldHeads; ++fold) {
-      if (replay % fold != 0) continue;
-      if (batch * (heads / replay) + rows * (heads / fold - heads / replay) <= resident) {
-        return FoldSplit{replay, replay / fold, static_cast<int>(rows)};
+  FoldSplit rule = none;
+  if (overrides.step_staggered_heads_per_cta <= 0 && batch * groups <= resident &&
+      batch * (heads / hint_heads) >= 3 * resident) {
+    constexpr int kMaxFoldHeads = 2;
+    for (int replay = 2; replay <= heads_per_group && rule.split == 1; ++replay) {
+      if (heads_per_group % replay != 0 || batch * (heads / replay) > resident) continue;
+      for (int fold = 1; fold < replay && fold <= kMaxFoldHeads; ++fold) {
+        if (replay % fold != 0) continue;
+        if (batch * (heads / replay) + rows * (heads / fold - heads / replay) <= resident) {
+          rule = FoldSplit{replay, replay / fold, static_cast<int>(rows)};
+          break;
+        }
       }
     }
   }
-  return none;
+  if (overrides.step_fold_split < 1) return rule;
+  const int replay = rule.split > 1 ? rule.heads_per_cta : hint_heads;
+  const int fold = largest_divisor_at_most(replay, overrides.step_fold_split);
+  // The grid's rows: the batch and the helper rows of the split (grid.y <= 65535).
+  if (fold >= replay || batch + rows * (replay / fold - 1) > 65535) return none;
+  return FoldSplit{replay, replay / fold, static_cast<int>(rows)};
 }
 
 // The split: with few (row, head) items, whole heads leave SMs idle and make each busy one stream a
@@ -173,8 +185,13 @@ Mamba2StepPlan plan_mamba2_step(const Mamba2StepProblem& problem, int ctas_per_s
   rules.fill_last_wave = tf32_replay && !hint;
   rules.half_below_four_waves = copy16 && !hint;
   Mamba2StepPlan plan;
-  plan.heads_per_cta = mamba2_heads_per_cta(problem.batch, problem.heads, problem.groups, ctas_per_sm,
-                                            device.sm_count, rules, overrides.step_heads_per_cta);
+  // step_staggered_heads_per_cta: the hint's block chosen by hand, the lock-step launches left to the rules.
+  if (hint && overrides.step_staggered_heads_per_cta > 0 && overrides.step_heads_per_cta <= 0) {
+    plan.heads_per_cta = largest_divisor_at_most(problem.heads / problem.groups, overrides.step_staggered_heads_per_cta);
+  } else {
+    plan.heads_per_cta = mamba2_heads_per_cta(problem.batch, problem.heads, problem.groups, ctas_per_sm,
+                                              device.sm_count, rules, overrides.step_heads_per_cta);
+  }
   if (copy && problem.tensor_replay && !hint &&
       mamba2_two_group_ctas(problem.batch, problem.groups, ctas_per_sm, device.sm_count,
                             /*by_rule=*/problem.read_copy == ReadCopyKind::kFp8, overrides)) {

@@ -45,7 +45,9 @@ struct FoldSplit {
   int split = 1;
   int rows = 0;
 };
-// `hint_heads`: the heads per CTA of the hint's launch without a split.
+// `hint_heads`: the heads per CTA of the hint's launch without a split (step_staggered_heads_per_cta's
+// block where that override is set). The overrides step_fold_split >= 1 and step_staggered_heads_per_cta
+// choose the split by hand (overrides.h).
 FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len, int ctas_per_sm, int sm_count,
                             int hint_heads, const LaunchOverrides& overrides);
 

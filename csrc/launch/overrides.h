@@ -31,8 +31,14 @@ namespace launch {
   X(step_order, "REPLAYSSM_STEP_ORDER", -1, -1, 1,                                                           \
     "mamba2_step under staggered_flush (a read copy or an fp32 checkpoint): 1 the order pass (folding "      \
     "rows first) at every launch, 0 never (nor the fold split); -1: the rule")                               \
-  X(step_fold_split, "REPLAYSSM_STEP_FOLD_SPLIT", -1, -1, 0,                                                 \
-    "mamba2_step under staggered_flush with the order pass: 0 no fold split; -1: the rule")                  \
+  X(step_fold_split, "REPLAYSSM_STEP_FOLD_SPLIT", -1, -1, 65535,                                             \
+    "mamba2_step under staggered_flush with the order pass: 0 no fold split; k >= 1 the first "              \
+    "ceil(batch / L) folding rows in CTAs of k heads (the largest divisor of the replaying rows' block <= "  \
+    "k) wherever that block is larger, at any batch and number of waves; -1: the rule")                     \
+  X(step_staggered_heads_per_cta, "REPLAYSSM_STEP_STAGGERED_HEADS_PER_CTA", 0, 0, 65535,                     \
+    "mamba2_step under staggered_flush: the replaying rows' CTAs take k heads of one group (the largest "     \
+    "divisor of the group size <= k), the order pass by its rule or step_order, a fold split only where "     \
+    "step_fold_split >= 1; lock-step launches unchanged; 0: the rules")                                      \
   X(verify_heads_per_cta, "REPLAYSSM_VERIFY_HEADS_PER_CTA", 0, 0, 65535,                                     \
     "mamba2_verify: k heads of one group per CTA (the largest divisor of the group size <= k); gdn_verify: "  \
     "k v-heads per CTA (the largest divisor of the v-heads <= k); 0: the rules")                              \

@@ -732,6 +732,32 @@ def test_step_fold_split_changes_no_bits(dims, num_slots, L, rc, grid, set_overr
         assert torch.equal(bits(t0), bits(t1))
 
 
+# The fold split chosen by hand (step_staggered_heads_per_cta, step_fold_split >= 1: the launch choices for
+# the shapes the rule was not measured at), bit for bit as without the hint over two cycles of staggered
+# phases: 4-head replay CTAs with 1-head folds, the forced split beyond one wave (nano4b batch 36: the
+# hint's 2-head CTAs, 2,160 of them, 9 rows of 1-head folds), and the tf32 replay with 2-head folds. Grid
+# (x, y) as on 132 SMs: heads / replay heads, batch + rows * (split - 1).
+@pytest.mark.parametrize("dims,num_slots,L,rc,overrides,grid", [
+    (SUPER120B, 20, 4, FP8, {"step_staggered_heads_per_cta": 4, "step_fold_split": 1}, (32, 16 + 4 * 3)),
+    (NANO4B, 40, 4, torch.bfloat16, {"step_fold_split": 1}, (48, 36 + 9 * 1)),
+    (SUPER120B, 20, 4, None, {"step_staggered_heads_per_cta": 8, "step_fold_split": 2}, (16, 16 + 4 * 3)),
+], ids=["super120b-b16-k4-f1-fp8", "nano4b-b36-f1-bf16-waves", "super120b-b16-k8-f2-no-copy"])
+def test_step_fold_split_overrides_change_no_bits(dims, num_slots, L, rc, overrides, grid, set_overrides):
+    set_overrides(step_heads_per_cta=None, step_order=None, **overrides)
+    layer = Layer(dims, seed=37)
+    caches, slots = staggered_rows(layer, num_slots, L, rc, seed=11)
+    props = torch.cuda.get_device_properties(0)
+    if (props.major, props.minor, props.multi_processor_count) == (9, 0, 132):
+        inputs = [t.cuda() for t in layer.inputs(slots.numel())]
+        probe = gpu_cache(layer, num_slots, buffer_len=L, read_copy_dtype=rc)
+        grids = step_grids(lambda: cuda_step(probe, *inputs, slots, staggered_flush=True))
+        assert grids == [grid + (1,)], grids
+    fold_counts = [int(step_with_and_without_hint(caches, layer, slots).sum()) for _ in range(2 * L + 1)]
+    assert max(fold_counts) >= 1 and min(fold_counts) < max(fold_counts), fold_counts
+    for t0, t1 in zip(caches[0].cache_tensors, caches[1].cache_tensors):
+        assert torch.equal(bits(t0), bits(t1))
+
+
 def test_step_order_pass_under_cuda_graph_is_bitwise_eager():
     layer = Layer(NANO4B, seed=8)
     L = 4

@@ -12,6 +12,7 @@
 //   heads BATCH H G CTAS WAVES ONE_WAVE FULL_WAVES FILL_LAST_WAVE HALF_BELOW_FOUR_WAVES
 //                                           -> mamba2_heads_per_cta (forced: the step_heads_per_cta override)
 //   split BATCH H G L CTAS                  -> "heads split rows" of mamba2_fold_split, from the hint's launch
+//                                           (step_staggered_heads_per_cta's block where that is set)
 //   twogroup BATCH G CTAS BY_RULE           -> 1 or 0 (mamba2_two_group_ctas)
 //   step BATCH H G L CTAS COPY FP32_CKPT TENSOR_REPLAY STAGGERED WORKSPACE
 //        (COPY: none, 16 or fp8)            -> "kernel heads_per_cta fold_split fold_split_rows grid_x grid_y"
@@ -38,6 +39,7 @@
 
 #include "launch/gdn_policy.h"
 #include "launch/mamba2_policy.h"
+#include "launch/waves.h"
 
 using namespace replayssm::launch;
 
@@ -118,9 +120,12 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     long long batch;
     int heads, groups, buffer_len, ctas;
     in >> batch >> heads >> groups >> buffer_len >> ctas;
-    // The hint's launch the split starts from: the base rule at 4 waves (plan_mamba2_step under the hint).
+    // The hint's launch the split starts from: the base rule at 4 waves (plan_mamba2_step under the hint),
+    // or the block step_staggered_heads_per_cta sets.
     const int hint_heads =
-        mamba2_heads_per_cta(batch, heads, groups, ctas, device.sm_count, HeadsRules{}, overrides.step_heads_per_cta);
+        overrides.step_staggered_heads_per_cta > 0 && overrides.step_heads_per_cta <= 0
+            ? largest_divisor_at_most(heads / groups, overrides.step_staggered_heads_per_cta)
+            : mamba2_heads_per_cta(batch, heads, groups, ctas, device.sm_count, HeadsRules{}, overrides.step_heads_per_cta);
     const FoldSplit s = mamba2_fold_split(batch, heads, groups, buffer_len, ctas, device.sm_count, hint_heads, overrides);
     return std::to_string(s.heads_per_cta) + " " + std::to_string(s.split) + " " + std::to_string(s.rows);
   }
