@@ -156,9 +156,9 @@ class LayerCaches:
 
     @property
     def fold_family(self) -> str | None:
-        """The family whose layered commit, flush and materialize this group runs ("mamba2" or "gdn"; on
-        the CPU their reference), or None where these ops loop over the layers (several families, KDA,
-        layers that differ)."""
+        """The family whose layers share one layer table ("mamba2" or "gdn": commit, flush and materialize
+        run as one launch each where one_launch_fold, and materialize returns one (layers, batch, ...)
+        tensor), or None where these ops loop over the layers (several families, KDA, layers that differ)."""
         return None if self._fold is None else self._fold.cache_type.family
 
     def _mismatch(self) -> str | None:
