@@ -656,18 +656,23 @@ def check_copy_slots_table(cache_tensors, slot_table, src_slots, dst_slots, pad_
     index(op, "pad_slot_id", pad_slot_id)
 
 
-_LAYER_FIELDS = ("checkpoints", "read_copies", "read_scales", "x_bufs", "B_bufs", "dt_bufs", "num_committed",
-                 "num_verified", "A", "rounding_seeds", "error_words")
+# The list arguments of each family's *_layers ops (their schema's order) and the ones a group may leave
+# empty (no layer has that tensor).
+_LAYER_FIELDS = {
+    "mamba2": ("checkpoints", "read_copies", "read_scales", "x_bufs", "B_bufs", "dt_bufs", "num_committed",
+               "num_verified", "A", "rounding_seeds", "error_words"),
+    "gdn": ("checkpoints", "read_copies", "read_scales", "k_bufs", "v_bufs", "g_bufs", "beta_bufs", "u_bufs",
+            "num_committed", "num_verified", "error_words"),
+}
 _OPTIONAL_LAYER_FIELDS = ("read_copies", "read_scales", "rounding_seeds", "error_words")
 
 
-def layer_lists(op, layer_table, lists) -> int:
-    """The layer lists of a mamba2_*_layers op: one tensor per layer in each (or none in the optional
-    ones), every layer with layer 0's shapes, strides and dtypes and on its device. Returns the layer
-    count."""
+def layer_lists(op, layer_table, lists, fields) -> int:
+    """The layer lists of a *_layers op: one tensor per layer in each (or none in the optional ones),
+    every layer with layer 0's shapes, strides and dtypes and on its device. Returns the layer count."""
     # The reference never reads the table (it holds device addresses); its type is still checked.
     expect(op, "layer_table", layer_table, shape=(None,), dtypes=(torch.int64,))
-    named = dict(zip(_LAYER_FIELDS, lists))
+    named = dict(zip(fields, lists))
     for name, tensors in named.items():
         _tensor_list(op, name, tensors)
     num_layers = len(named["checkpoints"])
@@ -693,30 +698,55 @@ def _layer0(lists):
     return [None if len(t) == 0 else t[0] for t in lists]
 
 
+def _layered(family, kind, layer_table, rest):
+    """Checks the lists of {family}_{kind}_layers; returns (layer count, layer 0's tensors, the tail)."""
+    fields = _LAYER_FIELDS[family]
+    lists, tail = rest[:len(fields)], rest[len(fields):]
+    num_layers = layer_lists(f"{family}_{kind}_layers", layer_table, lists, fields)
+    return num_layers, _layer0(lists), tail
+
+
+def _layers_out(op, out, num_layers, ck):
+    expect(op, "out", out, shape=(num_layers, None, *ck.shape[1:]), dtypes=(torch.float32, torch.float64),
+           device=ck.device)
+
+
 def check_mamba2_commit_layers(layer_table, *rest):
-    op = "mamba2_commit_layers"
-    lists, (num_accepted, max_draft_tokens, *tail) = rest[:11], rest[11:]
-    layer_lists(op, layer_table, lists)
-    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
+    _, (ck, rc, rs, x, B, dt, nc, nv, A, seed, err), (num_accepted, max_draft_tokens, *tail) = \
+        _layered("mamba2", "commit", layer_table, rest)
     check_mamba2_commit(ck, rc, rs, x, B, dt, nc, nv, num_accepted, A, max_draft_tokens, *tail, seed, err)
 
 
 def check_mamba2_flush_layers(layer_table, *rest):
-    op = "mamba2_flush_layers"
-    lists, tail = rest[:11], rest[11:]
-    layer_lists(op, layer_table, lists)
-    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
+    _, (ck, rc, rs, x, B, dt, nc, nv, A, seed, err), tail = _layered("mamba2", "flush", layer_table, rest)
     check_mamba2_flush(ck, rc, rs, x, B, dt, nc, A, *tail, seed)
 
 
 def check_mamba2_materialize_layers(layer_table, *rest):
-    op = "mamba2_materialize_layers"
-    lists, (out, *tail) = rest[:11], rest[11:]
-    num_layers = layer_lists(op, layer_table, lists)
-    ck, rc, rs, x, B, dt, nc, nv, A, seed, err = _layer0(lists)
-    expect(op, "out", out, shape=(num_layers, None, *ck.shape[1:]), dtypes=(torch.float32, torch.float64),
-           device=ck.device)
+    num_layers, (ck, rc, rs, x, B, dt, nc, nv, A, seed, err), (out, *tail) = \
+        _layered("mamba2", "materialize", layer_table, rest)
+    _layers_out("mamba2_materialize_layers", out, num_layers, ck)
     check_mamba2_materialize(ck, x, B, dt, nc, A, out[0], *tail)
+
+
+_GDN_CHECKS = _delta_checks("gdn")
+
+
+def check_gdn_commit_layers(layer_table, *rest):
+    _, (ck, rc, rs, k, v, g, beta, u, nc, nv, err), tail = _layered("gdn", "commit", layer_table, rest)
+    _GDN_CHECKS["gdn_commit"](ck, rc, rs, k, v, g, beta, u, nc, nv, *tail, err)
+
+
+def check_gdn_flush_layers(layer_table, *rest):
+    _, (ck, rc, rs, k, v, g, beta, u, nc, nv, err), tail = _layered("gdn", "flush", layer_table, rest)
+    _GDN_CHECKS["gdn_flush"](ck, rc, rs, k, v, g, beta, u, nc, *tail)
+
+
+def check_gdn_materialize_layers(layer_table, *rest):
+    num_layers, (ck, rc, rs, k, v, g, beta, u, nc, nv, err), (out, *tail) = \
+        _layered("gdn", "materialize", layer_table, rest)
+    _layers_out("gdn_materialize_layers", out, num_layers, ck)
+    _GDN_CHECKS["gdn_materialize"](ck, k, v, g, beta, u, nc, out[0], *tail)
 
 
 OP_CHECKS = {
@@ -737,6 +767,9 @@ OP_CHECKS = {
     "mamba2_commit_layers": check_mamba2_commit_layers,
     "mamba2_flush_layers": check_mamba2_flush_layers,
     "mamba2_materialize_layers": check_mamba2_materialize_layers,
-    **_delta_checks("gdn"),
+    "gdn_commit_layers": check_gdn_commit_layers,
+    "gdn_flush_layers": check_gdn_flush_layers,
+    "gdn_materialize_layers": check_gdn_materialize_layers,
+    **_GDN_CHECKS,
     **_delta_checks("kda"),
 }

@@ -19,7 +19,7 @@ import warnings
 import torch
 
 from . import _checks, _extension, reference  # noqa: F401  (_extension: _C's kernels first)
-from ._schemas import SCHEMAS
+from ._schemas import LAYER_OPS, SCHEMAS
 
 REFERENCE = {
     "make_read_copy": reference.make_read_copy,
@@ -36,8 +36,7 @@ REFERENCE = {
     "copy_slots": reference.copy_slots,
     "fill_slots_table": reference.fill_slots_table,
     "copy_slots_table": reference.copy_slots_table,
-    **{name: getattr(reference, name) for name in ("mamba2_commit_layers", "mamba2_flush_layers",
-                                                   "mamba2_materialize_layers")},
+    **{name: getattr(reference, name) for name in LAYER_OPS},
     **{f"{family}_{op}": getattr(reference, f"delta_{op}") for family in ("gdn", "kda")
        for op in ("update", "update_snapshots", "step", "verify", "commit", "flush", "materialize")},
 }

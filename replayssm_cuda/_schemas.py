@@ -59,7 +59,15 @@ def _delta_schemas(family: str) -> dict[str, str]:
 _LAYERS = ("Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, "
            "Tensor(d!)[] x_bufs, Tensor(e!)[] B_bufs, Tensor(f!)[] dt_bufs, Tensor(g!)[] num_committed, "
            "Tensor(h!)[] num_verified, Tensor[] A, Tensor(i!)[] rounding_seeds, Tensor(j!)[] error_words")
-LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers")
+_GDN_LAYERS = ("Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, "
+               "Tensor(d!)[] k_bufs, Tensor(e!)[] v_bufs, Tensor(f!)[] g_bufs, Tensor(g!)[] beta_bufs, "
+               "Tensor(h!)[] u_bufs, Tensor(i!)[] num_committed, Tensor(j!)[] num_verified, "
+               "Tensor(k!)[] error_words")
+# The layered ops of each family with a layer table (replayssm_cuda.LayerCaches), in (commit, flush,
+# materialize) order.
+LAYER_OPS_OF = {family: tuple(f"{family}_{kind}_layers" for kind in ("commit", "flush", "materialize"))
+                for family in ("mamba2", "gdn")}
+LAYER_OPS = LAYER_OPS_OF["mamba2"] + LAYER_OPS_OF["gdn"]
 
 SCHEMAS: dict[str, str] = {
     "make_read_copy": (
@@ -122,6 +130,12 @@ SCHEMAS: dict[str, str] = {
         ("commit", "Tensor num_accepted, int max_draft_tokens, Tensor? slots, int pad_slot_id"),
         ("flush", "Tensor? slots, int pad_slot_id"),
         ("materialize", "Tensor(k!) out, Tensor? slots, int pad_slot_id"))},
+    # The same for every GDN layer (replayssm_cuda._C.gdn_layer_table builds the table): GDN's fold reads no
+    # weights and has no rounding seed; use_qk_l2norm is every layer's.
+    **{f"gdn_{kind}_layers": f"gdn_{kind}_layers({_GDN_LAYERS}, {tail}) -> ()" for kind, tail in (
+        ("commit", "Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, Tensor? slots, int pad_slot_id"),
+        ("flush", "bool use_qk_l2norm, Tensor? slots, int pad_slot_id"),
+        ("materialize", "Tensor(l!) out, bool use_qk_l2norm, Tensor? slots, int pad_slot_id"))},
     **_delta_schemas("gdn"),
     **_delta_schemas("kda"),
 }

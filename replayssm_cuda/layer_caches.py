@@ -25,38 +25,79 @@ written): a CTA owns one byte range of one tensor for all pairs, and the table b
 whose tensors share memory. More pairs than one launch stages (capabilities()["cache"]
 ["copy_slots_max_pairs"]) run the loop, as each layer's copy_slots falls back itself.
 
-Commit, flush and materialize of the Mamba-2 layers of a model (a group of Mamba2Cache only) run in one
-launch each too when every layer shares one shape, dtype set and layout (the constructor checks it;
-layers that differ run the loop, with a RuntimeWarning naming the layer and the field, kept in
-`fold_loop_reason`), so the kernels take layer 0's strides once and each layer's pointers from a second
-device table built once (replayssm_cuda._C.mamba2_layer_table), with the layer a grid dimension. load
-runs the per-layer loads (each layer's load(), on every path): one launch for all layers measured slower
-than the loop at batch 64 and 256 (docs/EXPERIMENTS.md), and load runs once per admitted request, outside
-the decode step:
+Commit, flush and materialize of the SSM layers of a model of one family with a layer table (a group of
+Mamba2Cache only, or of GDNCache only) run in one launch each too when every layer shares one shape,
+dtype set and layout (the constructor checks it; layers that differ run the loop, with a RuntimeWarning
+naming the layer and the field, kept in `fold_loop_reason`), so the kernels take layer 0's strides once
+and each layer's pointers from a second device table built once (replayssm_cuda._C.mamba2_layer_table /
+gdn_layer_table), with the layer a grid dimension. load runs the per-layer loads (each layer's load(),
+on every path): one launch for all layers measured slower than the loop at batch 64 and 256
+(docs/EXPERIMENTS.md), and load runs once per admitted request, outside the decode step:
 
     layers.commit(num_accepted, slots)   # every layer's commit(); one num_accepted [batch] for all layers
     layers.flush(slots)                  # every layer's flush()
-    states = layers.materialize(slots)   # (layers, batch, H, P, N) fp32: states[i] is layer i's
+    states = layers.materialize(slots)   # (layers, batch, *state shape) fp32: states[i] is layer i's
     layers.load(states, slots)           # every layer's load(states[i], slots)
 
 commit and flush are one fold launch and one cursor launch in all (the per-layer ops are two each). A
-group of several families runs commit, flush and materialize as the loop over its layers (materialize then
-returns a list). `one_launch_fold` says which path runs.
+group of several families (or of KDA layers, which run the reference) runs commit, flush and materialize
+as the loop over its layers (materialize then returns a list). `one_launch_fold` says which path runs.
 """
 
 from __future__ import annotations
 
+import operator
 import warnings
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
-from . import _checks, _extension, ops
-from .cache import Mamba2Cache, _ReplayCache
+from . import _checks, _extension, _schemas, ops
+from .cache import GDNCache, Mamba2Cache, _ReplayCache
 
-# The fields every layer of a Mamba-2 group shares (the one-launch kernels take layer 0's).
-_MAMBA2_SHARED = ("num_heads", "head_dim", "state_dim", "num_groups", "buffer_len", "max_draft_tokens",
-                  "activation_dtype", "aux_dtype", "staggered_flush", "backend")
-_LAYER_OPS = ("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers")
+
+@dataclass(frozen=True)
+class _FoldFamily:
+    """What the one-launch commit, flush and materialize of a group of one family need."""
+    cache_type: type
+    shared: tuple[str, ...]          # the fields every layer shares (the kernels take layer 0's)
+    table_builder: str               # replayssm_cuda._C.<table_builder>(*lists)
+    lists: Callable                  # caches -> the *_layers ops' lists (their schema's order)
+    flags: Callable                  # layer 0 -> the per-family arguments before slots (GDN: use_qk_l2norm)
+
+    @property
+    def layer_ops(self) -> tuple[str, str, str]:
+        return _schemas.LAYER_OPS_OF[self.cache_type.family]
+
+
+def _every(caches, attr):
+    """Every layer's tensor `attr` (empty where the layers have none: they all agree, as checked)."""
+    tensors = [getattr(cache, attr, None) for cache in caches]
+    return [] if tensors[0] is None else tensors
+
+
+_FOLD_FAMILIES = {
+    "mamba2": _FoldFamily(
+        Mamba2Cache,
+        ("num_heads", "head_dim", "state_dim", "num_groups", "buffer_len", "max_draft_tokens", "activation_dtype",
+         "aux_dtype", "staggered_flush", "backend"),
+        "mamba2_layer_table",
+        lambda caches: [*(_every(caches, a) for a in ("checkpoint", "read_copy", "read_scale", "x_buf", "B_buf",
+                                                      "dt_buf", "num_committed", "num_verified")),
+                        [cache.weights.A for cache in caches], _every(caches, "rounding_seed"),
+                        _every(caches, "error_word")],
+        lambda first: ()),
+    "gdn": _FoldFamily(
+        GDNCache,
+        ("num_heads", "num_v_heads", "head_k_dim", "head_v_dim", "buffer_len", "max_draft_tokens",
+         "activation_dtype", "aux_dtype", "staggered_flush", "backend", "weights.use_qk_l2norm"),
+        "gdn_layer_table",
+        lambda caches: [_every(caches, a) for a in ("checkpoint", "read_copy", "read_scale", "k_buf", "v_buf",
+                                                    "g_buf", "beta_buf", "u_buf", "num_committed", "num_verified",
+                                                    "error_word")],
+        lambda first: (first.weights.use_qk_l2norm,)),
+}
 
 
 class LayerCaches:
@@ -92,31 +133,45 @@ class LayerCaches:
             self._tensors, fill_values, fill_periods = self._table_entries()
             self._fill_values, self._fill_periods = fill_values, fill_periods
             self._table = _extension._C.slot_table(self._tensors, fill_values, fill_periods)
-        # A group of Mamba-2 layers only: one shape and layout (checked here), one-launch fold ops.
-        self.mamba2 = all(isinstance(cache, Mamba2Cache) for cache in self.caches)
-        # A group whose layers differ (a test rig, a model with two Mamba-2 widths) loops over its layers for
-        # these ops; the reason is kept and said once, so the slow path is never silent.
-        self.fold_loop_reason = self._mamba2_mismatch() if self.mamba2 else "not every layer is a Mamba2Cache"
-        if self.mamba2 and self.fold_loop_reason is not None:
-            warnings.warn(f"LayerCaches: commit, flush and materialize loop over the layers: "
-                          f"{self.fold_loop_reason}", RuntimeWarning, stacklevel=2)
-        if self.mamba2 and self.fold_loop_reason is None:
-            self._layer_lists = self._mamba2_lists()
-        self.one_launch_fold = self.mamba2 and self.fold_loop_reason is None and self._can_fold_once()
+        # A group of one family with a layer table (Mamba-2 or GDN): one shape and layout (checked here),
+        # one-launch fold ops. A group whose layers differ (a test rig, a model with two layer widths)
+        # loops over its layers for these ops; the reason is kept and said once, so the slow path is never
+        # silent.
+        families = {cache.family for cache in self.caches}
+        self._fold = _FOLD_FAMILIES.get(first.family) if len(families) == 1 else None
+        if self._fold is None:
+            self.fold_loop_reason = (f"the layers are of several families ({', '.join(sorted(families))})"
+                                     if len(families) > 1 else f"{first.family} layers have no layer table")
+        else:
+            self.fold_loop_reason = self._mismatch()
+            if self.fold_loop_reason is not None:
+                warnings.warn(f"LayerCaches: commit, flush and materialize loop over the layers: "
+                              f"{self.fold_loop_reason}", RuntimeWarning, stacklevel=2)
+                self._fold = None
+        if self._fold is not None:
+            self._layer_lists = self._fold.lists(self.caches)
+        self.one_launch_fold = self._fold is not None and self._can_fold_once()
         if self.one_launch_fold:
-            self._layer_table = _extension._C.mamba2_layer_table(*self._layer_lists)
+            self._layer_table = getattr(_extension._C, self._fold.table_builder)(*self._layer_lists)
 
-    def _mamba2_mismatch(self) -> str | None:
+    @property
+    def fold_family(self) -> str | None:
+        """The family whose layers share one layer table ("mamba2" or "gdn": commit, flush and materialize
+        run as one launch each where one_launch_fold, and materialize returns one (layers, batch, ...)
+        tensor), or None where these ops loop over the layers (several families, KDA, layers that differ)."""
+        return None if self._fold is None else self._fold.cache_type.family
+
+    def _mismatch(self) -> str | None:
         """Why the layers cannot share one layer table (None when every layer has caches[0]'s shapes, dtypes,
         buffer geometry and tensor layouts)."""
         first = self.caches[0]
         for i, cache in enumerate(self.caches[1:], start=1):
-            for attr in _MAMBA2_SHARED:
-                if getattr(cache, attr) != getattr(first, attr):
-                    return (f"the layers differ in {attr}: caches[{i}].{attr} = {getattr(cache, attr)}, "
-                        f"caches[0].{attr} = {getattr(first, attr)}")
+            for attr in self._fold.shared:
+                got, want = operator.attrgetter(attr)(cache), operator.attrgetter(attr)(first)
+                if got != want:
+                    return f"the layers differ in {attr}: caches[{i}].{attr} = {got}, caches[0].{attr} = {want}"
             for attr in ("checkpoint", "read_copy", "read_scale", "rounding_seed", *cache._buffers()):
-                a, b = getattr(cache, attr), getattr(first, attr)
+                a, b = getattr(cache, attr, None), getattr(first, attr, None)
                 if (a is None) != (b is None):
                     what = {"read_copy": "a read copy", "read_scale": "fp8 read scales",
                             "rounding_seed": "stochastic rounding"}.get(attr, attr)
@@ -127,25 +182,17 @@ class LayerCaches:
                 for what, got, want in (("dtype", a.dtype, b.dtype), ("strides", a.stride(), b.stride())):
                     if got != want:
                         return (f"the layers differ in the {what} of {attr}: caches[{i}].{attr} has {got}, "
-                            f"caches[0].{attr} {want}")
+                                f"caches[0].{attr} {want}")
         return None
-
-    def _mamba2_lists(self) -> list[list[torch.Tensor]]:
-        """The layer lists of the mamba2_*_layers ops (their schema's order; empty where no layer has one)."""
-        def every(attr):
-            tensors = [getattr(cache, attr) for cache in self.caches]
-            return [] if tensors[0] is None else tensors
-        return [every("checkpoint"), every("read_copy"), every("read_scale"), every("x_buf"), every("B_buf"),
-                every("dt_buf"), every("num_committed"), every("num_verified"),
-                [cache.weights.A for cache in self.caches], every("rounding_seed"), every("error_word")]
 
     def _can_fold_once(self) -> bool:
         """True where every layer runs its commit, flush and materialize compiled and this build has the
-        layered ops."""
-        if not all(ops.has_kernel(op) for op in _LAYER_OPS) or not hasattr(_extension._C, "mamba2_layer_table"):
+        layered ops and the table builder of the group's family."""
+        fold = self._fold
+        if not all(ops.has_kernel(op) for op in fold.layer_ops) or not hasattr(_extension._C, fold.table_builder):
             return False
-        needed = ("mamba2_commit", "mamba2_flush", "mamba2_materialize")
-        return all(cache._compiled[op] for cache in self.caches for op in needed)
+        return all(cache._compiled[cache._family_ops[kind]] for cache in self.caches
+                   for kind in ("commit", "flush", "materialize"))
 
     def _can_launch_once(self) -> bool:
         """True where every cache runs its own slot ops compiled and this build has the table ops."""
@@ -198,7 +245,7 @@ class LayerCaches:
         for cache in self.caches:
             cache.copy_slots(src_slots, dst_slots)
 
-    # ---- the Mamba-2 fold ops: one launch each for a Mamba-2 group; load: the per-layer loads ---------
+    # ---- the fold ops: one launch each for a group of one family with a layer table; load: the loop ------
 
     def _checked(self):
         """validate=True on a layer: check() it after the call, as its own methods do (eagerly)."""
@@ -207,6 +254,10 @@ class LayerCaches:
             for cache in self.caches:
                 if cache.validate:
                     cache.check()
+
+    def _layer_op(self, kind: str):
+        """The group's {family}_{kind}_layers op (kind: commit, flush, materialize)."""
+        return ops.KERNELS[self._fold.layer_ops[("commit", "flush", "materialize").index(kind)]]
 
     def commit(self, num_accepted, slots=None):
         """Every layer's commit(num_accepted, slots): one num_accepted (batch,) for all layers (an engine
@@ -217,8 +268,8 @@ class LayerCaches:
                 cache.commit(num_accepted, slots)
             return
         first = self.caches[0]
-        ops.KERNELS["mamba2_commit_layers"](self._layer_table, *self._layer_lists, num_accepted,
-                                            first.max_draft_tokens, slots, self.pad_slot_id)
+        self._layer_op("commit")(self._layer_table, *self._layer_lists, num_accepted, first.max_draft_tokens,
+                                 *self._fold.flags(first), slots, self.pad_slot_id)
         self._checked()
 
     def flush(self, slots=None):
@@ -228,17 +279,20 @@ class LayerCaches:
             for cache in self.caches:
                 cache.flush(slots)
             return
-        ops.KERNELS["mamba2_flush_layers"](self._layer_table, *self._layer_lists, slots, self.pad_slot_id)
+        self._layer_op("flush")(self._layer_table, *self._layer_lists, *self._fold.flags(self.caches[0]), slots,
+                                self.pad_slot_id)
 
     def materialize(self, slots=None, out=None):
-        """Every layer's materialize(slots): for a Mamba-2 group one (layers, batch, H, P, N) tensor (in
-        the caches' aux dtype, fp32; `out` if given), states[i] layer i's state at each row's committed
-        position; for a group of several families a list of the layers' states. The caches are unchanged."""
+        """Every layer's materialize(slots): for a group of one family with a layer table one (layers,
+        batch, *state shape) tensor (Mamba-2 (H, P, N), GDN (HV, V, K); in the caches' aux dtype, fp32;
+        `out` if given), states[i] layer i's state at each row's committed position; for any other group
+        a list of the layers' states. The caches are unchanged."""
         _checks.slots_type("materialize", slots)
-        if not self.mamba2:
+        if self._fold is None:
             if out is not None:
-                raise ValueError("LayerCaches.materialize: `out` is for a group of Mamba-2 layers only (one "
-                                 "state shape); a group of several families returns a list, got out")
+                raise ValueError("LayerCaches.materialize: `out` is for a group of Mamba-2 or GDN layers of one "
+                                 f"shape (one state shape); this group returns a list ({self.fold_loop_reason}), "
+                                 "got out")
             return [cache.materialize(slots) for cache in self.caches]
         first = self.caches[0]
         if out is None:
@@ -251,7 +305,8 @@ class LayerCaches:
             for i, cache in enumerate(self.caches):
                 cache.materialize(slots, out=out[i])
             return out
-        ops.KERNELS["mamba2_materialize_layers"](self._layer_table, *self._layer_lists, out, slots, self.pad_slot_id)
+        self._layer_op("materialize")(self._layer_table, *self._layer_lists, out, *self._fold.flags(first), slots,
+                                      self.pad_slot_id)
         return out
 
     def load(self, states, slots=None):

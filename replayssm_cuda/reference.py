@@ -935,3 +935,35 @@ def mamba2_materialize_layers(layer_table, checkpoints, read_copies, read_scales
     for i in range(len(checkpoints)):
         mamba2_materialize(checkpoints[i], x_bufs[i], B_bufs[i], dt_bufs[i], num_committed[i], A[i], out[i], slots,
                            pad_slot_id)
+
+
+# --------------------------------------------------------------------------------------------------
+# Every GDN layer of a model at once (LayerCaches): the per-layer ops, layer by layer
+# --------------------------------------------------------------------------------------------------
+
+def gdn_commit_layers(layer_table, checkpoints, read_copies, read_scales, k_bufs, v_bufs, g_bufs, beta_bufs, u_bufs,
+                      num_committed, num_verified, error_words, num_accepted, max_draft_tokens: int,
+                      use_qk_l2norm: bool = True, slots=None, pad_slot_id: int = -1) -> None:
+    """gdn_commit of every layer with the same num_accepted and slots. layer_table is not read here."""
+    for i in range(len(checkpoints)):
+        delta_commit(checkpoints[i], _layer(read_copies, i), _layer(read_scales, i), k_bufs[i], v_bufs[i], g_bufs[i],
+                     beta_bufs[i], u_bufs[i], num_committed[i], num_verified[i], num_accepted, max_draft_tokens,
+                     use_qk_l2norm, slots, pad_slot_id, _layer(error_words, i))
+
+
+def gdn_flush_layers(layer_table, checkpoints, read_copies, read_scales, k_bufs, v_bufs, g_bufs, beta_bufs, u_bufs,
+                     num_committed, num_verified, error_words, use_qk_l2norm: bool = True, slots=None,
+                     pad_slot_id: int = -1) -> None:
+    """gdn_flush of every layer. layer_table is not read here."""
+    for i in range(len(checkpoints)):
+        delta_flush(checkpoints[i], _layer(read_copies, i), _layer(read_scales, i), k_bufs[i], v_bufs[i], g_bufs[i],
+                    beta_bufs[i], u_bufs[i], num_committed[i], use_qk_l2norm, slots, pad_slot_id)
+
+
+def gdn_materialize_layers(layer_table, checkpoints, read_copies, read_scales, k_bufs, v_bufs, g_bufs, beta_bufs,
+                           u_bufs, num_committed, num_verified, error_words, out, use_qk_l2norm: bool = True,
+                           slots=None, pad_slot_id: int = -1) -> None:
+    """gdn_materialize of every layer into out[layer] (out: (layers, batch, HV, V, K) fp32)."""
+    for i in range(len(checkpoints)):
+        delta_materialize(checkpoints[i], k_bufs[i], v_bufs[i], g_bufs[i], beta_bufs[i], u_bufs[i], num_committed[i],
+                          out[i], use_qk_l2norm, slots, pad_slot_id)

@@ -508,6 +508,10 @@ def test_gdn_fold_update_and_step_grids(probe):
     assert answers(probe, ["gdnfold 256 32 4 2", "gdnfold 2 16 4 2", "gdnfold 256 64 1 1"]) == \
         ["4 264", "4 32", "1 132"]
     assert answers(probe, ["gdnfold 256 32 4 2"], sms=114) == ["4 228"]
+    # A layered fold (LayerCaches): the layers share the resident CTAs, at least one CTA a layer.
+    assert answers(probe, ["gdnfold 256 32 4 2 40", "gdnfold 2 1 4 2 40", "gdnfold 256 32 4 2 400"]) == \
+        ["4 6", "4 2", "4 1"]
+    assert answers(probe, ["fold 256 96 3 3 40", "fold 256 96 3 3 1"]) == ["3 9", "3 396"]
     # The update and its snapshot variant: a CTA per block of a tile's value rows; the step a CTA per
     # (row, v-head), with or without the staggered-flush hint.
     assert answers(probe, ["gdnupdate 8 32 4", "gdnupdate 512 64 2"]) == ["128 8", "128 512"]

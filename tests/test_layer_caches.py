@@ -3,6 +3,7 @@ the loop over the layers' own methods, for Mamba-2, GDN and KDA caches with mixe
 read-copy dtypes and staggered cursors; the table ops' reference with LayerCaches' fill entries equals
 that loop too (what the compiled one-launch path runs on CUDA); bad input names the argument."""
 
+import dataclasses
 import re
 
 import pytest
@@ -190,31 +191,48 @@ def test_table_ops_check_their_fills():
 
 
 # --------------------------------------------------------------------------------------------------
-# Commit, flush and materialize of a Mamba-2 group (one launch each on CUDA); load (the per-layer loads)
+# Commit, flush and materialize of a Mamba-2 or GDN group (one launch each on CUDA); load (the per-layer
+# loads)
 # --------------------------------------------------------------------------------------------------
 
-# (checkpoint dtype, read copy dtype, activation dtype, buffer_len, max_draft_tokens, staggered_flush, rounding)
+# Mamba-2: (checkpoint dtype, read copy dtype, activation dtype, buffer_len, max_draft_tokens, staggered_flush,
+# rounding); GDN the same without rounding (its caches have none).
 MAMBA2_KINDS = [
     (torch.float32, torch.bfloat16, torch.bfloat16, 8, 2, False, False),
     (torch.float16, FP8, torch.float16, 8, 3, True, False),
     (torch.bfloat16, None, torch.bfloat16, 6, 2, True, True),
 ]
+GDN_KINDS = [
+    (torch.float32, FP8, torch.bfloat16, 8, 2, False, False),
+    (torch.bfloat16, None, torch.bfloat16, 6, 3, True, False),
+    (torch.float16, torch.float16, torch.float16, 4, 1, False, False),
+]
+FOLD_KINDS = [("mamba2", k) for k in MAMBA2_KINDS] + [("gdn", k) for k in GDN_KINDS]
+KIND_IDS = ["mamba2-fp32-bf16copy", "mamba2-fp16-fp8copy-staggered", "mamba2-bf16-staggered-rounding",
+            "gdn-fp32-fp8copy", "gdn-bf16-staggered", "gdn-fp16-fp16copy"]
 
 
-def make_mamba2_model(kind, num_layers, num_slots, seed=0, verified=True):
-    """A Mamba-2 group: every layer one configuration, random states and buffers, cursors in [0, L - T]
-    and (verified) a pending verify of T entries in every slot."""
+def make_fold_model(name, kind, num_layers, num_slots, seed=0, verified=True):
+    """A group of one family: every layer one configuration, random states and buffers, cursors in
+    [0, L - T] and (verified) a pending verify of T entries in every slot."""
     ck, rc, act, L, T, staggered, rounding = kind
     gen = torch.Generator().manual_seed(seed)
     caches = []
     for i in range(num_layers):
-        fam = family("mamba2", dtype=ck, act_dtype=act, seed=seed + i)
+        fam = family(name, dtype=ck, act_dtype=act, seed=seed + i)
+        extra = dict(stochastic_rounding=rounding, seed=seed + i) if name == "mamba2" else {}
         cache = fam.make_cache(num_slots, buffer_len=L, max_draft_tokens=T, read_copy_dtype=rc,
-                               staggered_flush=staggered, stochastic_rounding=rounding, seed=seed + i)
+                               staggered_flush=staggered, **extra)
         cache.load(random_states(fam, num_slots).float())
-        for t in (cache.x_buf, cache.B_buf):
-            t.copy_((torch.rand(t.shape, generator=gen) - 0.5).to(t.dtype))
-        cache.dt_buf.copy_(torch.rand(cache.dt_buf.shape, generator=gen) * 0.5)
+        if name == "mamba2":
+            for t in (cache.x_buf, cache.B_buf):
+                t.copy_((torch.rand(t.shape, generator=gen) - 0.5).to(t.dtype))
+            cache.dt_buf.copy_(torch.rand(cache.dt_buf.shape, generator=gen) * 0.5)
+        else:
+            for t in (cache.k_buf, cache.v_buf, cache.u_buf):
+                t.copy_((torch.rand(t.shape, generator=gen) - 0.5).to(t.dtype))
+            cache.g_buf.copy_(-0.5 * torch.rand(cache.g_buf.shape, generator=gen))
+            cache.beta_buf.copy_(torch.rand(cache.beta_buf.shape, generator=gen))
         cache.num_committed.copy_(torch.randint(0, L - T + 1, (num_slots,), generator=gen, dtype=torch.int32))
         if verified:
             cache.num_verified.copy_(torch.full((num_slots,), T, dtype=torch.int32))
@@ -222,47 +240,62 @@ def make_mamba2_model(kind, num_layers, num_slots, seed=0, verified=True):
     return caches
 
 
+def make_mamba2_model(kind, num_layers, num_slots, seed=0, verified=True):
+    return make_fold_model("mamba2", kind, num_layers, num_slots, seed, verified)
+
+
 def layer_op_args(layers):
     return (torch.zeros(0, dtype=torch.int64), *layers._layer_lists)
 
 
-KIND_IDS = ["fp32-bf16copy", "fp16-fp8copy-staggered", "bf16-staggered-rounding"]
+def layer_op(name, kind):
+    return getattr(torch.ops.replayssm, f"{name}_{kind}_layers")
+
+
+def flags(name, layers):
+    """The per-family arguments of the *_layers ops before slots (GDN: use_qk_l2norm)."""
+    return (layers.caches[0].weights.use_qk_l2norm,) if name == "gdn" else ()
+
+
 FOLD_SLOTS = [None, torch.tensor([3, -1, 0, 8, 5, 12]), torch.tensor([2, 7], dtype=torch.int32)]
 
 
-@pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("name, kind", FOLD_KINDS, ids=KIND_IDS)
 @pytest.mark.parametrize("slots", FOLD_SLOTS, ids=["all", "pads", "int32"])
-def test_commit_layers_equals_the_per_layer_loop(kind, slots):
-    """mamba2_commit_layers (the op LayerCaches.commit launches once on CUDA; here its reference) and
+def test_commit_layers_equals_the_per_layer_loop(name, kind, slots):
+    """{family}_commit_layers (the op LayerCaches.commit launches once on CUDA; here its reference) and
     LayerCaches.commit equal each layer's own commit with the same num_accepted."""
     batch = S if slots is None else slots.shape[0]
     accepted = torch.randint(-1, kind[4] + 2, (batch,), generator=torch.Generator().manual_seed(3))
-    op_model, model, loop = (make_mamba2_model(kind, 4, S, seed=4) for _ in range(3))
-    torch.ops.replayssm.mamba2_commit_layers(*layer_op_args(LayerCaches(op_model)), accepted, kind[4], slots, -1)
+    op_model, model, loop = (make_fold_model(name, kind, 4, S, seed=4) for _ in range(3))
+    op_layers = LayerCaches(op_model)
+    assert op_layers.fold_family == name
+    layer_op(name, "commit")(*layer_op_args(op_layers), accepted, kind[4], *flags(name, op_layers), slots, -1)
     LayerCaches(model).commit(accepted, slots)
     for cache in loop:
         cache.commit(accepted, slots)
-    assert_same_models(op_model, loop, "mamba2_commit_layers")
+    assert_same_models(op_model, loop, f"{name}_commit_layers")
     assert_same_models(model, loop, "LayerCaches.commit")
     assert all(torch.equal(a.error_word, b.error_word) for a, b in zip(op_model, loop))
 
 
-@pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("name, kind", FOLD_KINDS, ids=KIND_IDS)
 @pytest.mark.parametrize("slots", FOLD_SLOTS, ids=["all", "pads", "int32"])
-def test_flush_layers_equals_the_per_layer_loop(kind, slots):
-    op_model, model, loop = (make_mamba2_model(kind, 3, S, seed=5) for _ in range(3))
-    torch.ops.replayssm.mamba2_flush_layers(*layer_op_args(LayerCaches(op_model)), slots, -1)
+def test_flush_layers_equals_the_per_layer_loop(name, kind, slots):
+    op_model, model, loop = (make_fold_model(name, kind, 3, S, seed=5) for _ in range(3))
+    op_layers = LayerCaches(op_model)
+    layer_op(name, "flush")(*layer_op_args(op_layers), *flags(name, op_layers), slots, -1)
     LayerCaches(model).flush(slots)
     for cache in loop:
         cache.flush(slots)
-    assert_same_models(op_model, loop, "mamba2_flush_layers")
+    assert_same_models(op_model, loop, f"{name}_flush_layers")
     assert_same_models(model, loop, "LayerCaches.flush")
 
 
-@pytest.mark.parametrize("kind", MAMBA2_KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("name, kind", FOLD_KINDS, ids=KIND_IDS)
 @pytest.mark.parametrize("slots", FOLD_SLOTS, ids=["all", "pads", "int32"])
-def test_materialize_layers_and_load_equal_the_per_layer_loop(kind, slots):
-    model, loop = make_mamba2_model(kind, 3, S, seed=6), make_mamba2_model(kind, 3, S, seed=6)
+def test_materialize_layers_and_load_equal_the_per_layer_loop(name, kind, slots):
+    model, loop = make_fold_model(name, kind, 3, S, seed=6), make_fold_model(name, kind, 3, S, seed=6)
     layers = LayerCaches(model)
     states = layers.materialize(slots)
     batch = S if slots is None else slots.shape[0]
@@ -270,7 +303,7 @@ def test_materialize_layers_and_load_equal_the_per_layer_loop(kind, slots):
     for i, cache in enumerate(loop):
         assert torch.equal(states[i], cache.materialize(slots)), f"layer {i}"
     out = torch.empty_like(states)
-    torch.ops.replayssm.mamba2_materialize_layers(*layer_op_args(layers), out, slots, -1)
+    layer_op(name, "materialize")(*layer_op_args(layers), out, *flags(name, layers), slots, -1)
     assert torch.equal(out, states)
     assert_same_models(model, loop, "materialize changes nothing")
 
@@ -287,13 +320,22 @@ def test_materialize_layers_and_load_equal_the_per_layer_loop(kind, slots):
 def test_a_mixed_group_loops_the_fold_ops_and_materializes_a_list():
     model, loop = make_model(5, S, seed=7), make_model(5, S, seed=7)
     layers = LayerCaches(model)
-    assert not layers.mamba2 and not layers.one_launch_fold
+    assert layers.fold_family is None and not layers.one_launch_fold
     layers.flush()
     for cache in loop:
         cache.flush()
     assert_same_models(model, loop, "flush of a mixed group")
     states = layers.materialize()
     assert isinstance(states, list) and [s.shape for s in states] == [c.materialize().shape for c in loop]
+    assert layers.fold_loop_reason == "the layers are of several families (gdn, kda, mamba2)"
+
+
+def test_a_kda_group_loops_the_fold_ops():
+    """KDA has no kernels (its ops run the reference), so no layer table: its group loops, silently."""
+    kda = [c for c in make_model(15, S, seed=8) if c.family == "kda"]
+    layers = LayerCaches(kda)
+    assert layers.fold_family is None and layers.fold_loop_reason == "kda layers have no layer table"
+    assert isinstance(layers.materialize(), list)
 
 
 @pytest.mark.parametrize("field, change, match", [
@@ -315,6 +357,28 @@ def test_mamba2_layers_that_differ_loop_and_say_why(field, change, match):
     assert not layers.one_launch_fold and re.search(match, layers.fold_loop_reason)
 
 
+@pytest.mark.parametrize("field, change, match", [
+    ("head_k_dim", {"head_k_dim": 4}, r"caches\[1\]\.head_k_dim = 4, caches\[0\]\.head_k_dim = 8"),
+    ("use_qk_l2norm", {"use_qk_l2norm": False},
+     r"caches\[1\]\.weights\.use_qk_l2norm = False, caches\[0\]\.weights\.use_qk_l2norm = True"),
+    ("read_copy_dtype", {"read_copy_dtype": torch.bfloat16},
+     r"differ in the dtype of read_copy: caches\[1\]\.read_copy has torch.bfloat16"),
+])
+def test_gdn_layers_that_differ_loop_and_say_why(field, change, match):
+    def make(**kw):
+        fam = family("gdn", dtype=torch.float32, act_dtype=torch.bfloat16, head_k_dim=kw.pop("head_k_dim", 8))
+        fam.weights = dataclasses.replace(fam.weights, use_qk_l2norm=kw.pop("use_qk_l2norm", True))
+        args = dict(buffer_len=8, max_draft_tokens=2, read_copy_dtype=FP8)
+        args.update(kw)
+        return fam.make_cache(S, **args)
+    with pytest.warns(RuntimeWarning, match=r"LayerCaches: commit, flush and materialize loop over the "
+                                            r"layers: the layers .*" + match):
+        layers = LayerCaches([make(), make(**change)])
+    assert layers.fold_family is None and not layers.one_launch_fold and re.search(match, layers.fold_loop_reason)
+    states = layers.materialize()   # layers of two shapes: one state each
+    assert isinstance(states, list) and len(states) == 2
+
+
 def test_layer_ops_name_the_layer_and_the_list():
     model = make_mamba2_model(MAMBA2_KINDS[0], 3, S)
     table, *lists = layer_op_args(LayerCaches(model))
@@ -328,3 +392,18 @@ def test_layer_ops_name_the_layer_and_the_list():
         torch.ops.replayssm.mamba2_flush_layers(table, *bad, None, -1)
     with pytest.raises(ValueError, match=r"LayerCaches.load: `states` must be a \(layers = 3, batch, \.\.\.\) tensor"):
         LayerCaches(model).load(torch.zeros(2, 1, 6, 5, 4))
+
+
+def test_gdn_layer_ops_name_the_layer_and_the_list():
+    model = make_fold_model("gdn", GDN_KINDS[0], 3, S)
+    table, *lists = layer_op_args(LayerCaches(model))
+    bad = [list(t) for t in lists]
+    bad[3][1] = bad[3][1][:, :, :4]
+    with pytest.raises(ValueError, match=r"gdn_flush_layers: layer 1's `k_bufs` must have layer 0's shape"):
+        torch.ops.replayssm.gdn_flush_layers(table, *bad, True, None, -1)
+    bad = [list(t) for t in lists]
+    bad[7] = bad[7][:1]
+    with pytest.raises(ValueError, match=r"gdn_commit_layers: `u_bufs` must hold one tensor per layer \(3\), got 1"):
+        torch.ops.replayssm.gdn_commit_layers(table, *bad, torch.ones(2, dtype=torch.int32), 2, True, None, -1)
+    with pytest.raises(ValueError, match=r"gdn_materialize_layers: `out` must have shape"):
+        torch.ops.replayssm.gdn_materialize_layers(table, *lists, torch.empty(2, S, 4, 6, 8), True, None, -1)

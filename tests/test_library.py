@@ -90,15 +90,17 @@ def _op_args(op_name):
             "copy_slots_table": (cache.cache_tensors, torch.zeros(0, dtype=torch.int64), torch.tensor([0, 1]),
                                  torch.tensor([2, 0]), -1),
         }[op_name]
-    if op_name in _schemas.LAYER_OPS:   # two Mamba-2 layers, their lists as LayerCaches passes them
-        _, first = _filled_cache("mamba2", torch.bfloat16)
-        layers = LayerCaches([first, _filled_cache("mamba2", torch.bfloat16)[1]])
+    if op_name in _schemas.LAYER_OPS:   # two layers of the op's family, their lists as LayerCaches passes them
+        family_name, kind = op_name.split("_")[:2]
+        _, first = _filled_cache(family_name, torch.bfloat16)
+        layers = LayerCaches([first, _filled_cache(family_name, torch.bfloat16)[1]])
         head = (torch.zeros(0, dtype=torch.int64), *layers._layer_lists)
+        flags = (True,) if family_name == "gdn" else ()   # GDN: use_qk_l2norm
         return {
-            "mamba2_commit_layers": (*head, torch.tensor([2, 1, 1], dtype=torch.int32), 2, slots, -1),
-            "mamba2_flush_layers": (*head, slots, -1),
-            "mamba2_materialize_layers": (*head, torch.empty(2, 3, *first.checkpoint.shape[1:]), slots, -1),
-        }[op_name]
+            "commit": (*head, torch.tensor([2, 1, 1], dtype=torch.int32), 2, *flags, slots, -1),
+            "flush": (*head, *flags, slots, -1),
+            "materialize": (*head, torch.empty(2, 3, *first.checkpoint.shape[1:]), *flags, slots, -1),
+        }[kind]
     family_name, kind = op_name.split("_", 1)
     fam, cache = _filled_cache(family_name, torch.bfloat16)
     batch, T = 3, 2

@@ -37,8 +37,9 @@ FAMILIES = {
         "step": ("families/gdn/step_launch.cuh", "replayssm::gdn", "launch_step_shape", "const GdnParams&", "step kernels"),
         "verify": ("families/gdn/verify_launch.cuh", "replayssm::gdn", "launch_verify_shape", "const GdnParams&",
                    "verify kernels"),
-        "fold": ("families/gdn/fold_launch.cuh", "replayssm::gdn", "launch_fold_shape", "const GdnParams&",
-                 "fold kernels (commit, flush, materialize)"),
+        "fold": ("families/gdn/fold_launch.cuh", "replayssm::gdn", "launch_fold_shape",
+                 "const GdnParams&, const LayerTableArgs*",
+                 "fold kernels (commit, flush, materialize; one layer or a layer table)"),
     }),
 }
 

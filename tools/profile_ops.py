@@ -16,7 +16,8 @@ never merge in the table):
     copy_slots (batch/8 slots or pairs: the requests that finish or fork in one decode step); then
     fill_slots_table and copy_slots_table over both layers' tensors (LayerCaches' one launch); then
     mamba2_commit_layers, mamba2_flush_layers and mamba2_materialize_layers over the Mamba-2 layer and a
-    copy of it (LayerCaches' one launch of each).
+    copy of it, and gdn_commit_layers, gdn_flush_layers and gdn_materialize_layers over the GDN layer and
+    a copy of it (LayerCaches' one launch of each).
 
 Each compiled op opens an NVTX range named after it (domain "replayssm"), so
 `ncu --nvtx --nvtx-include "regex:replayssm@.+/"` profiles the ops' kernels and none of the launcher's
@@ -221,6 +222,27 @@ def build_calls(args) -> list[Call]:
               Call("mamba2_flush_layers", "2 layers", lambda: ops.mamba2_flush_layers(layer_table, *lists, slots, -1)),
               Call("mamba2_materialize_layers", "2 layers",
                    lambda: ops.mamba2_materialize_layers(layer_table, *lists, out, slots, -1))]
+
+    # The same three over the GDN layer and a copy of it, with the read copy of the Mamba-2 calls above.
+    gck = g["checkpoint"]
+    grc, grs = g["copies"].get(copy) or (torch.empty_like(gck, dtype=torch.bfloat16), None)
+    gtwo = [[t, t.clone()] if t is not None else []
+            for t in (gck, grc, grs, *g["buffers"], g["num_committed"], g["num_verified"])]
+    glists = [*gtwo, []]
+    gnv = glists[9]
+    g_table = (_extension._C.gdn_layer_table(*glists) if gck.is_cuda and _extension.is_compiled()
+               else torch.zeros(0, dtype=torch.int64))
+    gout = torch.empty(2, batch, HV, V, K, device=dev)
+
+    def gdn_commit_layers():
+        for t in gnv:
+            t.fill_(T)
+        ops.gdn_commit_layers(g_table, *glists, accepted, T, True, slots, -1)
+
+    calls += [Call("gdn_commit_layers", "2 layers", gdn_commit_layers),
+              Call("gdn_flush_layers", "2 layers", lambda: ops.gdn_flush_layers(g_table, *glists, True, slots, -1)),
+              Call("gdn_materialize_layers", "2 layers",
+                   lambda: ops.gdn_materialize_layers(g_table, *glists, gout, True, slots, -1))]
     return calls
 
 

@@ -110,7 +110,25 @@
   X(gdn_materialize,                                                                               \
     "gdn_materialize(Tensor checkpoint, Tensor k_buf, Tensor v_buf, Tensor g_buf, Tensor beta_buf, " \
     "Tensor u_buf, Tensor num_committed, Tensor(a!) out, bool use_qk_l2norm, Tensor? slots, "       \
-    "int pad_slot_id) -> ()")
+    "int pad_slot_id) -> ()")                                                                     \
+  X(gdn_commit_layers, \
+    "gdn_commit_layers(" \
+    "Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
+    "Tensor(d!)[] k_bufs, Tensor(e!)[] v_bufs, Tensor(f!)[] g_bufs, Tensor(g!)[] beta_bufs, Tensor(h!)[] u_bufs, " \
+    "Tensor(i!)[] num_committed, Tensor(j!)[] num_verified, Tensor(k!)[] error_words, " \
+    "Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+  X(gdn_flush_layers, \
+    "gdn_flush_layers(" \
+    "Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
+    "Tensor(d!)[] k_bufs, Tensor(e!)[] v_bufs, Tensor(f!)[] g_bufs, Tensor(g!)[] beta_bufs, Tensor(h!)[] u_bufs, " \
+    "Tensor(i!)[] num_committed, Tensor(j!)[] num_verified, Tensor(k!)[] error_words, " \
+    "bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+  X(gdn_materialize_layers, \
+    "gdn_materialize_layers(" \
+    "Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
+    "Tensor(d!)[] k_bufs, Tensor(e!)[] v_bufs, Tensor(f!)[] g_bufs, Tensor(g!)[] beta_bufs, Tensor(h!)[] u_bufs, " \
+    "Tensor(i!)[] num_committed, Tensor(j!)[] num_verified, Tensor(k!)[] error_words, " \
+    "Tensor(l!) out, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()")
 
 namespace replayssm {
 
@@ -256,5 +274,25 @@ void gdn_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, cons
                      const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
                      const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
                      const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+// Every GDN layer of a model in one launch each (families/gdn/spec_api.cpp; replayssm_cuda.LayerCaches):
+// gdn_layer_table (not an op; _C.gdn_layer_table) builds, once, the device table of the layers' pointers
+// that the gdn_*_layers ops take with the same lists.
+at::Tensor gdn_layer_table(at::TensorList checkpoints, at::TensorList read_copies, at::TensorList read_scales,
+                           at::TensorList k_bufs, at::TensorList v_bufs, at::TensorList g_bufs,
+                           at::TensorList beta_bufs, at::TensorList u_bufs, at::TensorList num_committed,
+                           at::TensorList num_verified, at::TensorList error_words);
+
+#define REPLAYSSM_GDN_LAYER_ARGS                                                                                    \
+  const at::Tensor &layer_table, at::TensorList checkpoints, at::TensorList read_copies, at::TensorList read_scales, \
+      at::TensorList k_bufs, at::TensorList v_bufs, at::TensorList g_bufs, at::TensorList beta_bufs,               \
+      at::TensorList u_bufs, at::TensorList num_committed, at::TensorList num_verified, at::TensorList error_words
+void gdn_commit_layers(REPLAYSSM_GDN_LAYER_ARGS, const at::Tensor& num_accepted, int64_t max_draft_tokens,
+                       bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+void gdn_flush_layers(REPLAYSSM_GDN_LAYER_ARGS, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                      int64_t pad_slot_id);
+void gdn_materialize_layers(REPLAYSSM_GDN_LAYER_ARGS, const at::Tensor& out, bool use_qk_l2norm,
+                            const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+#undef REPLAYSSM_GDN_LAYER_ARGS
 
 }  // namespace replayssm

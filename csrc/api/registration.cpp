@@ -101,6 +101,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       pybind11::arg("B_bufs"), pybind11::arg("dt_bufs"), pybind11::arg("num_committed"),
       pybind11::arg("num_verified"), pybind11::arg("A"), pybind11::arg("rounding_seeds"),
       pybind11::arg("error_words"));
+  m.def(
+      "gdn_layer_table",
+      [](const std::vector<at::Tensor>& checkpoints, const std::vector<at::Tensor>& read_copies,
+         const std::vector<at::Tensor>& read_scales, const std::vector<at::Tensor>& k_bufs,
+         const std::vector<at::Tensor>& v_bufs, const std::vector<at::Tensor>& g_bufs,
+         const std::vector<at::Tensor>& beta_bufs, const std::vector<at::Tensor>& u_bufs,
+         const std::vector<at::Tensor>& num_committed, const std::vector<at::Tensor>& num_verified,
+         const std::vector<at::Tensor>& error_words) {
+        return replayssm::gdn_layer_table(checkpoints, read_copies, read_scales, k_bufs, v_bufs, g_bufs, beta_bufs,
+                                          u_bufs, num_committed, num_verified, error_words);
+      },
+      "the device table of the gdn_*_layers ops for these layers' cache tensors (built once: it validates them "
+      "and copies the layers' pointers to their device)",
+      pybind11::arg("checkpoints"), pybind11::arg("read_copies"), pybind11::arg("read_scales"), pybind11::arg("k_bufs"),
+      pybind11::arg("v_bufs"), pybind11::arg("g_bufs"), pybind11::arg("beta_bufs"), pybind11::arg("u_bufs"),
+      pybind11::arg("num_committed"), pybind11::arg("num_verified"), pybind11::arg("error_words"));
   replayssm::register_launch_api(m);
   replayssm::register_capabilities(m);
 }

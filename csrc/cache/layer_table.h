@@ -7,7 +7,7 @@
 // op fills exactly as the per-layer op fills them, and only the pointers below differ per layer.
 //
 // The table, int64 words: [0] fingerprint (the pointers, shapes, strides and dtypes of every tensor of
-// every layer, layer_fingerprint), [1] the number of layers, then one LayerPointers record (16 words) per
+// every layer, api/layer_table_api.h), [1] the number of layers, then one LayerPointers record (16 words) per
 // layer. Built once (the API's <family>_layer_table, one host-to-device copy); each op computes the
 // fingerprint of the tensors it was called with and the kernels trap when the table's differs (a table
 // built for other tensors), like a device-side assert.
@@ -18,8 +18,8 @@
 namespace replayssm {
 
 constexpr int kLayerTableHeader = 2;
-// Buffers and weights a family names per layer: Mamba-2 uses x_buf, B_buf, dt_buf and A; GDN and KDA
-// would use k_buf, v_buf, g_buf, beta_buf, u_buf and A_log, dt_bias.
+// Buffers and weights a family names per layer: Mamba-2 uses x_buf, B_buf, dt_buf and A; GDN uses
+// k_buf, v_buf, g_buf, beta_buf and u_buf (its fold reads no weights and has no rounding seed).
 constexpr int kLayerMaxBuffers = 5;
 constexpr int kLayerMaxWeights = 2;
 

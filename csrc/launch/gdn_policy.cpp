@@ -79,7 +79,11 @@ int plan_gdn_fold_stages(const RingBytes& ring, const DeviceInfo& device) { retu
 GdnFoldPlan plan_gdn_fold(const GdnFoldProblem& problem, int stages, int ctas_per_sm, const DeviceInfo& device) {
   GdnFoldPlan plan;
   plan.ring_stages = stages;
-  plan.grid = std::min(problem.batch * problem.v_heads, resident_ctas(device.sm_count, ctas_per_sm));
+  // The layers of a layered launch share the resident CTAs: each layer's CTAs walk its items as one
+  // layer's persistent grid does (at least one CTA per layer; more layers than resident CTAs queue).
+  const int64_t layers = std::max(problem.layers, 1);
+  plan.grid = std::min(problem.batch * problem.v_heads,
+                       std::max<int64_t>(resident_ctas(device.sm_count, ctas_per_sm) / layers, 1));
   return plan;
 }
 

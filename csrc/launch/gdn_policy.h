@@ -66,11 +66,12 @@ GdnVerifyPlan plan_gdn_verify(const GdnVerifyProblem& problem, int stages, int c
 struct GdnFoldProblem {
   int64_t batch = 0;
   int v_heads = 0;
+  int layers = 1;  // a layered launch folds every layer of a layer table (cache/layer_table.h)
 };
 
 struct GdnFoldPlan {
   int ring_stages = 0;
-  int64_t grid = 0;
+  int64_t grid = 0;  // CTAs per layer (gridDim.x); a layered launch has `layers` of them (gridDim.y)
 };
 
 // Ring stages, before the occupancy query (0: not even one stage fits).

@@ -6,6 +6,7 @@
     bench mamba2 layers     every layer's slot and fold ops: the per-layer loop vs LayerCaches' one launch
     bench gdn cycle         Gated DeltaNet: update (and fla's fused_recurrent) vs the replay step's cycles
     bench gdn spec          Gated DeltaNet: conventional T-token snapshots vs verify(T) + commit
+    bench gdn layers        every GDN layer's slot and fold ops: the per-layer loop vs LayerCaches' one launch
     bench copy              the device copy bandwidth (the ceiling), also at the sizes kernels move
     bench compare           two builds' JSON files, row by row
 

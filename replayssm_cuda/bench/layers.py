@@ -1,16 +1,17 @@
-"""`bench mamba2 layers`: the slot and fold ops of every Mamba-2 layer of a model, the per-layer loop (the
-baseline: each layer's own method, one launch per layer, two for commit, flush and a staggered reset)
-against LayerCaches' one launch per call (two for commit and flush: the fold and the cursor kernel).
+"""`bench mamba2 layers` and `bench gdn layers`: the slot and fold ops of every layer of a model of one
+family, the per-layer loop (the baseline: each layer's own method, one launch per layer, two for commit,
+flush and a staggered reset) against LayerCaches' one launch per call (two for commit and flush: the fold
+and the cursor kernel).
 
-A model of --layers Mamba-2 layers (default 40, super120b@tp4: H=32 P=64 N=128 G=2), --slots slots
-(default 512), fp32 checkpoints with the --copies read copy, buffer_len L, T = --tokens draft tokens,
-staggered_flush. Each op runs on `batch` rows on distinct random slots, captured in a CUDA graph (µs per
-call, median of replays); before each replay, outside the timed region, the cursors are put back at
-random positions in [0, L - T] with a pending verify of T entries in every slot, so commit and flush fold
-what a serving step folds. GB/s: the bytes the op must move over all layers (reset: every byte of the
-rows' slots written; copy_slots: read and written; materialize: the checkpoint rows read and the fp32
-states written); commit and flush have none (what they move follows the cursors). LayerCaches.load runs
-the per-layer loads on both paths, so it is not timed here.
+A model of --layers layers (default 40; Mamba-2 super120b@tp4: H=32 P=64 N=128 G=2, GDN qwen122b@tp4:
+H=4 HV=16 K=V=128), --slots slots (default 512), fp32 checkpoints with the --copies read copy, buffer_len
+L, T = --tokens draft tokens, staggered_flush. Each op runs on `batch` rows on distinct random slots,
+captured in a CUDA graph (µs per call, median of replays); before each replay, outside the timed region,
+the cursors are put back at random positions in [0, L - T] with a pending verify of T entries in every
+slot, so commit and flush fold what a serving step folds. GB/s: the bytes the op must move over all
+layers (reset: every byte of the rows' slots written; copy_slots: read and written; materialize: the
+checkpoint rows read and the fp32 states written); commit and flush have none (what they move follows
+the cursors). LayerCaches.load runs the per-layer loads on both paths, so it is not timed here.
 """
 
 from __future__ import annotations
@@ -20,32 +21,53 @@ import warnings
 
 import torch
 
-from . import timing
-from .mamba2 import COPIES, FAMILY
+from . import gdn, mamba2, timing
+from .mamba2 import COPIES
 from .registry import Bench, Case, Measurement
 
 OPS = ("reset", "copy_slots", "commit", "flush", "materialize")
 
 
+def _mamba2_cache(d, slots, **kw):
+    from replayssm_cuda import Mamba2Cache, Mamba2Weights
+
+    cache = Mamba2Cache(slots, d.H, d.P, d.N, d.G, Mamba2Weights(A=-0.5 - torch.rand(d.H, device="cuda")), **kw)
+    cache.x_buf.normal_()
+    cache.B_buf.normal_()
+    cache.dt_buf.uniform_(0, 0.1)
+    return cache
+
+
+def _gdn_cache(d, slots, **kw):
+    from replayssm_cuda import DeltaRuleWeights, GDNCache
+
+    weights = DeltaRuleWeights(A_log=torch.log(0.05 + 0.45 * torch.rand(d.HV, device="cuda")),
+                               dt_bias=0.5 * torch.randn(d.HV, device="cuda"))
+    cache = GDNCache(slots, d.H, d.HV, d.K, d.V, weights, **kw)
+    for t in (cache.k_buf, cache.v_buf, cache.u_buf):
+        t.normal_(std=0.1)
+    cache.g_buf.uniform_(-0.5, 0)
+    cache.beta_buf.uniform_(0, 1)
+    return cache
+
+
+MAKE_CACHE = {"mamba2": _mamba2_cache, "gdn": _gdn_cache}
+
+
 class Model:
     """The --layers caches (and a LayerCaches over them) of one (dims, copy) configuration."""
 
-    def __init__(self, d, copy: str, layers: int, slots: int, L: int, T: int):
-        from replayssm_cuda import LayerCaches, Mamba2Cache, Mamba2Weights
+    def __init__(self, family: str, d, copy: str, layers: int, slots: int, L: int, T: int):
+        from replayssm_cuda import LayerCaches
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            self.caches = [Mamba2Cache(slots, d.H, d.P, d.N, d.G,
-                                       Mamba2Weights(A=-0.5 - torch.rand(d.H, device="cuda")), buffer_len=L,
-                                       max_draft_tokens=T, read_copy_dtype=COPIES[copy], device="cuda",
-                                       staggered_flush=True, backend="cuda") for _ in range(layers)]
-        for c in self.caches:
-            c.x_buf.normal_()
-            c.B_buf.normal_()
-            c.dt_buf.uniform_(0, 0.1)
+            self.caches = [MAKE_CACHE[family](d, slots, buffer_len=L, max_draft_tokens=T,
+                                              read_copy_dtype=COPIES[copy], device="cuda", staggered_flush=True,
+                                              backend="cuda") for _ in range(layers)]
         self.layers = LayerCaches(self.caches)
         if not (self.layers.one_launch and self.layers.one_launch_fold):
-            raise RuntimeError(f"bench mamba2 layers: this build does not run LayerCaches in one launch "
+            raise RuntimeError(f"bench {family} layers: this build does not run LayerCaches in one launch "
                                f"({self.layers!r})")
         self.slots, self.L, self.T = slots, L, T
         self.slot_bytes = sum(c.bytes_per_slot()["total"] for c in self.caches)
@@ -85,15 +107,16 @@ def measure(model: Model, op: str, path: str, batch: int) -> Measurement:
 
 
 @functools.lru_cache(maxsize=1)  # one model at a time: 40 layers of 512 slots are tens of GB
-def _model(dims_label, d, copy, layers, slots, L, T):
-    return Model(d, copy, layers, slots, L, T)
+def _model(family, dims_label, d, copy, layers, slots, L, T):
+    return Model(family, d, copy, layers, slots, L, T)
 
 
-def plan_layers(args, dims_list):
+def plan_layers(family, args, dims_list):
     cases, notes = [], []
     for d in dims_list:
         for copy in args.copies:
-            model = functools.partial(_model, d.label, d, copy, args.layers, args.slots, args.buffer_len, args.tokens)
+            model = functools.partial(_model, family, d.label, d, copy, args.layers, args.slots, args.buffer_len,
+                                      args.tokens)
             for batch in args.batches:
                 if batch > args.slots:
                     notes.append(f"batch {batch} skipped: more than --slots {args.slots}")
@@ -111,7 +134,7 @@ def plan_layers(args, dims_list):
 
 
 def _arguments(parser):
-    parser.add_argument("--layers", type=int, default=40, help="Mamba-2 layers of the model (default 40)")
+    parser.add_argument("--layers", type=int, default=40, help="layers of the model (default 40)")
     parser.add_argument("--slots", type=int, default=512, help="slots of every layer's cache (default 512)")
     parser.add_argument("--tokens", type=int, default=4, help="draft tokens T (max_draft_tokens; default 4)")
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS), metavar="OP",
@@ -128,9 +151,11 @@ def check_args(args) -> None:
 LAYERS_DOC = ("µs per call over all layers: each op as the per-layer loop (the baseline) and as LayerCaches' "
               "one launch (CUDA-graph replay).")
 
-FAMILY.add(Bench("layers", "every layer's reset / copy_slots / commit / flush / materialize: loop vs one launch",
-                 LAYERS_DOC + "\n\n" + __doc__, plan_layers, _arguments, default_dims=("super120b@tp4",),
-                 default_batches=(8, 64, 256), default_copies=("bf16",),
-                 needs_ops=("mamba2_commit_layers", "mamba2_flush_layers", "mamba2_materialize_layers",
-                            "fill_slots_table", "copy_slots_table"),
-                 check=check_args))
+for _family, _module, _dims in (("mamba2", mamba2, "super120b@tp4"), ("gdn", gdn, "qwen122b@tp4")):
+    _module.FAMILY.add(Bench(
+        "layers", "every layer's reset / copy_slots / commit / flush / materialize: loop vs one launch",
+        LAYERS_DOC + "\n\n" + __doc__, functools.partial(plan_layers, _family), _arguments, default_dims=(_dims,),
+        default_batches=(8, 64, 256), default_copies=("bf16",),
+        needs_ops=(*(f"{_family}_{kind}_layers" for kind in ("commit", "flush", "materialize")),
+                   "fill_slots_table", "copy_slots_table"),
+        check=check_args))

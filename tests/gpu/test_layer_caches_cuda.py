@@ -2,8 +2,8 @@
 mixed checkpoint / read-copy dtypes, staggered cursors, layer views of one engine pool) run as ONE
 launch and equal the loop over the layers' own methods bit for bit: random slots, pads, out-of-range
 ids, overlapping source and destination lists (the gather across all layers), eagerly and replayed in
-a CUDA graph; and commit, flush and materialize of a Mamba-2 group in one launch each, equal to the loop.
-The launches are counted with torch.profiler."""
+a CUDA graph; commit, flush and materialize of a Mamba-2 group and of a GDN group likewise, one launch
+each (load the per-layer loads). The launches are counted with torch.profiler."""
 
 import warnings
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from families import family
-from replayssm_cuda import LayerCaches, Mamba2Cache
+from replayssm_cuda import LayerCaches, Mamba2Cache, _extension
 
 FP8 = torch.float8_e4m3fn
 NUM_LAYERS = 40
@@ -369,3 +369,136 @@ def test_mamba2_layer_table_refuses_other_tensors():
     lists[0][1] = lists[0][1][:, :4]
     with pytest.raises(RuntimeError, match=r"mamba2_flush_layers: layer 1's checkpoints must have layer 0's shape"):
         torch.ops.replayssm.mamba2_flush_layers(layers._layer_table, *lists, None, -1)
+
+
+# ---- commit, flush, materialize of a GDN group: one launch each; load: the per-layer loads -------------
+
+# (checkpoint dtype, read copy dtype, buffer_len, max_draft_tokens, staggered_flush, dims). 12 layers of
+# 300 slots: about 1 GB a model at K = V = 128 (two models a test).
+GDN_KINDS = [
+    (torch.float32, torch.bfloat16, 16, 4, True, dict(heads=2, v_heads=4, head_k_dim=128, head_v_dim=128)),
+    (torch.bfloat16, FP8, 16, 3, False, dict(heads=2, v_heads=4, head_k_dim=128, head_v_dim=128)),
+    (torch.float32, None, 8, 2, False, dict(heads=2, v_heads=8, head_k_dim=64, head_v_dim=64)),
+]
+GDN_IDS = ["fp32-bf16copy-staggered-k128", "bf16-fp8copy-k128", "fp32-nocopy-k64"]
+GDN_LAYERS = 12
+
+
+def make_gdn_model(kind, seed, num_layers=GDN_LAYERS):
+    """A GDN group on the GPU: random states, buffers (decays g < 0, beta in (0, 1)), cursors in [0, L - T]
+    and pending verifies of 0..T entries."""
+    ck, rc, L, T, staggered, dims = kind
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    caches = []
+    for i in range(num_layers):
+        fam = family("gdn", dtype=ck, act_dtype=torch.bfloat16, device="cuda", seed=seed + i, **dims)
+        cache = fam.make_cache(S, buffer_len=L, max_draft_tokens=T, read_copy_dtype=rc, staggered_flush=staggered,
+                               backend="cuda")
+        cache.load(0.3 * torch.randn(S, *cache.checkpoint.shape[1:], device="cuda", generator=gen))
+        for t in (cache.k_buf, cache.v_buf, cache.u_buf):
+            t.copy_(torch.rand(t.shape, device="cuda", generator=gen) - 0.5)
+        cache.g_buf.copy_(-0.5 * torch.rand(cache.g_buf.shape, device="cuda", generator=gen))
+        cache.beta_buf.copy_(torch.rand(cache.beta_buf.shape, device="cuda", generator=gen))
+        cache.num_committed.copy_(torch.randint(0, L - T + 1, (S,), device="cuda", generator=gen, dtype=torch.int32))
+        cache.num_verified.copy_(torch.randint(0, T + 1, (S,), device="cuda", generator=gen, dtype=torch.int32))
+        caches.append(cache)
+    return caches
+
+
+@pytest.mark.parametrize("kind", GDN_KINDS, ids=GDN_IDS)
+@pytest.mark.parametrize("batch", [8, 64, 256])
+def test_gdn_fold_ops_equal_the_per_layer_loop(kind, batch):
+    model, loop = make_gdn_model(kind, seed=60), make_gdn_model(kind, seed=60)
+    layers = LayerCaches(model)
+    assert layers.one_launch_fold and layers.fold_family == "gdn", layers
+    slots, accepted = fold_rows(batch, seed=61, T=kind[3])
+    layers.commit(accepted, slots)
+    for cache in loop:
+        cache.commit(accepted, slots)
+    assert_same_models(model, loop, "commit")
+    for a, b in zip(model, loop):
+        # the first misuse to land depends on CTA timing: the code is compared, the count is a misuse
+        assert torch.equal(a.error_word[0], b.error_word[0])
+        code, _, value, limit = a.error_word.tolist()
+        assert code == 0 or not 0 <= value <= limit, a.error_word
+    states = layers.materialize(slots)
+    assert states.shape == (GDN_LAYERS, batch, *model[0].checkpoint.shape[1:])
+    for i, cache in enumerate(loop):
+        assert torch.equal(states[i], cache.materialize(slots)), f"materialize: layer {i}"
+    layers.flush(slots)
+    for cache in loop:
+        cache.flush(slots)
+    assert_same_models(model, loop, "flush")
+    new_states = states.roll(1, dims=1).contiguous() * 0.5
+    layers.load(new_states, slots)
+    for i, cache in enumerate(loop):
+        cache.load(new_states[i], slots)
+    assert_same_models(model, loop, "load")
+    layers.flush()   # every slot
+    for cache in loop:
+        cache.flush()
+    assert_same_models(model, loop, "flush of every slot")
+
+
+def test_gdn_fold_ops_replay_in_a_cuda_graph():
+    kind = GDN_KINDS[0]
+    model, loop = make_gdn_model(kind, seed=70), make_gdn_model(kind, seed=70)
+    layers = LayerCaches(model)
+    slots, accepted = fold_rows(64, seed=71, T=kind[3])
+    states = layers.materialize(slots)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):       # warm-up outside the capture (on copies of the model)
+        warm = LayerCaches(make_gdn_model(kind, seed=70, num_layers=2))
+        warm.commit(accepted, slots)
+        warm.flush(slots)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layers.commit(accepted, slots)
+        layers.materialize(slots, out=states)
+        layers.flush(slots)
+        layers.load(states, slots)
+    for round_ in range(2):
+        new_slots, new_accepted = fold_rows(64, seed=72 + round_, T=kind[3])
+        slots.copy_(new_slots)
+        accepted.copy_(new_accepted)
+        for cache in model + loop:   # a pending verify in every slot again
+            cache.num_verified.fill_(kind[3])
+        graph.replay()
+        for cache in loop:
+            cache.commit(accepted, slots)
+            expect = cache.materialize(slots)
+            cache.flush(slots)
+            cache.load(expect, slots)
+        torch.cuda.synchronize()
+        assert_same_models(model, loop, f"graph replay {round_}")
+
+
+def test_gdn_fold_ops_launch_once_where_the_loop_launches_per_layer():
+    model = make_gdn_model(GDN_KINDS[2], seed=80)
+    layers = LayerCaches(model)
+    slots, accepted = fold_rows(64, seed=81, T=GDN_KINDS[2][3])
+    states = layers.materialize(slots)
+    counts = {"commit": len(_cuda_events(lambda: layers.commit(accepted, slots))),
+              "flush": len(_cuda_events(lambda: layers.flush(slots))),
+              "materialize": len(_cuda_events(lambda: layers.materialize(slots, out=states)))}
+    assert counts == {"commit": 2, "flush": 2, "materialize": 1}, counts   # the fold and the cursor kernel
+    assert len(_cuda_events(lambda: [c.commit(accepted, slots) for c in model])) == 2 * GDN_LAYERS
+
+
+def test_gdn_layer_table_refuses_other_tensors():
+    kind = GDN_KINDS[2]
+    layers = LayerCaches(make_gdn_model(kind, seed=90, num_layers=3))
+    other = LayerCaches(make_gdn_model(kind, seed=91, num_layers=2))
+    with pytest.raises(RuntimeError, match=r"gdn_flush_layers: layer_table must be the contiguous \(50,\) int64 "
+                                           r"table that replayssm_cuda._C.gdn_layer_table built"):
+        torch.ops.replayssm.gdn_flush_layers(other._layer_table, *layers._layer_lists, True, None, -1)
+    lists = [list(t) for t in layers._layer_lists]
+    lists[0][1] = lists[0][1][:, :4]
+    with pytest.raises(RuntimeError, match=r"gdn_flush_layers: layer 1's checkpoints must have layer 0's shape"):
+        torch.ops.replayssm.gdn_flush_layers(layers._layer_table, *lists, True, None, -1)
+    lists = [list(t) for t in layers._layer_lists]
+    lists[3][1] = lists[3][0]
+    with pytest.raises(RuntimeError, match=r"gdn_layer_table: layer 1's k_bufs shares its memory"):
+        _extension._C.gdn_layer_table(*lists)

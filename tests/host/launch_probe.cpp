@@ -23,13 +23,13 @@
 //   verify BATCH H G CTAS                   -> "heads_per_cta grid_x grid_y"
 //   verifyring COMPILED_STAGES COMPILED_CTAS BYTES_1 .. BYTES_COMPILED  -> stages (0: none fits)
 //   foldring COMPILED_STAGES STATIC_BYTES BYTES_1 .. BYTES_COMPILED     -> stages (0: none fits)
-//   fold BATCH H STAGES CTAS                -> "ring_stages grid"
+//   fold BATCH H STAGES CTAS [LAYERS]       -> "ring_stages grid" (grid: CTAs per layer)
 //   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
 //   gdnstep BATCH HV STAGGERED              -> "grid_x grid_y" (plan_gdn_step)
 //   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
-//   gdnfold BATCH HV STAGES CTAS            -> "ring_stages grid" (plan_gdn_fold)
+//   gdnfold BATCH HV STAGES CTAS [LAYERS]   -> "ring_stages grid" (plan_gdn_fold; grid: CTAs per layer)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -192,6 +192,7 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     Mamba2FoldProblem problem;
     int stages, ctas;
     in >> problem.batch >> problem.heads >> stages >> ctas;
+    if (!(in >> problem.layers)) problem.layers = 1;  // LAYERS: a layered launch
     const Mamba2FoldPlan plan = plan_mamba2_fold(problem, stages, ctas, device);
     return std::to_string(plan.ring_stages) + " " + std::to_string(plan.grid);
   }
@@ -228,6 +229,7 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     GdnFoldProblem problem;
     int stages, ctas;
     in >> problem.batch >> problem.v_heads >> stages >> ctas;
+    if (!(in >> problem.layers)) problem.layers = 1;  // LAYERS: a layered launch
     const GdnFoldPlan plan = plan_gdn_fold(problem, stages, ctas, device);
     return std::to_string(plan.ring_stages) + " " + std::to_string(plan.grid);
   }

@@ -25,6 +25,7 @@
 #pragma once
 
 #include "cache/fold_rows.cuh"
+#include "cache/layer_table.h"
 #include "cache/slot_map.cuh"
 #include "families/gdn/fold.cuh"
 #include "families/gdn/variants.h"
@@ -87,8 +88,12 @@ struct FoldKernelSink {
 
 // kCopy: the cache has a read copy of dtype kRead (commit and flush refresh it; the launcher never
 // passes one to materialize). p.cache.buffer_len entries at most; stages: tiles in the ring.
+//
+// The body is fold_items, run by fold_kernel for one layer (the params' tensors) and by
+// fold_layers_kernel for every layer of a layer table (blockIdx.y the layer): the same code on other
+// pointers.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-__global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(const GdnParams p, const int stages) {
+__device__ __forceinline__ void fold_items(const GdnParams& p, const int stages) {
   using Layout = FoldLayout<kK, kV, kCkpt>;
   using View = FoldView<kK, kV, kAct>;
   extern __shared__ __align__(128) unsigned char smem_base[];
@@ -201,6 +206,35 @@ __global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(cons
     }
     items_before += items;
   }
+}
+
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+__global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(const GdnParams p, const int stages) {
+  fold_items<kK, kV, kCkpt, kCopy, kRead, kAct>(p, stages);
+}
+
+// Every layer of a layer table (cache/layer_table.h) in one launch: the CTAs of blockIdx.y fold layer
+// blockIdx.y, as fold_kernel folds one layer with a grid of gridDim.x CTAs. p holds layer 0's shapes,
+// strides and dtypes (shared by every layer) and the rows, slots and num_accepted of all layers;
+// materialize writes layer l's states at p.state_out + l * out_layer_stride. The record's buffers are
+// k_buf, v_buf, g_buf, beta_buf and u_buf, in that order.
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+__global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm)
+fold_layers_kernel(const GdnParams p, const int stages, const LayerTableArgs layers) {
+  const LayerPointers& lp = layer_pointers(layers, static_cast<int>(blockIdx.y));
+  GdnParams q = p;
+  q.cache.checkpoint = lp.checkpoint;
+  q.cache.read_copy = lp.read_copy;
+  q.cache.read_scale = lp.read_scale;
+  q.cache.k_buf = lp.buffers[0];
+  q.cache.v_buf = lp.buffers[1];
+  q.cache.g_buf = static_cast<float*>(lp.buffers[2]);
+  q.cache.beta_buf = static_cast<float*>(lp.buffers[3]);
+  q.cache.u_buf = static_cast<float*>(lp.buffers[4]);
+  q.cache.num_committed = lp.num_committed;
+  q.cache.num_verified = lp.num_verified;
+  if (p.state_out != nullptr) q.state_out = p.state_out + blockIdx.y * layers.out_layer_stride;
+  fold_items<kK, kV, kCkpt, kCopy, kRead, kAct>(q, stages);
 }
 
 }  // namespace gdn

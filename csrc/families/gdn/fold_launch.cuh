@@ -1,6 +1,7 @@
 // Host side of the Gated DeltaNet fold (commit, flush, materialize): the launch its plan
 // (launch/gdn_policy.h) chooses, and the dtype dispatch of one (K, V) shape
-// (instantiations/fold_k<K>_v<V>.cu).
+// (instantiations/fold_k<K>_v<V>.cu). `layers` null: one layer, p's tensors (fold_kernel); else every
+// layer of a layer table in one launch (fold_layers_kernel, one grid row per layer).
 #pragma once
 
 #include "common/device_info.h"
@@ -12,8 +13,9 @@ namespace replayssm {
 namespace gdn {
 
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-cudaError_t launch_fold_kernel(const GdnParams& p, cudaStream_t stream) {
-  auto kernel = fold_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>;
+cudaError_t launch_fold_kernel(const GdnParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
+  auto kernel = layers == nullptr ? reinterpret_cast<const void*>(fold_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>)
+                                  : reinterpret_cast<const void*>(fold_layers_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>);
   using Layout = FoldLayout<kK, kV, kCkpt>;
   static_assert(Layout::kMaxStages <= launch::kMaxRingStages, "the plan's ring table holds the compiled depth");
   launch::DeviceInfo device;
@@ -31,9 +33,17 @@ cudaError_t launch_fold_kernel(const GdnParams& p, cudaStream_t stream) {
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kFoldThreads, smem);
   if (err != cudaSuccess) return err;
-  const launch::GdnFoldPlan plan =
-      launch::plan_gdn_fold(launch::GdnFoldProblem{p.batch, p.v_heads}, stages, ctas_per_sm, device);
-  kernel<<<static_cast<unsigned>(plan.grid), kFoldThreads, smem, stream>>>(p, plan.ring_stages);
+  const int num_layers = layers == nullptr ? 1 : layers->num_layers;
+  const launch::GdnFoldPlan plan = launch::plan_gdn_fold(
+      launch::GdnFoldProblem{p.batch, p.v_heads, num_layers}, stages, ctas_per_sm, device);
+  if (layers == nullptr) {
+    fold_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>
+        <<<static_cast<unsigned>(plan.grid), kFoldThreads, smem, stream>>>(p, plan.ring_stages);
+  } else {
+    const dim3 grid(static_cast<unsigned>(plan.grid), static_cast<unsigned>(num_layers));
+    fold_layers_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>
+        <<<grid, kFoldThreads, smem, stream>>>(p, plan.ring_stages, *layers);
+  }
   return cudaGetLastError();
 }
 
@@ -41,12 +51,12 @@ cudaError_t launch_fold_kernel(const GdnParams& p, cudaStream_t stream) {
 // (K, V); instantiated once per shape file (instantiations/fold_k<K>_v<V>.cu, written by
 // tools/generate_instantiations.py).
 template <int kK, int kV>
-cudaError_t launch_fold_shape(const GdnParams& p, cudaStream_t stream) {
+cudaError_t launch_fold_shape(const GdnParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
   return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
     return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
                                             p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
       return launch_fold_kernel<kK, kV, decltype(ckpt)::value, decltype(copy)::value, decltype(read)::value,
-                                decltype(act)::value>(p, stream);
+                                decltype(act)::value>(p, layers, stream);
     });
   });
 }

@@ -30,6 +30,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cache/layer_table.h"
 #include "common/dtype.h"
 
 namespace replayssm {
@@ -141,5 +142,12 @@ cudaError_t launch_gdn_verify(const GdnParams& params, cudaStream_t stream);
 // params.mode selects commit, flush or materialize. Commit accepts num_accepted clamped to
 // [0, num_verified[slot]] and zeroes num_verified[slot] (cache/fold_rows.cuh, cache/fold_cursor.h).
 cudaError_t launch_gdn_fold(const GdnParams& params, cudaStream_t stream);
+
+// launch_gdn_fold for every layer of a layer table (cache/layer_table.h): params filled from layer 0
+// (every layer shares its shapes, strides and dtypes; the table gives each layer's pointers: buffers
+// k_buf, v_buf, g_buf, beta_buf, u_buf), the rows, slots and num_accepted shared by all layers;
+// materialize writes layer l at state_out + l * layers.out_layer_stride. One fold launch and, for
+// commit and flush, one cursor launch in all.
+cudaError_t launch_gdn_fold_layers(const GdnParams& params, const LayerTableArgs& layers, cudaStream_t stream);
 
 }  // namespace replayssm

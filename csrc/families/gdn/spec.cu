@@ -12,7 +12,7 @@ namespace gdn {
 template <int kK, int kV>
 cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream);
 template <int kK, int kV>
-cudaError_t launch_fold_shape(const GdnParams& p, cudaStream_t stream);
+cudaError_t launch_fold_shape(const GdnParams& p, const LayerTableArgs* layers, cudaStream_t stream);
 
 namespace {
 
@@ -38,18 +38,25 @@ cudaError_t launch_gdn_verify(const GdnParams& p, cudaStream_t stream) {
   });
 }
 
-cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
+namespace gdn {
+namespace {
+
+// The fold launch(es) of launch_gdn_fold / launch_gdn_fold_layers (layers null: one layer).
+cudaError_t launch_fold_op(const GdnParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
   const bool commit = p.mode == GdnFoldMode::kCommit;
   const bool materialize = p.mode == GdnFoldMode::kMaterialize;
-  if (p.batch == 0) return cudaSuccess;
-  if (!gdn::common_params_ok(p)) return cudaErrorInvalidValue;
+  if (layers != nullptr && (layers->table == nullptr || layers->num_layers < 1 || layers->num_layers > 65535)) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.batch == 0) return cudaSuccess;  // no rows: nothing to fold and no cursor to move (no seed in GDN)
+  if (!common_params_ok(p)) return cudaErrorInvalidValue;
   if ((commit && (p.num_accepted == nullptr || p.cache.num_verified == nullptr || p.cache.max_draft_tokens < 1 ||
                   p.cache.max_draft_tokens > p.cache.buffer_len)) ||
       (materialize && (p.state_out == nullptr || p.cache.read_copy != nullptr))) {
     return cudaErrorInvalidValue;
   }
   cudaError_t err = REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
-    return gdn::launch_fold_shape<decltype(K)::value, decltype(V)::value>(p, stream);
+    return launch_fold_shape<decltype(K)::value, decltype(V)::value>(p, layers, stream);
   });
   if (err != cudaSuccess || materialize) return err;
   CursorMoveParams cm{};
@@ -69,7 +76,16 @@ cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) {
   cm.max_draft_tokens = p.cache.max_draft_tokens;
   cm.rounding_seed = nullptr;
   cm.error_word = commit ? p.error_word : nullptr;
-  return launch_move_cursors(cm, stream);
+  return layers != nullptr ? launch_move_cursors_layers(cm, *layers, stream) : launch_move_cursors(cm, stream);
+}
+
+}  // namespace
+}  // namespace gdn
+
+cudaError_t launch_gdn_fold(const GdnParams& p, cudaStream_t stream) { return gdn::launch_fold_op(p, nullptr, stream); }
+
+cudaError_t launch_gdn_fold_layers(const GdnParams& p, const LayerTableArgs& layers, cudaStream_t stream) {
+  return gdn::launch_fold_op(p, &layers, stream);
 }
 
 }  // namespace replayssm

@@ -2,8 +2,6 @@
 // mamba2_materialize: validate, fill the params, launch on the current stream. Tensor tables and math:
 // kernels/mamba2.cuh (update, step) and kernels/mamba2_spec.cuh (the speculative ops). No allocation
 // and no host synchronisation, so all are safe under CUDA-graph capture.
-#include <cstring>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -15,6 +13,7 @@
 #include "diag/cta_timeline_api.h"
 #include "api/ops.h"
 #include "api/tensor_args.h"
+#include "api/layer_table_api.h"
 #include "cache/layer_table.h"
 #include "families/mamba2/params.h"
 #include "families/mamba2/spec_params.h"
@@ -442,94 +441,37 @@ void mamba2_materialize(const at::Tensor& checkpoint, const at::Tensor& x_buf, c
 // fingerprint of all of the lists' tensors must equal the call's (else they trap).
 namespace {
 
+using layer_table_api::LayerList;
+using layer_table_api::layer0;
+
 struct LayerLists {
   at::TensorList checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified, A,
       rounding_seeds, error_words;
-};
 
-// The fields in table-record order, with their names, and whether a layer may go without (an empty list).
-struct LayerField {
-  const char* name;
-  at::TensorList LayerLists::*list;
-  bool optional;
-};
-constexpr LayerField kLayerFields[] = {
-    {"checkpoints", &LayerLists::checkpoints, false},     {"read_copies", &LayerLists::read_copies, true},
-    {"read_scales", &LayerLists::read_scales, true},      {"x_bufs", &LayerLists::x_bufs, false},
-    {"B_bufs", &LayerLists::B_bufs, false},               {"dt_bufs", &LayerLists::dt_bufs, false},
-    {"num_committed", &LayerLists::num_committed, false}, {"num_verified", &LayerLists::num_verified, false},
-    {"A", &LayerLists::A, false},                         {"rounding_seeds", &LayerLists::rounding_seeds, true},
-    {"error_words", &LayerLists::error_words, true},
-};
-
-uint64_t fnv(uint64_t h, uint64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    h ^= (v >> (8 * i)) & 0xff;
-    h *= 1099511628211ull;
+  // The lists in table-record order, with their names, whether a layer may go without (an empty list)
+  // and whether layers may share them (A: read only).
+  std::vector<LayerList> named() const {
+    return {{"checkpoints", checkpoints},     {"read_copies", read_copies, true},
+            {"read_scales", read_scales, true}, {"x_bufs", x_bufs},
+            {"B_bufs", B_bufs},                 {"dt_bufs", dt_bufs},
+            {"num_committed", num_committed}, {"num_verified", num_verified},
+            {"A", A, false, true},              {"rounding_seeds", rounding_seeds, true},
+            {"error_words", error_words, true}};
   }
-  return h;
-}
-
-// Checks that every list holds one tensor per layer (or none, for the optional ones) and that every
-// layer's tensors have layer 0's shapes, strides, dtypes and device; returns the fingerprint of all of
-// them (pointers included) and sets num_layers.
-uint64_t check_layers(const char* op, const LayerLists& l, int64_t& num_layers) {
-  num_layers = static_cast<int64_t>(l.checkpoints.size());
-  TORCH_CHECK(num_layers >= 1 && num_layers <= 65535, checks::cat(op, ": checkpoints must hold one checkpoint per layer, 1 to 65535 layers, got ", num_layers));
-  uint64_t h = fnv(14695981039346656037ull, static_cast<uint64_t>(num_layers));
-  for (const LayerField& f : kLayerFields) {
-    const at::TensorList& list = l.*(f.list);
-    const int64_t n = static_cast<int64_t>(list.size());
-    TORCH_CHECK(n == num_layers || (f.optional && n == 0), checks::cat(op, ": ", f.name, " must hold one tensor per layer (", num_layers, ")", f.optional ? " or none" : "", ", got ", n));
-    h = fnv(h, static_cast<uint64_t>(n));
-    for (int64_t i = 0; i < n; ++i) {
-      const at::Tensor& t = list[i];
-      const at::Tensor& t0 = list[0];
-      if (i > 0) {
-        TORCH_CHECK(t.scalar_type() == t0.scalar_type(), checks::cat(op, ": layer ", i, "'s ", f.name, " must have layer 0's dtype ", checks::dtype_str(t0.scalar_type()), ", got ", checks::dtype_str(t.scalar_type())));
-        TORCH_CHECK(t.sizes() == t0.sizes(), checks::cat(op, ": layer ", i, "'s ", f.name, " must have layer 0's shape ", checks::shape_str(t0.sizes()), ", got ", checks::shape_str(t.sizes())));
-        TORCH_CHECK(t.strides() == t0.strides(), checks::cat(op, ": layer ", i, "'s ", f.name, " must have layer 0's strides ", checks::shape_str(t0.strides()), " (the kernels take one set of strides for all layers), got ", checks::shape_str(t.strides())));
-        TORCH_CHECK(t.device() == t0.device(), checks::cat(op, ": layer ", i, "'s ", f.name, " must be on layer 0's device ", t0.device().str(), ", got ", t.device().str()));
-      }
-      h = fnv(h, reinterpret_cast<uint64_t>(t.data_ptr()));
-      h = fnv(h, static_cast<uint64_t>(t.scalar_type()));
-      for (int64_t d = 0; d < t.dim(); ++d) h = fnv(fnv(h, static_cast<uint64_t>(t.size(d))), static_cast<uint64_t>(t.stride(d)));
-    }
-  }
-  return h;
-}
-
-std::optional<at::Tensor> layer0(at::TensorList list) {
-  return list.empty() ? std::nullopt : std::optional<at::Tensor>(list[0]);
-}
-
-// The table argument: the contiguous int64 table of num_layers layers on the caches' device.
-LayerTableArgs table_args(const char* op, const at::Tensor& table, const at::Tensor& ref, int64_t num_layers,
-                          uint64_t fingerprint) {
-  checks::cuda(op, "layer_table", table);
-  checks::same_device(op, "layer_table", table, "checkpoints[0]", ref);
-  checks::dtype_in(op, "layer_table", table, {at::kLong});
-  const int64_t len = layer_table_len(num_layers);
-  TORCH_CHECK(table.dim() == 1 && table.size(0) == len && table.is_contiguous(), checks::cat(op, ": layer_table must be the contiguous (", len, ",) int64 table that replayssm_cuda._C.mamba2_layer_table built for these ", num_layers, " layers, got shape ", checks::shape_str(table.sizes())));
-  LayerTableArgs args{};
-  args.table = table.data_ptr<int64_t>();
-  args.fingerprint = fingerprint;
-  args.num_layers = static_cast<int32_t>(num_layers);
-  return args;
-}
+};
 
 // What the layered commit, flush and materialize share: the lists checked, layer 0's params, the table.
 Mamba2SpecParams layered_fold_params(const char* op, const LayerLists& l, const at::Tensor& table, bool written,
                                      const std::optional<at::Tensor>& slots, int64_t batch, int64_t pad_slot_id,
                                      LayerTableArgs& args) {
   int64_t num_layers = 0;
-  const uint64_t fingerprint = check_layers(op, l, num_layers);
+  const uint64_t fingerprint = layer_table_api::check_layers(op, l.named(), num_layers);
   const at::Tensor& ck = l.checkpoints[0];
   const Expect expect{op, ck, "checkpoints[0]"};
   Mamba2SpecParams p = fold_params(op, expect, ck, written, layer0(l.read_copies), layer0(l.read_scales), l.x_bufs[0],
                                    l.B_bufs[0], l.dt_bufs[0], l.num_committed[0], l.A[0], slots, batch, pad_slot_id);
   fill_num_verified(p, expect, op, l.num_verified[0], l.num_committed[0]);
-  args = table_args(op, table, ck, num_layers, fingerprint);
+  args = layer_table_api::table_args(op, "mamba2_layer_table", table, ck, num_layers, fingerprint);
   return p;
 }
 
@@ -542,8 +484,9 @@ at::Tensor mamba2_layer_table(at::TensorList checkpoints, at::TensorList read_co
   constexpr const char* op = "mamba2_layer_table";
   const LayerLists l{checkpoints, read_copies, read_scales, x_bufs, B_bufs, dt_bufs, num_committed, num_verified,
                      A, rounding_seeds, error_words};
+  const std::vector<LayerList> lists = l.named();
   int64_t num_layers = 0;
-  const uint64_t fingerprint = check_layers(op, l, num_layers);
+  const uint64_t fingerprint = layer_table_api::check_layers(op, lists, num_layers);
   const at::Tensor& ck = checkpoints[0];
   const Expect expect{op, ck, "checkpoints[0]"};
   // Layer 0 as the per-layer commit checks it (the others have its geometry), with its seed and error word.
@@ -552,37 +495,20 @@ at::Tensor mamba2_layer_table(at::TensorList checkpoints, at::TensorList read_co
   fill_num_verified(p, expect, op, num_verified[0], num_committed[0]);
   fill_rounding_seed(p, expect, op, "checkpoint", ck, layer0(rounding_seeds));
   error_word_arg(expect, op, layer0(error_words));
-  // Layers write their own tensors in one launch: no tensor may serve two layers.
-  std::set<const void*> seen;
-  for (const LayerField& f : kLayerFields) {
-    const at::TensorList& list = l.*(f.list);
-    for (int64_t i = 0; i < static_cast<int64_t>(list.size()); ++i) {
-      if (std::string(f.name) == "A") continue;  // read only: layers may share weights
-      TORCH_CHECK(seen.insert(list[i].data_ptr()).second, checks::cat(op, ": layer ", i, "'s ", f.name, " shares its memory with another tensor of the layers (every layer must own its cache tensors)"));
-    }
-  }
-  at::Tensor host = at::empty({layer_table_len(num_layers)}, at::dtype(at::kLong));
-  int64_t* words = host.data_ptr<int64_t>();
-  std::memset(words, 0, sizeof(int64_t) * host.numel());
-  words[0] = static_cast<int64_t>(fingerprint);
-  words[1] = num_layers;
-  auto ptr = [](at::TensorList list, int64_t i) { return list.empty() ? nullptr : list[i].data_ptr(); };
-  for (int64_t i = 0; i < num_layers; ++i) {
-    LayerPointers r{};
+  using layer_table_api::layer_ptr;
+  return layer_table_api::build_table(op, lists, num_layers, fingerprint, ck, [&](int64_t i, LayerPointers& r) {
     r.checkpoint = checkpoints[i].data_ptr();
-    r.read_copy = ptr(read_copies, i);
-    r.read_scale = static_cast<float*>(ptr(read_scales, i));
+    r.read_copy = layer_ptr(read_copies, i);
+    r.read_scale = static_cast<float*>(layer_ptr(read_scales, i));
     r.buffers[0] = x_bufs[i].data_ptr();
     r.buffers[1] = B_bufs[i].data_ptr();
     r.buffers[2] = dt_bufs[i].data_ptr();
     r.num_committed = num_committed[i].data_ptr<int32_t>();
     r.num_verified = num_verified[i].data_ptr<int32_t>();
     r.weights[0] = A[i].data_ptr();
-    r.rounding_seed = static_cast<int64_t*>(ptr(rounding_seeds, i));
-    r.error_word = static_cast<int32_t*>(ptr(error_words, i));
-    std::memcpy(words + kLayerTableHeader + i * kLayerRecordWords, &r, sizeof(r));
-  }
-  return host.to(ck.device());
+    r.rounding_seed = static_cast<int64_t*>(layer_ptr(rounding_seeds, i));
+    r.error_word = static_cast<int32_t*>(layer_ptr(error_words, i));
+  });
 }
 
 void mamba2_commit_layers(const at::Tensor& layer_table, at::TensorList checkpoints, at::TensorList read_copies,
