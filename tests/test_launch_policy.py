@@ -518,6 +518,48 @@ def test_gdn_fold_update_and_step_grids(probe):
     assert answers(probe, ["gdnstep 8 32 0", "gdnstep 8 32 1"]) == ["32 8", "32 8"]
 
 
+# ---- programmatic dependent launch: off unless the pdl override is 1 ----
+
+def test_pdl_is_opt_in(probe):
+    assert answers(probe, ["pdl"]) == ["0"]
+    assert answers(probe, ["pdl"], overrides={"pdl": 1}) == ["1"]
+    assert answers(probe, ["pdl"], overrides={"pdl": 0}) == ["0"]
+    assert answers(probe, ["pdl"], overrides={"pdl": -1}) == ["0"]
+    out, _ = probe(["set pdl 2", "set pdl -2"])
+    assert out == ["error pdl must be in [-1, 1] (-1: the rule), got 2", "error pdl must be in [-1, 1] (-1: the rule), got -2"]
+
+
+def test_pdl_from_environment(probe):
+    out, err = probe(["env REPLAYSSM_PDL 1", "env REPLAYSSM_PDL 0", "env REPLAYSSM_PDL yes", "env REPLAYSSM_PDL -"])
+    assert [dict(kv.split("=") for kv in line.split())["pdl"] for line in out] == ["1", "0", "-1", "-1"]
+    assert "ignoring REPLAYSSM_PDL=yes (pdl must be an integer)" in err
+
+
+def test_pdl_launches_go_through_one_helper():
+    """With PDL a kernel must wait before it touches global memory: launch_grid (common/
+    programmatic_launch.cuh) is the only caller of cudaLaunchKernelEx, and every kernel launched through
+    it calls wait_for_prior_grids."""
+    launchers = {os.path.join("families", "mamba2", "update.cu"): ["update_kernel"],
+                 os.path.join("families", "mamba2", "step_order.cu"): ["step_row_order_kernel"],
+                 os.path.join("families", "mamba2", "step_kernel.cuh"): ["step_kernel"],
+                 os.path.join("families", "gdn", "update.cu"): ["update_kernel"],
+                 os.path.join("families", "gdn", "step_kernel.cuh"): ["step_kernel"]}
+    users = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "csrc")):
+        for name in files:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                text = f.read()
+            if "cudaLaunchKernelEx(" in text:
+                users.append(os.path.relpath(os.path.join(folder, name), os.path.join(ROOT, "csrc")))
+    assert users == [os.path.join("common", "programmatic_launch.cuh")]
+    for path, kernels in launchers.items():
+        with open(os.path.join(ROOT, "csrc", path), encoding="utf-8") as f:
+            text = f.read()
+        for kernel in kernels:
+            body = text[text.index(f" {kernel}("):]
+            assert "wait_for_prior_grids();" in body, (path, kernel)
+
+
 # ---- the overrides: the environment (read once) and the hook ----
 
 def test_overrides_from_environment(probe):

@@ -51,7 +51,11 @@ namespace launch {
     "-1: the rule (claims from 8 rounds of items on)")                                                      \
   X(update_split, "REPLAYSSM_UPDATE_SPLIT", -1, -1, 1,                                                       \
     "mamba2_update: 1 items of one pass of state rows (a head's tile split over CTAs), 0 whole heads; "       \
-    "-1: the rule (split where whole heads give fewer items than SMs)")
+    "-1: the rule (split where whole heads give fewer items than SMs)")                                      \
+  X(pdl, "REPLAYSSM_PDL", -1, -1, 1,                                                                         \
+    "mamba2_update, mamba2_step, gdn_update and gdn_step: 1 programmatic dependent launch (each kernel "       \
+    "may start while the one before it in the stream ends, and lets the next start early); 0 or -1: not "   \
+    "(the rule: off)")
 
 struct LaunchOverrides {
 #define REPLAYSSM_OVERRIDE_FIELD(name, variable, unset, lowest, highest, doc) int name = unset;

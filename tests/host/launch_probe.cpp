@@ -30,6 +30,7 @@
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
 //   gdnfold BATCH HV STAGES CTAS [LAYERS]   -> "ring_stages grid" (plan_gdn_fold; grid: CTAs per layer)
+//   pdl                                     -> 1 or 0 (programmatic_launch: the T = 1 kernels launch with PDL)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,7 @@
 #include "launch/gdn_policy.h"
 #include "launch/mamba2_policy.h"
 #include "launch/waves.h"
+#include "launch/pdl.h"
 
 using namespace replayssm::launch;
 
@@ -163,6 +165,7 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     const Mamba2UpdatePlan plan = plan_mamba2_update(problem, stages, ctas, device, overrides);
     return std::to_string(plan.stages) + " " + std::to_string(plan.grid) + " " + (plan.claims ? "1" : "0");
   }
+  if (command == "pdl") return programmatic_launch(overrides) ? "1" : "0";
   if (command == "updatesplit") {
     int64_t batch;
     int heads, parts;

@@ -43,6 +43,7 @@
 #include "cache/cursor.cuh"
 #include "cache/slot_map.cuh"
 #include "common/bulk_copy.cuh"
+#include "common/programmatic_launch.cuh"
 #include "common/reduce.cuh"
 #include "families/gdn/fold.cuh"
 #include "families/gdn/gates.cuh"
@@ -111,9 +112,10 @@ struct StepShared {
   float g, beta, kq;   // the token's gates and k_hat . q_hat
 };
 
+// pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>::kMinCtasPerSm))
-    step_kernel(const GdnParams p) {
+    step_kernel(const GdnParams p, const bool pdl) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -130,6 +132,15 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int L = c.buffer_len;
 
+  // ---- 0. the tile's barrier; with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead,
+  // before anything global (the CTA may have started while that kernel ended) ----
+  if (tid == 0) {
+    mbarrier_init(&sh.tile_full, 1);
+    fence_barrier_init();
+  }
+  wait_for_prior_grids();
+  if (pdl && tid == 0) launch_dependent_grids();
+
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
   if (tid == 0) {
@@ -138,8 +149,6 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     if (slot >= 0) {
       // The tile's bulk copy first: its address needs only the slot, so the tile is in flight during
       // the cursor's round trip instead of after it (one DRAM round trip less before the rows).
-      mbarrier_init(&sh.tile_full, 1);
-      fence_barrier_init();
       const int64_t tile = kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride;
       const int64_t row_stride = kCopy ? c.rc_row_stride : c.ck_row_stride;
       const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);

@@ -2,9 +2,11 @@
 // of one (K, V) shape (instantiations/step_k<K>_v<V>.cu).
 #pragma once
 
+#include "common/programmatic_launch.cuh"
 #include "families/gdn/step_kernel.cuh"
 #include "families/gdn/variants.h"
 #include "launch/gdn_policy.h"
+#include "launch/pdl.h"
 
 namespace replayssm {
 namespace gdn {
@@ -18,8 +20,8 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   const launch::GdnGridPlan plan = launch::plan_gdn_step(launch::GdnStepProblem{p.batch, p.v_heads, p.staggered_flush});
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
-  kernel<<<grid, kStepThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  const bool pdl = launch::programmatic_launch(launch::launch_overrides());
+  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V);

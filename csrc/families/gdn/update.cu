@@ -18,12 +18,14 @@
 
 #include "cache/slot_map.cuh"
 #include "common/bulk_copy.cuh"
+#include "common/programmatic_launch.cuh"
 #include "common/reduce.cuh"
 #include "families/gdn/gates.cuh"
 #include "families/gdn/params.h"
 #include "families/gdn/tile.cuh"
 #include "families/gdn/variants.h"
 #include "launch/gdn_policy.h"
+#include "launch/pdl.h"
 
 namespace replayssm {
 namespace gdn {
@@ -45,7 +47,8 @@ struct UpdateShape {
 };
 
 template <int kK, int kV, DType kState, DType kAct>
-__global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p) {
+// pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
+__global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p, const bool pdl) {
   using Shape = UpdateShape<kK, kV, kState>;
   using Lanes = typename Shape::Lanes;
   constexpr int R = Shape::kRows;
@@ -60,6 +63,10 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
   auto value_row = [&](int r) { return v0 + r * Lanes::kRowsPerPass; };
   auto out_at = [&](int r) { return row * tk.out_row_stride + hv * tk.out_head_stride + value_row(r); };
 
+  // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
+  // of it ended: nothing global is read or written before the wait.
+  wait_for_prior_grids();
+  if (pdl && threadIdx.x == 0) launch_dependent_grids();
   // The token's inputs do not depend on the slot: in flight while slots[row] comes back.
   const int64_t slot = resolve_slot(p, row);
   ActFrag<kAct, E> kf[C], qf[C];  // raw; normalised through the dot products and u below
@@ -154,8 +161,8 @@ cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
   const launch::GdnGridPlan plan =
       launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead});
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
-  update_kernel<kK, kV, kState, kAct><<<grid, kUpdateThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  const bool pdl = launch::programmatic_launch(launch::launch_overrides());
+  return launch_grid(update_kernel<kK, kV, kState, kAct>, grid, dim3(kUpdateThreads), 0, stream, pdl, p, pdl);
 }
 
 }  // namespace

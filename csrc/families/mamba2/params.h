@@ -116,11 +116,14 @@ struct Mamba2StepLaunch {
   // (fold_split - 1) helper rows first for their other CTAs. 1: no split.
   int32_t fold_split;
   int32_t fold_split_rows;
+  // Launched with programmatic dependent launch (launch/pdl.h): each CTA lets the next kernel start early.
+  bool pdl;
 };
 
 struct Mamba2UpdateLaunch {
   int32_t stages;  // state tiles in each CTA's ring
   bool claims;     // items past the first `stages` rounds are claimed from p.work_counter (zeroed first)
+  bool pdl;        // launched with programmatic dependent launch (launch/pdl.h): let the next kernel start early
 };
 
 // The order pass's mark on a folding row that the fold split serves (row indices stay below 2^16).

@@ -114,6 +114,37 @@ struct StepCta {
   }
 };
 
+// ---- Prologue: the CTA's barriers, before anything global --------------------------------------
+// Thread 0 initialises every mbarrier of the CTA: shared memory only, so it may run before the wait of
+// a programmatic dependent launch (common/programmatic_launch.cuh), while the kernel before this one in
+// the stream ends. Every CTA initialises them, even one that exits in step_assign (no copy is issued on
+// them there). The other threads use them after step_read_cursor's barrier.
+template <class T>
+__device__ __forceinline__ void step_init_barriers(const StepCta<T>& c) {
+  using Roles = typename T::Roles;
+  constexpr int S = T::kStages;
+  const typename T::Smem& sm = c.sm;
+  if (threadIdx.x != 0) return;
+  for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
+  if constexpr (T::kTensorReplay) {
+    // Every lane that read or wrote arrives itself (no elected lane after __syncwarp): each lane's own
+    // arrive releases its own accesses, which is also what compute-sanitizer's racecheck can follow.
+    for (int s = 0; s < S; ++s) {
+      mbarrier_init(sm.empty(s), 32 * (Roles::kConsumers + Roles::kEpilogueWarps));
+      mbarrier_init(sm.x_full(s), 1);  // the producer
+    }
+    for (int b = 0; b < 2; ++b) {
+      mbarrier_init(sm.weights_written(b), 32);  // the scalar warp
+      mbarrier_init(sm.weights_read(b), 32 * Roles::kWindowReaders);
+      if constexpr (T::kSplitEpilogue) {
+        mbarrier_init(sm.dots_ready(b), 32 * Roles::kConsumers);
+        mbarrier_init(sm.dots_free(b), 32 * Roles::kEpilogueWarps);
+      }
+    }
+  }
+  fence_barrier_init();
+}
+
 // ---- Prologue: the CTA's row, slot and heads ----------------------------------------------------
 // false: the CTA has nothing to do (a helper of a row that does not fold, or a row that touches
 // nothing, whose outputs it has written as zeros).
@@ -174,7 +205,7 @@ struct StepEarly {
   DtWindow dt_even{}, dt_odd{};                 // heads 0 and 1
 };
 
-// ---- Before the cursor: barriers, the first S source tiles, the first x window, the window dots ----
+// ---- Before the cursor: the first S source tiles, the first x window, the window dots -------------
 // Tensor-core replay: a stage's x window holds the buffered entries 0..w - 1 in slots 0..w - 1 and the
 // current token in slot L - 1 (w <= L - 1, so they never meet). The first head's window is copied
 // before the cursor is known, with every entry the buffer may hold (0..L - 2; contiguous entries
@@ -183,7 +214,6 @@ struct StepEarly {
 template <class T>
 __device__ __forceinline__ void step_issue_early(StepCta<T>& c, StepEarly<T>& e) {
   using Act = typename T::Act;
-  using Roles = typename T::Roles;
   constexpr int kP = T::kP, kN = T::kN, S = T::kStages;
   const Mamba2Params& p = c.p;
   const typename T::Smem& sm = c.sm;
@@ -197,26 +227,7 @@ __device__ __forceinline__ void step_issue_early(StepCta<T>& c, StepEarly<T>& e)
   c.x_buf = static_cast<const Act*>(p.x_buf) + c.slot * p.xb_slot_stride;
   c.B_buf = static_cast<const Act*>(p.B_buf) + c.slot * p.Bb_slot_stride + c.group * p.Bb_group_stride;
   c.speculative_x = T::kTensorReplay && p.xb_entry_stride == kP;
-  if (tid == 0) {
-    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
-    for (int s = 0; s < S; ++s) mbarrier_init(sm.full(s), 1);
-    if constexpr (T::kTensorReplay) {
-      // Every lane that read or wrote arrives itself (no elected lane after __syncwarp): each lane's own
-      // arrive releases its own accesses, which is also what compute-sanitizer's racecheck can follow.
-      for (int s = 0; s < S; ++s) {
-        mbarrier_init(sm.empty(s), 32 * (Roles::kConsumers + Roles::kEpilogueWarps));
-        mbarrier_init(sm.x_full(s), 1);  // the producer
-      }
-      for (int b = 0; b < 2; ++b) {
-        mbarrier_init(sm.weights_written(b), 32);  // the scalar warp
-        mbarrier_init(sm.weights_read(b), 32 * Roles::kWindowReaders);
-        if constexpr (T::kSplitEpilogue) {
-          mbarrier_init(sm.dots_ready(b), 32 * Roles::kConsumers);
-          mbarrier_init(sm.dots_free(b), 32 * Roles::kEpilogueWarps);
-        }
-      }
-    }
-    fence_barrier_init();
+  if (tid == 0) {  // the barriers are initialised (step_init_barriers, by this thread)
     for (int s = 0; s < c.first_stages; ++s) c.issue_tile(s, c.head0 + s);
     if (c.speculative_x) {
       Act* dst = sm.x_window(0);

@@ -18,7 +18,7 @@
 //   - what only depends on the group is done once per CTA (B_j . C by lane groups splitting the
 //     entries), and every operand of a head is requested one or two heads ahead of its use.
 // The CTA's phases, over one traits type (StepTraits, step_layout.cuh):
-//   prologue (step_cta.cuh)          the CTA's row, slot and heads; barriers, the first tiles, the first
+//   prologue (step_cta.cuh)          barriers; the CTA's row, slot and heads; the first tiles, the first
 //                                    x window and the window dots' loads before the cursor; the cursor
 //   tensor-core replay               fp8 copies, 16-bit copies of the activations' type and the fp32
 //     (step_tensor_replay.cuh)       checkpoint in tf32 pairs: warp-specialised, no CTA barrier per head
@@ -27,6 +27,9 @@
 //   fold (step_fold.cuh)             the arithmetic of fold.cuh, shared with the fold kernel
 //   cursor ticket (StepCta::take_ticket) early in a replaying CTA, at the end of a folding one
 // docs/TUNING.md has the launch rules and what they measured; docs/EXPERIMENTS.md what was tried and lost.
+//
+// With programmatic dependent launch (launch/pdl.h), a CTA initialises its barriers before it waits for
+// the kernel ahead of it, and touches global memory only after (common/programmatic_launch.cuh).
 //
 // The cursor of a slot is shared by the slot's CTAs (H / heads-per-CTA of them), so none may change
 // it before all have read it: each CTA adds a ticket (1 << 16) to num_committed[slot] after all its
@@ -44,6 +47,7 @@
 // the shapes compile in parallel) and step.cu picks the shape at run time.
 #pragma once
 
+#include "common/programmatic_launch.cuh"
 #include "families/mamba2/step_core_replay.cuh"
 #include "families/mamba2/step_fold.cuh"
 #include "families/mamba2/step_tensor_replay.cuh"
@@ -59,6 +63,15 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   using T = StepTraits<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered, kTf32Replay, kTwoGroups>;
   extern __shared__ __align__(128) unsigned char smem_base[];
   StepCta<T> cta(p, smem_base);
+  step_init_barriers(cta);
+  // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
+  // of it ended (the previous step, the order pass, an engine's kernel that wrote the slots or the
+  // activations): only the barriers above come before the wait, every global access after it.
+  wait_for_prior_grids();
+  if (threadIdx.x == 0) {
+    if (launch.pdl) launch_dependent_grids();
+    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
+  }
   if (!step_assign(cta, launch)) return;
   StepEarly<T> early;
   step_issue_early(cta, early);

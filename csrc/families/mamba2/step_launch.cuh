@@ -3,9 +3,11 @@
 #pragma once
 
 #include "common/device_info.h"
+#include "common/programmatic_launch.cuh"
 #include "families/mamba2/step_kernel.cuh"
 #include "families/mamba2/variants.h"
 #include "launch/mamba2_policy.h"
+#include "launch/pdl.h"
 
 namespace replayssm {
 namespace mamba2 {
@@ -41,21 +43,23 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
   problem.read_copy = !kCopy ? launch::ReadCopyKind::kNone
                              : (kRead == DType::kFloat8E4M3 ? launch::ReadCopyKind::kFp8 : launch::ReadCopyKind::k16Bit);
   problem.tensor_replay = Layout::kTensorReplay;
-  const launch::Mamba2StepPlan plan = launch::plan_mamba2_step(problem, ctas_per_sm, device, launch::launch_overrides());
-  const Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows};
+  const launch::LaunchOverrides& overrides = launch::launch_overrides();
+  const launch::Mamba2StepPlan plan = launch::plan_mamba2_step(problem, ctas_per_sm, device, overrides);
+  // With PDL the order pass and the step both take the attribute: the pass waits for the kernel ahead of
+  // it, the step for the pass (and through it for that kernel), and each lets the next start early.
+  const bool pdl = launch::programmatic_launch(overrides);
+  const Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl};
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
 
   switch (plan.kernel) {
     case launch::StepKernel::kPlain:
-      kernel<<<grid, kThreads, smem, stream>>>(p, args);
-      return cudaGetLastError();
+      return launch_grid(kernel, grid, dim3(kThreads), smem, stream, pdl, p, args);
     case launch::StepKernel::kTwoGroups:
       if constexpr (kCopy && Layout::kTensorReplay) {
         auto two_group_kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, false, kTf32Replay, true>;
         err = cudaFuncSetAttribute(two_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
-        two_group_kernel<<<grid, kThreads, smem, stream>>>(p, args);
-        return cudaGetLastError();
+        return launch_grid(two_group_kernel, grid, dim3(kThreads), smem, stream, pdl, p, args);
       }
       break;
     case launch::StepKernel::kOrdered:
@@ -65,8 +69,7 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
         if (err != cudaSuccess) return err;
         err = launch_step_row_order(p, args, stream);
         if (err != cudaSuccess) return err;
-        ordered_kernel<<<grid, kThreads, smem, stream>>>(p, args);
-        return cudaGetLastError();
+        return launch_grid(ordered_kernel, grid, dim3(kThreads), smem, stream, pdl, p, args);
       }
       break;
   }

@@ -13,6 +13,7 @@
 // every cursor as the step begins. The launch plan (plan_mamba2_step, launch/mamba2_policy.cpp) says
 // where the pass runs: with a read copy, more than one wave of CTAs and more than one head per CTA, or
 // with a fold split (the first folding rows in smaller CTAs than the rest), whose rows the pass marks.
+#include "common/programmatic_launch.cuh"
 #include "families/mamba2/params.h"
 #include "families/mamba2/tile.cuh"
 
@@ -47,6 +48,10 @@ __global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mam
   __shared__ int warp_counts[kOrderWarps];
   int32_t* const order_rows = p.row_order;
   int32_t* const order_slots = p.row_order + p.batch;
+  // Launched with PDL (launch.pdl): the slots and cursors are read only once the kernel ahead has ended;
+  // the step after this pass waits for it in turn.
+  wait_for_prior_grids();
+  if (launch.pdl && threadIdx.x == 0) launch_dependent_grids();
 
   // Pass 1: which rows fold (slot and cursor), and how many.
   int num_folds = 0;
@@ -94,8 +99,7 @@ __global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mam
 
 cudaError_t launch_step_row_order(const Mamba2Params& p, const Mamba2StepLaunch& launch, cudaStream_t stream) {
   if (p.row_order == nullptr || p.batch > kMaxBatch || p.num_slots > INT32_MAX) return cudaErrorInvalidValue;
-  step_row_order_kernel<<<1, kOrderThreads, 0, stream>>>(p, launch);
-  return cudaGetLastError();
+  return launch_grid(step_row_order_kernel, dim3(1), dim3(kOrderThreads), 0, stream, launch.pdl, p, launch);
 }
 
 }  // namespace mamba2

@@ -18,12 +18,14 @@
 // is computed by the same arithmetic either way.
 #include "common/bulk_copy.cuh"
 #include "common/device_info.h"
+#include "common/programmatic_launch.cuh"
 #include "diag/cta_timeline.cuh"
 #include "families/mamba2/params.h"
 #include "families/mamba2/tile.cuh"
 #include "families/mamba2/variants.h"
 #include "common/stochastic_rounding.cuh"
 #include "launch/mamba2_policy.h"
+#include "launch/pdl.h"
 
 namespace replayssm {
 namespace mamba2 {
@@ -169,12 +171,19 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kTileP, kN, kState
   const int64_t grid = gridDim.x;
   const int tid = threadIdx.x;
   if (tid == 0) {
-    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
     for (int s = 0; s < stages; ++s) {
       mbarrier_init(&full[s], 1);
       mbarrier_init(&id_ready[s], 1);
     }
     fence_barrier_init();
+  }
+  // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
+  // of it ended: the barriers above are shared memory only; every global access (the slots, operands,
+  // state, counter, the time line) comes after the wait, which returns at once without PDL.
+  wait_for_prior_grids();
+  if (tid == 0) {
+    if (launch.pdl) launch_dependent_grids();
+    REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
   }
   __syncthreads();
 
@@ -352,8 +361,9 @@ cudaError_t launch_tiles(const Mamba2Params& p, const launch::DeviceInfo& device
     err = cudaMemsetAsync(p.work_counter, 0, sizeof(int32_t), stream);
     if (err != cudaSuccess) return err;
   }
-  kernel<<<static_cast<unsigned>(plan.grid), kUpdateThreads, smem, stream>>>(p, Mamba2UpdateLaunch{plan.stages, plan.claims});
-  return cudaGetLastError();
+  const bool pdl = launch::programmatic_launch(overrides);
+  return launch_grid(kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(kUpdateThreads), smem, stream, pdl, p,
+                     Mamba2UpdateLaunch{plan.stages, plan.claims, pdl});
 }
 
 // Whole heads, or the split into items of one pass of rows (mamba2_update_split).
