@@ -559,9 +559,13 @@ struct Fold {
   static constexpr int kThreads = kFoldThreads;
   using Rows = StagedRows<kK, kV, kCkpt>;
   // Dynamic shared memory the routine needs (16-byte aligned base), for buffer length L: fold.cuh's
-  // workspace, then the checkpoint rows in flight (4-16 KB).
-  __host__ __device__ static constexpr size_t workspace_bytes(int buffer_len) {
-    return FoldWorkspace<kK, kV>::bytes(buffer_len) + Rows::kAreaBytes;
+  // workspace, then the checkpoint rows in flight (4-16 KB), placed after the first `keep` bytes too
+  // (the step's read-copy tile, still landing when the first rows go out).
+  __host__ __device__ static constexpr size_t rows_offset(int buffer_len, size_t keep = 0) {
+    return FoldWorkspace<kK, kV>::bytes(buffer_len) > keep ? FoldWorkspace<kK, kV>::bytes(buffer_len) : keep;
+  }
+  __host__ __device__ static constexpr size_t workspace_bytes(int buffer_len, size_t keep = 0) {
+    return rows_offset(buffer_len, keep) + Rows::kAreaBytes;
   }
 
   // Called by all 256 threads (none has exited); has CTA barriers and ends with one, so `o` is visible.
@@ -572,14 +576,18 @@ struct Fold {
   // checkpoint tile from global memory (a pass ahead), writes the checkpoint (its dtype) and refreshes
   // the read copy (kCopy). If q != nullptr (shared memory, K fp32: the token's query, normalised and
   // scaled), o[v] = S_new[v] . q (shared memory, V fp32) from the folded fp32 state, before its storage
-  // rounding. Leaves the cursor alone.
+  // rounding. Leaves the cursor alone. keep, pending: the first `keep` bytes of `workspace` are being
+  // written by a bulk copy that completes phase 0 of the mbarrier `pending` (nullptr: none); the first
+  // rows go out before the wait, the workspace is written after it.
   __device__ static void head(const GdnParams& p, int64_t slot, int hv, int n, int first_recompute, const FoldTail& tail,
-                              const float* q, float* o, unsigned char* workspace) {
+                              const float* q, float* o, unsigned char* workspace, size_t keep = 0,
+                              uint64_t* pending = nullptr) {
     const GdnCache& c = p.cache;
     const FoldView<kK, kV, kAct> ws(workspace, c.buffer_len);
     const Rows rows{c.checkpoint, slot * c.ck_slot_stride + hv * c.ck_head_stride, c.ck_row_stride,
-                    workspace + FoldWorkspace<kK, kV>::bytes(c.buffer_len)};
+                    workspace + rows_offset(c.buffer_len, keep)};
     const auto first_rows = rows.fetch(0);  // in flight during the staging and the preparation
+    if (pending != nullptr) mbarrier_wait(pending, 0);
     const bool has_tail = tail.k != nullptr;
     stage_window(ws, c, slot, hv, hv / (p.v_heads / p.heads), has_tail ? n - 1 : n, first_recompute);
     if (has_tail) stage_tail(ws, tail, n - 1, first_recompute);
