@@ -38,12 +38,13 @@ __device__ __forceinline__ void store_read_copy4(const Params& p, int64_t slot, 
 }
 
 // store_read_copy4 for a thread that holds kBlocks 4-element blocks of the row (columns col_of(b) ..
-// col_of(b) + 3, values s[b] before the checkpoint's storage rounding), the row over kLanes lanes: the
+// col_of(b) + 3, values s[b] before the checkpoint's storage rounding), the row over kLanes lanes
+// kStride apart (reduce.cuh's row_sum; the writer of the scale is the row's lane 0): the
 // fp8 row maximum is taken over all blocks of all the row's lanes, then each block is one whole-vector
 // store. Bitwise make_read_copy's rule, as store_read_copy4. The stored values are rounded again per
 // block rather than held for the whole row (registers: the callers keep whole tiles). Every lane of
 // the warp calls it.
-template <DType kCkpt, DType kRead, int kLanes, int kBlocks, class Params, class ColOf>
+template <DType kCkpt, DType kRead, int kLanes, int kBlocks, int kStride = 1, class Params, class ColOf>
 __device__ __forceinline__ void store_read_copy_blocks(const Params& p, int64_t slot, int head, int row, ColOf col_of,
                                                        const float (&s)[kBlocks][4]) {
   const int64_t rc = slot * p.rc_slot_stride + head * p.rc_head_stride + row * p.rc_row_stride;
@@ -55,9 +56,9 @@ __device__ __forceinline__ void store_read_copy_blocks(const Params& p, int64_t 
 #pragma unroll
       for (int k = 0; k < 4; ++k) bits = max(bits, abs_bits(Vec4<kCkpt>::round_trip(s[b][k])));
     }
-    const float amax = __uint_as_float(row_max_bits<kLanes>(bits));
+    const float amax = __uint_as_float(row_max_bits<kLanes, kStride>(bits));
     inv = fp8_inverse_scale(amax);
-    if (threadIdx.x % kLanes == 0) p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + row] = fp8_scale(amax);
+    if (threadIdx.x / kStride % kLanes == 0) p.read_scale[slot * p.rs_slot_stride + head * p.rs_head_stride + row] = fp8_scale(amax);
   }
 #pragma unroll
   for (int b = 0; b < kBlocks; ++b) {

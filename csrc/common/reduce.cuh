@@ -6,10 +6,12 @@
 
 namespace replayssm {
 
-template <int kLanes>
+// The sum over a row's kLanes lanes: lanes kStride apart within an aligned group of kLanes kStride
+// lanes (kStride 1: consecutive lanes; the butterfly's pairs and order are the same for any stride).
+template <int kLanes, int kStride = 1>
 __device__ __forceinline__ float row_sum(float v) {
 #pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset * kStride);
   return v;
 }
 
@@ -44,10 +46,10 @@ __device__ __forceinline__ float warp_inclusive_suffix_sum(float v) {
 // fp8-copy fold step is issue-bound, and those compares and selects were 11% of its instructions).
 __device__ __forceinline__ uint32_t abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
 
-template <int kLanes>
+template <int kLanes, int kStride = 1>  // the row's lanes as row_sum's
 __device__ __forceinline__ uint32_t row_max_bits(uint32_t v) {
 #pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, offset * kStride));
   return v;
 }
 
@@ -57,12 +59,13 @@ __device__ __forceinline__ uint32_t row_max_bits(uint32_t v) {
 // last kLanes / kRows lanes finish as a butterfly: kRows - 1 + log2(kLanes / kRows) shuffles instead of
 // kRows log2(kLanes). The offsets run from kLanes / 2 down, as row_sum's and row_max_bits', and each
 // step combines the same two partial values (in the other order), so a commutative op gives the
-// butterfly's bits: a sum here is bitwise row_sum's.
-template <int kLanes, int kRows, class T, class Op>
+// butterfly's bits: a sum here is bitwise row_sum's. kStride: the row's lanes as row_sum's (l the
+// lane's index in the row).
+template <int kLanes, int kRows, int kStride = 1, class T, class Op>
 __device__ __forceinline__ T reduce_scatter_rows(T (&v)[kRows], Op op) {
   static_assert(kRows == 2 || kRows == 4, "rows reduced together: 2 or 4");
-  static_assert(kLanes >= 2 * kRows && kLanes <= 32, "a row's lanes split between the rows");
-  const int lane = static_cast<int>(threadIdx.x) % kLanes;
+  static_assert(kLanes >= 2 * kRows && kLanes * kStride <= 32, "a row's lanes split between the rows");
+  const int lane = static_cast<int>(threadIdx.x) / kStride % kLanes;
 #pragma unroll
   for (int count = kRows, offset = kLanes / 2; count > 1; count /= 2, offset /= 2) {
     const bool upper = (lane & offset) != 0;
@@ -70,11 +73,13 @@ __device__ __forceinline__ T reduce_scatter_rows(T (&v)[kRows], Op op) {
     for (int i = 0; i < count / 2; ++i) {
       const T send = upper ? v[i] : v[i + count / 2];
       const T keep = upper ? v[i + count / 2] : v[i];
-      v[i] = op(keep, __shfl_xor_sync(0xffffffffu, send, offset));
+      v[i] = op(keep, __shfl_xor_sync(0xffffffffu, send, offset * kStride));
     }
   }
 #pragma unroll
-  for (int offset = kLanes / kRows / 2; offset > 0; offset /= 2) v[0] = op(v[0], __shfl_xor_sync(0xffffffffu, v[0], offset));
+  for (int offset = kLanes / kRows / 2; offset > 0; offset /= 2) {
+    v[0] = op(v[0], __shfl_xor_sync(0xffffffffu, v[0], offset * kStride));
+  }
   return v[0];
 }
 struct SumOp {

@@ -60,23 +60,37 @@ constexpr int kRowLanes = 8;       // lanes per state row
 constexpr unsigned kFullMask = 0xffffffffu;
 static_assert(kGdnMaxBufferLen <= 64, "the scalar passes hold two entries per lane");
 
-// The thread map of a [V][K] tile: a row over 8 consecutive lanes, lane l holding K/32 blocks of 4
-// columns, block b at columns 4 (l + 8 ((b + first_row) % (K/32))): consecutive lanes cover 128
-// contiguous bytes of fp32 (whole lines per store), and the rotation by row keeps the 16-bit and fp8
-// shared-memory tile loads free of bank conflicts. 32 rows per pass, thread rows row(r) for pass r < R.
+// The thread map of a [V][K] tile: a row over 8 lanes of a warp, lane l of the row (its index, lane())
+// holding K/32 blocks of 4 columns, block b at columns 4 (l + 8 ((b + row) % (K/32))); 32 rows per pass,
+// thread rows row(r) for pass r < R. The columns a row's lane sums, and their order, depend only on the
+// row, so the rows may sit anywhere in the CTA: they are placed so that every shared-memory read of a
+// key (kn_t, q) is half the bytes it would be. A warp holds 4 rows of one rotation (row % (K/32) =
+// warp % 4), warp lane p holding lane (p >> 1) & 7 of its row a + 2 c (a = p & 1, c = (p >> 4) & 1), a
+// row's lanes 2 apart (kLaneStride): lanes p and p ^ 1 then read the same 16 bytes of a key, and the
+// hardware packs such a warp's 128-bit shared load into 2 wavefronts instead of 4 (the loads of kn_j
+// were what bounded the fold: one 128-bit load a 4 fma). The 8 lanes of a row still cover 128
+// contiguous bytes of fp32 (whole lines per store); a dense [V][K] tile in shared memory (the fold
+// kernel's and verify's ring) is read with a 2-way bank conflict, once per tile.
 template <int kK, int kV>
 struct TileMap {
   static_assert(kK == 64 || kK == 128, "K (head_k_dim) must be 64 or 128");
   static_assert(kV == 64 || kV == 128, "V (head_v_dim) must be 64 or 128");
+  static_assert(kFoldThreads == 256, "the row placement is written for 8 warps");
   static constexpr int kRowsPerPass = kFoldThreads / kRowLanes;  // 32
   static constexpr int R = kV / kRowsPerPass;                    // passes / rows per thread: 2 or 4
   static constexpr int kBlocks = kK / (4 * kRowLanes);           // 4-column blocks per lane and row: 2 or 4
   static constexpr int kSpan = kRowLanes / R;                    // lanes holding one row's rows_dot sum
+  static constexpr int kLaneStride = 2;                          // warp lanes between a row's lanes
 
-  __device__ static int lane() { return static_cast<int>(threadIdx.x) % kRowLanes; }
-  __device__ static int first_row() { return static_cast<int>(threadIdx.x) / kRowLanes; }
+  __device__ static int lane() { return (static_cast<int>(threadIdx.x) >> 1) & (kRowLanes - 1); }
+  __device__ static int first_row() {
+    const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5;
+    return (warp & 3) + 4 * ((tid & 1) + 2 * ((tid >> 4) & 1) + 4 * (warp >> 2));
+  }
   __device__ static int row(int r) { return first_row() + kRowsPerPass * r; }
   __device__ static int col(int b) { return 4 * (lane() + kRowLanes * ((b + first_row()) % kBlocks)); }
+  // The warp lane holding lane i of this thread's rows (a shuffle's source).
+  __device__ static int lane_of(int i) { return (static_cast<int>(threadIdx.x) & 0x11) | (i << 1); }
   // After rows_dot: the thread row (index r < R) whose sum this lane holds, and whether it stores it.
   __device__ static int dot_row() { return lane() / kSpan; }
   __device__ static bool dot_writer() { return lane() % kSpan == 0; }
@@ -129,7 +143,7 @@ __device__ __forceinline__ float row_dot(const float (&x)[TileMap<kK, kV>::kBloc
     d = fmaf(x[b][2], y.z, d);
     d = fmaf(x[b][3], y.w, d);
   }
-  return row_sum<kRowLanes>(d);
+  return row_sum<kRowLanes, M::kLaneStride>(d);
 }
 
 // The same for all R rows of a thread's tile at once, reduced by a reduce-scatter over the row's 8
@@ -152,7 +166,7 @@ __device__ __forceinline__ float rows_dot(const TileFrag<kK, kV>& f, const float
       part[r] = fmaf(f.s[r][b][3], y.w, part[r]);
     }
   }
-  return reduce_scatter_rows<kRowLanes, M::R>(part, SumOp{});
+  return reduce_scatter_rows<kRowLanes, M::R, M::kLaneStride>(part, SumOp{});
 }
 
 // The whole tile from shared memory, [V][K] rows of kSrc contiguous (a bulk copy of the tile).
@@ -249,7 +263,8 @@ struct CheckpointSink {
 #pragma unroll
     for (int b = 0; b < M::kBlocks; ++b) store4<kCkpt, kStreaming>(c.checkpoint, at + M::col(b), s[b]);
     if constexpr (kCopy) {
-      store_read_copy_blocks<kCkpt, kRead, kRowLanes, M::kBlocks>(c, slot, v_head, v, [](int b) { return M::col(b); }, s);
+      store_read_copy_blocks<kCkpt, kRead, kRowLanes, M::kBlocks, M::kLaneStride>(c, slot, v_head, v,
+                                                                                 [](int b) { return M::col(b); }, s);
     }
   }
 };
@@ -510,7 +525,7 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
         if (j < first_recompute) {
           uj = u_col[j * kV];
         } else {
-          uj = __shfl_sync(kFullMask, ws.beta()[j] * acc, j - b0, kRowLanes);
+          uj = __shfl_sync(kFullMask, ws.beta()[j] * acc, M::lane_of(j - b0));
           if (lane == j - b0) u_col[j * kV] = uj;
         }
         if (mine && j < t) acc = fmaf(-ct[j * L], uj, acc);
@@ -544,9 +559,13 @@ struct Fold {
   static constexpr int kThreads = kFoldThreads;
   using Rows = StagedRows<kK, kV, kCkpt>;
   // Dynamic shared memory the routine needs (16-byte aligned base), for buffer length L: fold.cuh's
-  // workspace, then the checkpoint rows in flight (4-16 KB).
-  __host__ __device__ static constexpr size_t workspace_bytes(int buffer_len) {
-    return FoldWorkspace<kK, kV>::bytes(buffer_len) + Rows::kAreaBytes;
+  // workspace, then the checkpoint rows in flight (4-16 KB), placed after the first `keep` bytes too
+  // (the step's read-copy tile, still landing when the first rows go out).
+  __host__ __device__ static constexpr size_t rows_offset(int buffer_len, size_t keep = 0) {
+    return FoldWorkspace<kK, kV>::bytes(buffer_len) > keep ? FoldWorkspace<kK, kV>::bytes(buffer_len) : keep;
+  }
+  __host__ __device__ static constexpr size_t workspace_bytes(int buffer_len, size_t keep = 0) {
+    return rows_offset(buffer_len, keep) + Rows::kAreaBytes;
   }
 
   // Called by all 256 threads (none has exited); has CTA barriers and ends with one, so `o` is visible.
@@ -557,14 +576,18 @@ struct Fold {
   // checkpoint tile from global memory (a pass ahead), writes the checkpoint (its dtype) and refreshes
   // the read copy (kCopy). If q != nullptr (shared memory, K fp32: the token's query, normalised and
   // scaled), o[v] = S_new[v] . q (shared memory, V fp32) from the folded fp32 state, before its storage
-  // rounding. Leaves the cursor alone.
+  // rounding. Leaves the cursor alone. keep, pending: the first `keep` bytes of `workspace` are being
+  // written by a bulk copy that completes phase 0 of the mbarrier `pending` (nullptr: none); the first
+  // rows go out before the wait, the workspace is written after it.
   __device__ static void head(const GdnParams& p, int64_t slot, int hv, int n, int first_recompute, const FoldTail& tail,
-                              const float* q, float* o, unsigned char* workspace) {
+                              const float* q, float* o, unsigned char* workspace, size_t keep = 0,
+                              uint64_t* pending = nullptr) {
     const GdnCache& c = p.cache;
     const FoldView<kK, kV, kAct> ws(workspace, c.buffer_len);
     const Rows rows{c.checkpoint, slot * c.ck_slot_stride + hv * c.ck_head_stride, c.ck_row_stride,
-                    workspace + FoldWorkspace<kK, kV>::bytes(c.buffer_len)};
+                    workspace + rows_offset(c.buffer_len, keep)};
     const auto first_rows = rows.fetch(0);  // in flight during the staging and the preparation
+    if (pending != nullptr) mbarrier_wait(pending, 0);
     const bool has_tail = tail.k != nullptr;
     stage_window(ws, c, slot, hv, hv / (p.v_heads / p.heads), has_tail ? n - 1 : n, first_recompute);
     if (has_tail) stage_tail(ws, tail, n - 1, first_recompute);

@@ -76,24 +76,28 @@ struct StepTraits {
   static_assert(kStepThreads % kV == 0 && kV <= kStepThreads, "the window terms take whole value channels");
   static_assert(kKeyPerLane % 8 == 0, "window keys move in 16-byte chunks");
   static_assert(FoldHead::kThreads == kStepThreads, "the fold routine (fold.cuh) is written for the step's CTA");
+
+  // A folding CTA's read-copy tile (read, not used) may still be landing when the fold's first
+  // checkpoint rows go out: those rows are placed after it. Without a copy the tile is the checkpoint
+  // (64 KB at K = V = 128 fp32), so the rows overlap it, and the fold waits for it first.
+  static constexpr size_t kFoldKeep = kCopy ? static_cast<size_t>(kTileBytes) : 0;
+  // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
+  // workspace over it.
+  __host__ __device__ static constexpr size_t smem_bytes(int buffer_len) {
+    const size_t fold = FoldHead::workspace_bytes(buffer_len, kFoldKeep);
+    return fold > static_cast<size_t>(kTileBytes) ? fold : static_cast<size_t>(kTileBytes);
+  }
   // CTAs per SM: 4 (64 registers) where the shared memory at L = 16 lets 4 share an SM, so that they
   // keep 4 tiles in flight (the replay is latency-bound: slot, cursor, window, tile); as many as it
   // lets where that is fewer (the fp32 checkpoint's 64 KB tile at K = V = 128: 3), whose registers
   // (80) then cost no occupancy and keep the fused fold from spilling. 228 KB an SM, 1 KB reserved
   // per CTA, the static StepShared under 6 KB.
   static constexpr size_t kSmemAtL16 =
-      (FoldHead::workspace_bytes(16) > static_cast<size_t>(kTileBytes) ? FoldHead::workspace_bytes(16)
-                                                                       : static_cast<size_t>(kTileBytes)) +
+      (FoldHead::workspace_bytes(16, kFoldKeep) > static_cast<size_t>(kTileBytes) ? FoldHead::workspace_bytes(16, kFoldKeep)
+                                                                                  : static_cast<size_t>(kTileBytes)) +
       6 * 1024 + 1024;
   static constexpr int kMinCtasPerSm = 228 * 1024 / kSmemAtL16 < 4 ? static_cast<int>(228 * 1024 / kSmemAtL16) : 4;
   static_assert(kMinCtasPerSm >= 1, "a step CTA fits an SM");
-
-  // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
-  // workspace over it.
-  __host__ __device__ static constexpr size_t smem_bytes(int buffer_len) {
-    const size_t fold = FoldHead::workspace_bytes(buffer_len);
-    return fold > static_cast<size_t>(kTileBytes) ? fold : static_cast<size_t>(kTileBytes);
-  }
 };
 
 template <int kK, int kV, int kSlices>
@@ -219,13 +223,16 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     // ---- the fold: the buffer's w entries and the token; the output from the folded state ----
     // Every u_j from the checkpoint with a read copy; without one the buffer's came from it already
     // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
-    mbarrier_wait(&sh.tile_full, 0);  // the fold's workspace overlaps the tile
+    // The fold's workspace overlaps the tile: the fold waits for it (with a copy, after its first
+    // checkpoint rows have gone out).
+    if constexpr (!kCopy) mbarrier_wait(&sh.tile_full, 0);
     FoldTail tail;
     tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
     tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
     tail.g = sh.g;
     tail.beta = sh.beta;
-    Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn);
+    Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
+                           kCopy ? &sh.tile_full : nullptr);
     for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     move_cursor(slot, 0);
     return;
