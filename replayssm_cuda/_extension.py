@@ -65,9 +65,9 @@ _CACHE_OPS = ("make_read_copy", "load", "reset", "stagger_cursors", "copy_slots"
               "copy_slots_table")
 
 # The pure-Python build's answer, with the op lists cut to what _C registered: the limits of the
-# Mamba-2, GDN and cache kernels, in the format of _C.capabilities(), for builds of _C that do not report
+# Mamba-2, GDN, KDA and cache kernels, in the format of _C.capabilities(), for builds of _C that do not report
 # them (and for none at all, where every op list is empty). "shapes" are the checkpoint's last two dims:
-# (head_dim, state_dim) for Mamba-2, (head_v_dim, head_k_dim) for GDN.
+# (head_dim, state_dim) for Mamba-2, (head_v_dim, head_k_dim) for GDN and KDA (GDN's kernels).
 _REPLAY_PAIRS = [["float32", None], ["float32", "bfloat16"], ["float32", "float16"], ["float32", "float8_e4m3fn"],
                  ["bfloat16", None], ["bfloat16", "float8_e4m3fn"], ["float16", None], ["float16", "float8_e4m3fn"]]
 _FALLBACK_CAPABILITIES = {
@@ -89,6 +89,15 @@ _FALLBACK_CAPABILITIES = {
         "max_buffer_len": 64,
         "max_draft_tokens": 16,
     },
+    "kda": {
+        "ops": [],
+        "shapes": [[64, 64], [128, 64], [64, 128], [128, 128]],
+        "activation_dtypes": ["bfloat16", "float16"],
+        "update_checkpoint_dtypes": ["float32", "bfloat16", "float16"],
+        "checkpoint_read_copy": _REPLAY_PAIRS,
+        "max_buffer_len": 64,
+        "max_draft_tokens": 16,
+    },
     "cache": {"ops": [], "checkpoint_dtypes": ["float32", "bfloat16", "float16"],
               "read_copy_dtypes": ["bfloat16", "float16", "float8_e4m3fn"], "read_copy_max_cols": 256,
               "copy_slots_max_pairs": 3072},
@@ -97,7 +106,7 @@ _FALLBACK_CAPABILITIES = {
 
 def _fallback_capabilities(compiled) -> dict:
     caps = copy.deepcopy(_FALLBACK_CAPABILITIES)
-    for family in ("mamba2", "gdn"):
+    for family in ("mamba2", "gdn", "kda"):
         caps[family]["ops"] = [op for op in compiled if op.startswith(family + "_")]
     caps["cache"]["ops"] = [op for op in compiled if op in _CACHE_OPS]
     return caps
@@ -122,12 +131,13 @@ def load_error() -> str | None:
 
 
 def capabilities() -> dict:
-    """What this build compiled, per family: {"mamba2" and "gdn": {"ops", "shapes" (the checkpoint's two
-    last dims: [P, N] for Mamba-2, [V, K] for GDN), "activation_dtypes", "update_checkpoint_dtypes",
-    "checkpoint_read_copy", "max_buffer_len", "max_draft_tokens"}, "cache": {"ops", "checkpoint_dtypes"
-    (make_read_copy's and load's), "read_copy_dtypes", "read_copy_max_cols", "copy_slots_max_pairs"}}; a
-    family gains an entry when its kernels land (KDA has none: reference only). Every "ops" list is empty
-    without the compiled extension. A fresh copy on each call."""
+    """What this build compiled, per family: {"mamba2", "gdn" and "kda": {"ops", "shapes" (the
+    checkpoint's two last dims: [P, N] for Mamba-2, [V, K] for GDN and KDA), "activation_dtypes",
+    "update_checkpoint_dtypes", "checkpoint_read_copy", "max_buffer_len", "max_draft_tokens"}, "cache":
+    {"ops", "checkpoint_dtypes" (make_read_copy's and load's), "read_copy_dtypes", "read_copy_max_cols",
+    "copy_slots_max_pairs"}}. KDA runs GDN's kernels (the decay per key channel): the same shapes and
+    dtypes, its own op list. Every "ops" list is empty without the compiled extension. A fresh copy on
+    each call."""
     return copy.deepcopy(_CAPABILITIES)
 
 

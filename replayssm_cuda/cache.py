@@ -634,14 +634,13 @@ class _DeltaRuleCache(_ReplayCache):
                 "u_buf": self.u_buf}
 
     def _family_limit(self, kind):
-        # KDA has no kernels (its ops are not compiled, which _choose_paths says); GDN's take what
-        # capabilities()["gdn"] lists.
-        if self.family != "gdn":
-            return None
+        # The kernels take what capabilities()[family] lists (KDA: GDN's kernels with the decay per key
+        # channel); an op this build does not compile is _choose_paths' to report.
         update = kind == "update"
+        kernels = ops.DELTA_KERNELS[self.family]
         limit = ops.gdn_limit(self.head_v_dim, self.head_k_dim, self.checkpoint.dtype,
                               None if self.read_copy is None or update else self.read_copy.dtype,
-                              self.activation_dtype, update=update)
+                              self.activation_dtype, update=update, family=self.family)
         w = self.weights
         if limit is None:
             for name, t in (("weights.A_log", w.A_log), ("weights.dt_bias", w.dt_bias)):
@@ -650,11 +649,11 @@ class _DeltaRuleCache(_ReplayCache):
         if limit is None and not update:
             if self.aux_dtype != torch.float32:
                 limit = f"{_dtype_name(self.aux_dtype)} g_buf, beta_buf and u_buf have no compiled kernel (float32)"
-            elif self.buffer_len > ops.GDN_KERNELS.max_buffer_len:
-                limit = f"buffer_len = {self.buffer_len} exceeds the compiled kernels' {ops.GDN_KERNELS.max_buffer_len}"
-            elif kind == "verify" and self.max_draft_tokens > ops.GDN_KERNELS.max_draft_tokens:
+            elif self.buffer_len > kernels.max_buffer_len:
+                limit = f"buffer_len = {self.buffer_len} exceeds the compiled kernels' {kernels.max_buffer_len}"
+            elif kind == "verify" and self.max_draft_tokens > kernels.max_draft_tokens:
                 limit = (f"max_draft_tokens = {self.max_draft_tokens} exceeds the compiled kernel's "
-                         f"{ops.GDN_KERNELS.max_draft_tokens}")
+                         f"{kernels.max_draft_tokens}")
         return limit
 
     def _inputs(self, op, q, k, v, a, b, out, slots, ndim):

@@ -79,6 +79,8 @@ _COMPILED = frozenset(_extension.compiled_ops())
 _CACHE_CAPS = _CAPS.get("cache", {})
 MAMBA2_KERNELS = KernelTable(_CAPS.get("mamba2", {}))
 GDN_KERNELS = KernelTable(_CAPS.get("gdn", {}))
+KDA_KERNELS = KernelTable(_CAPS.get("kda", {}))   # GDN's kernels with the decay per key channel
+DELTA_KERNELS = {"gdn": GDN_KERNELS, "kda": KDA_KERNELS}
 MAMBA2_KERNEL_SHAPES = MAMBA2_KERNELS.shapes
 KERNEL_ACTIVATION_DTYPES = MAMBA2_KERNELS.activation_dtypes
 KERNEL_MAX_BUFFER_LEN = MAMBA2_KERNELS.max_buffer_len
@@ -347,34 +349,37 @@ def _materialize_limit(checkpoint, x_buf, dt_buf, out):
 # Gated DeltaNet (family "gdn") and KDA (family "kda")
 # --------------------------------------------------------------------------------------------------
 
-def gdn_limit(V, K, checkpoint_dtype, read_copy_dtype, activation_dtype, *, update=False) -> str | None:
-    """Why the compiled GDN kernels cannot take a cache with (head_v_dim, head_k_dim) = (V, K) of these
-    dtypes, or None. update: the conventional update and its snapshot variant (a state, no read copy)."""
-    return GDN_KERNELS.limit("(head_v_dim, head_k_dim)", (V, K), checkpoint_dtype, read_copy_dtype, activation_dtype,
-                             update=update)
+def gdn_limit(V, K, checkpoint_dtype, read_copy_dtype, activation_dtype, *, update=False,
+              family: str = "gdn") -> str | None:
+    """Why the compiled GDN kernels (family "kda": KDA's, the same kernels with the decay per key
+    channel) cannot take a cache with (head_v_dim, head_k_dim) = (V, K) of these dtypes, or None.
+    update: the conventional update and its snapshot variant (a state, no read copy)."""
+    return DELTA_KERNELS[family].limit("(head_v_dim, head_k_dim)", (V, K), checkpoint_dtype, read_copy_dtype,
+                                       activation_dtype, update=update)
 
 
 def gdn_kernel_limit(checkpoint, read_copy, activations, *, buffers=(), weights=(), T=None, out=None,
-                     snapshots=None) -> str | None:
-    """Why the compiled GDN kernels cannot take these arguments, or None. `activations`: q (update,
-    update_snapshots: whose dtype sets the activations) or k_buf (the replay ops: the cache's);
-    `buffers`: g_buf, beta_buf, u_buf (the replay ops); `weights`: A_log, dt_bias; T: verify's drafts or
-    the snapshot op's tokens; out: materialize's state; snapshots: update_snapshots'."""
+                     snapshots=None, family: str = "gdn") -> str | None:
+    """Why the compiled GDN kernels (family "kda": KDA's) cannot take these arguments, or None.
+    `activations`: q (update, update_snapshots: whose dtype sets the activations) or k_buf (the replay
+    ops: the cache's); `buffers`: g_buf, beta_buf, u_buf (the replay ops); `weights`: A_log, dt_bias; T:
+    verify's drafts or the snapshot op's tokens; out: materialize's state; snapshots: update_snapshots'."""
+    kernels = DELTA_KERNELS[family]
     update = not buffers
     limit = gdn_limit(checkpoint.shape[2], checkpoint.shape[3], checkpoint.dtype,
-                      None if read_copy is None else read_copy.dtype, activations.dtype, update=update)
+                      None if read_copy is None else read_copy.dtype, activations.dtype, update=update, family=family)
     if limit is not None:
         return limit
     for name, t in zip(("g_buf", "beta_buf", "u_buf"), buffers):
         if t.dtype != torch.float32:
             return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"
-    if buffers and buffers[0].shape[2] > GDN_KERNELS.max_buffer_len:
-        return f"buffer_len = {buffers[0].shape[2]} exceeds the compiled kernels' {GDN_KERNELS.max_buffer_len}"
+    if buffers and buffers[0].shape[2] > kernels.max_buffer_len:
+        return f"buffer_len = {buffers[0].shape[2]} exceeds the compiled kernels' {kernels.max_buffer_len}"
     for name, t in zip(("A_log", "dt_bias"), weights):
         if t.dtype != torch.float32:
             return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"
-    if T is not None and T > GDN_KERNELS.max_draft_tokens:
-        return f"T = {T} tokens exceed the compiled kernel's {GDN_KERNELS.max_draft_tokens}"
+    if T is not None and T > kernels.max_draft_tokens:
+        return f"T = {T} tokens exceed the compiled kernel's {kernels.max_draft_tokens}"
     if out is not None and out.dtype != torch.float32:
         return f"a {_dtype_text(out.dtype)} out has no compiled kernel (float32)"
     if snapshots is not None and snapshots.dtype != checkpoint.dtype:
@@ -384,19 +389,20 @@ def gdn_kernel_limit(checkpoint, read_copy, activations, *, buffers=(), weights=
 
 
 def _delta_ops(family: str):
-    """The replay ops and the conventional updates of one delta-rule family (gdn or kda). Only GDN has
-    kernels (capabilities()["gdn"]): a GDN call runs compiled where gdn_kernel_limit finds nothing the
-    kernel does not take; every KDA op runs the reference."""
+    """The replay ops and the conventional updates of one delta-rule family (gdn or kda), on the same
+    kernels (capabilities()["gdn"] / ["kda"]): a call runs compiled where its op is compiled and
+    gdn_kernel_limit finds nothing the kernel does not take; else the reference."""
     names = {op: f"{family}_{op}" for op in ("update", "update_snapshots", "verify", "step", "commit", "flush",
                                              "materialize")}
-    # The limit of each op, called with its arguments only where the op is compiled (GDN).
-    limit = gdn_kernel_limit if family == "gdn" else None
+
+    def limit(*args, **kwargs):   # called with an op's arguments only where the op is compiled
+        return gdn_kernel_limit(*args, **kwargs, family=family)
 
     def update(state, q, k, v, a, b, A_log, dt_bias, out, scale=None, use_qk_l2norm=True,
                slots=None, pad_slot_id: int = -1, *, backend="auto"):
         op = names["update"]
         _checks.slots_type(op, slots)
-        _call(op, backend, state, limit and (lambda: limit(state, None, q, weights=(A_log, dt_bias))), (),
+        _call(op, backend, state, (lambda: limit(state, None, q, weights=(A_log, dt_bias))), (),
               (state, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id))
         return out
 
@@ -405,7 +411,7 @@ def _delta_ops(family: str):
         op = names["update_snapshots"]
         _checks.slots_type(op, slots)
         _call(op, backend, state,
-              limit and (lambda: limit(state, None, q, weights=(A_log, dt_bias), T=q.shape[1], snapshots=snapshots)),
+              (lambda: limit(state, None, q, weights=(A_log, dt_bias), T=q.shape[1], snapshots=snapshots)),
               (), (state, q, k, v, a, b, A_log, dt_bias, out, snapshots, scale, bool(use_qk_l2norm), slots,
                    pad_slot_id))
         return out
@@ -416,7 +422,7 @@ def _delta_ops(family: str):
         op = names["verify"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
+              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
                                        weights=(A_log, dt_bias), T=q.shape[1])), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                num_verified, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id,
@@ -429,7 +435,7 @@ def _delta_ops(family: str):
         op = names["step"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
+              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
                                        weights=(A_log, dt_bias))), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), max_draft_tokens, slots, pad_slot_id,
@@ -442,7 +448,7 @@ def _delta_ops(family: str):
         op = names["commit"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
+              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                num_verified, num_accepted, max_draft_tokens, bool(use_qk_l2norm), slots, pad_slot_id, error_word))
 
@@ -451,7 +457,7 @@ def _delta_ops(family: str):
         op = names["flush"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              limit and (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
+              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                bool(use_qk_l2norm), slots, pad_slot_id))
 
@@ -460,7 +466,7 @@ def _delta_ops(family: str):
         op = names["materialize"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              limit and (lambda: limit(checkpoint, None, k_buf, buffers=(g_buf, beta_buf, u_buf), out=out)), (),
+              (lambda: limit(checkpoint, None, k_buf, buffers=(g_buf, beta_buf, u_buf), out=out)), (),
               (checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out, bool(use_qk_l2norm),
                slots, pad_slot_id))
         return out

@@ -181,7 +181,8 @@ def test_gdn_kernel_limits_are_named():
 
 
 def test_gdn_cache_chooses_its_path_from_the_kernel_limits():
-    """GDNCache asks once, at construction, what the compiled kernels take (KDACache: nothing compiled)."""
+    """GDNCache and KDACache ask once, at construction, what the compiled kernels take (KDA runs GDN's
+    kernels: the same shapes and dtypes; an op this build does not compile is _choose_paths' to report)."""
     kinds = ("update", "step", "verify", "commit", "flush", "materialize")
     fam = family("gdn", heads=1, v_heads=2, head_k_dim=64, head_v_dim=128, dtype=torch.float32,
                  act_dtype=torch.bfloat16)
@@ -192,8 +193,11 @@ def test_gdn_cache_chooses_its_path_from_the_kernel_limits():
     assert "(head_v_dim, head_k_dim) = (64, 32) has no compiled kernel" in small._family_limit("step")
     fp64 = family("gdn", heads=1, v_heads=2, head_k_dim=64, head_v_dim=64).make_cache(2, buffer_len=4)
     assert "a float64 checkpoint" in fp64._family_limit("verify")
-    kda = family("kda", dtype=torch.float32, act_dtype=torch.bfloat16).make_cache(2, buffer_len=4)
-    assert all(kda._family_limit(kind) is None for kind in kinds)   # no kda_* op is compiled: _choose_paths says so
+    kda = family("kda", heads=1, v_heads=2, head_k_dim=128, head_v_dim=128, dtype=torch.float32,
+                 act_dtype=torch.bfloat16).make_cache(2, buffer_len=4, max_draft_tokens=2)
+    assert all(kda._family_limit(kind) is None for kind in kinds)
+    kda_small = family("kda", dtype=torch.float32, act_dtype=torch.bfloat16).make_cache(2, buffer_len=4)
+    assert "(head_v_dim, head_k_dim) = (6, 8) has no compiled kernel" in kda_small._family_limit("update")
 
 
 # --------------------------------------------------------------------------------------------------

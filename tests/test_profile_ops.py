@@ -27,7 +27,7 @@ def test_the_calls_cover_every_compiled_op_in_an_order_the_table_can_split():
     profile_ops.check_order(calls)
     labels = [c.label for c in calls]
     assert len(labels) == len(set(labels)), "every call has its own label"
-    for family in ("mamba2", "gdn"):        # the step once replaying and once folding, per read copy
+    for family in ("mamba2", "gdn", "kda"):  # the step once replaying and once folding, per read copy
         assert f"{family}_step replay w=8, fp8 copy" in labels and f"{family}_step fold, no copy" in labels
 
 
@@ -40,12 +40,12 @@ def test_neighbouring_calls_of_one_op_share_a_label():
 
 def test_the_calls_run_through_the_reference_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "calls.tsv"
-    argv = ["--device", "cpu", "--mamba2", "tiny", "--gdn", "tiny", "--batch", "5", "--buffer-len", "8",
+    argv = ["--device", "cpu", "--mamba2", "tiny", "--gdn", "tiny", "--kda", "tiny", "--batch", "5", "--buffer-len", "8",
             "--copies", "none,bf16,fp8", "--calls-out", str(out)]
     assert profile_ops.main(argv) == 0
-    assert "profile_ops: ran 49 calls of 27 ops on cpu" in capsys.readouterr().out
+    assert "profile_ops: ran 67 calls of 34 ops on cpu" in capsys.readouterr().out
     lines = out.read_text().splitlines()
-    assert lines[0] == "mamba2_update\tT=1" and "gdn_step\tfold, bf16 copy" in lines and len(lines) == 49
+    assert lines[0] == "mamba2_update\tT=1" and "gdn_step\tfold, bf16 copy" in lines and len(lines) == 67
 
 
 RAW = '''==PROF== Disconnected from process 4242

@@ -2,10 +2,10 @@
 # Nsight Compute on one call of every compiled op (GPU machine, after the in-place build of
 # tools/gpu_check.sh):
 #   bash tools/profile.sh [table|memory|source] [tools/profile_ops.py options]
-# The calls come from tools/profile_ops.py (its docstring lists them): nano4b's Mamba-2 layer and qwen4b's
-# GDN layer at batch 256, the steps once replaying and once folding, the replay ops without a read copy
+# The calls come from tools/profile_ops.py (its docstring lists them): nano4b's Mamba-2 layer, qwen4b's
+# GDN layer and kimi's KDA layer at batch 256, the steps once replaying and once folding, the replay ops without a read copy
 # and with an fp8 one, each op's second call. Its options pick others: --batch 64, --mamba2 super120b,
-# --gdn qwen122b, --copies none,bf16,fp8, --only 'gdn_(verify|commit)'. Every op opens an NVTX range
+# --gdn qwen122b, --kda tiny, --copies none,bf16,fp8, --only 'gdn_(verify|commit)'. Every op opens an NVTX range
 # named after it in the domain replayssm: ncu profiles only the kernels inside one (not the launcher's
 # cursor fills) and the table takes each kernel's op from it. Clocks are not locked (--clock-control
 # none: the rate a benchmark sees); caches are flushed before every launch (--cache-control all). Launch

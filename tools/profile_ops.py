@@ -1,8 +1,8 @@
 """One call of every compiled op at a serving size, for Nsight Compute (tools/profile.sh), and the table of
 ncu's per-kernel numbers for those calls.
 
-Launcher (the default): a Mamba-2 layer (nano4b: H=96 P=80 N=128 G=8) and a GDN layer (qwen4b: H=16
-HV=32 K=V=128), batch 256, buffer length L=16, draft blocks of T=4, fp32 checkpoints, bf16 activations,
+Launcher (the default): a Mamba-2 layer (nano4b: H=96 P=80 N=128 G=8), a GDN layer (qwen4b: H=16
+HV=32 K=V=128) and a KDA layer (kimi: H=HV=32 K=V=128), batch 256, buffer length L=16, draft blocks of T=4, fp32 checkpoints, bf16 activations,
 rows on a random permutation of the slots. Every call is made twice: a warm-up, then once more between
 torch.cuda.profiler.start() and stop(), so that `ncu --profile-from-start off` sees each op's second
 call only. The calls, in this order (no two neighbours share an op, so the kernels of consecutive ops
@@ -12,7 +12,7 @@ never merge in the table):
     each read copy of --copies: <family>_step replaying (cursors at L/2), <family>_verify (T drafts,
     cursors spread over [0, L-T]), <family>_step folding (cursors at L-1: the token fills the buffer),
     <family>_commit (1 to T accepted, max_draft_tokens T: some rows fold), <family>_flush (cursors at L/2)
-    for mamba2 then gdn; then on the Mamba-2 layer: make_read_copy, load, reset, stagger_cursors and
+    for mamba2, gdn then kda; then on the Mamba-2 layer: make_read_copy, load, reset, stagger_cursors and
     copy_slots (batch/8 slots or pairs: the requests that finish or fork in one decode step); then
     fill_slots_table and copy_slots_table over both layers' tensors (LayerCaches' one launch); then
     mamba2_commit_layers, mamba2_flush_layers and mamba2_materialize_layers over the Mamba-2 layer and a
@@ -22,10 +22,11 @@ never merge in the table):
 Each compiled op opens an NVTX range named after it (domain "replayssm"), so
 `ncu --nvtx --nvtx-include "regex:replayssm@.+/"` profiles the ops' kernels and none of the launcher's
 cursor fills. Without ncu the script still runs (cudaProfilerStart/Stop do nothing) and says what it ran;
-`--device cpu --mamba2 tiny --gdn tiny` runs the same calls through the checked PyTorch reference (how
+`--device cpu --mamba2 tiny --gdn tiny --kda tiny` runs the same calls through the checked PyTorch reference (how
 the CPU tests check the argument lists).
 
-    python3 tools/profile_ops.py [--batch 64] [--mamba2 super120b] [--gdn qwen122b] [--copies none,bf16,fp8]
+    python3 tools/profile_ops.py [--batch 64] [--mamba2 super120b] [--gdn qwen122b] [--kda kimi]
+                                 [--copies none,bf16,fp8]
                                  [--only 'mamba2_step.*fold'] [--calls-out calls.tsv] [--list]
 
 Table: `python3 tools/profile_ops.py --table RAW.csv NVTX.csv [--calls calls.tsv]` reads two exports of
@@ -51,6 +52,7 @@ from typing import Callable
 MAMBA2_DIMS = {"nano4b": (96, 80, 128, 8), "super120b": (128, 64, 128, 8), "tiny": (4, 64, 64, 2)}  # H, P, N, G
 GDN_DIMS = {"qwen4b": (16, 32, 128, 128), "qwen122b": (16, 64, 128, 128), "tp4": (4, 16, 128, 128),
             "tiny": (1, 2, 64, 64)}  # H, HV, K, V
+KDA_DIMS = {"kimi": (32, 32, 128, 128), "tiny": (1, 2, 64, 64)}  # H, HV, K, V (Kimi Linear's KDA layers)
 COPIES = {"none": None, "bf16": "bfloat16", "fp16": "float16", "fp8": "float8_e4m3fn"}
 
 
@@ -151,31 +153,43 @@ def build_calls(args) -> list[Call]:
         "flush": lambda c: ops.mamba2_flush(*c, A, slots, -1),
     }
 
-    # GDN: per token q, k, v, a, b; weights A_log, dt_bias; buffers k, v, g, beta, u.
+    def delta_layer(family, dims):
+        """A GDN or KDA layer (KDA: the decay per key channel, so a, dt_bias and g_buf have a K dim):
+        per token q, k, v, a, b; weights A_log, dt_bias; buffers k, v, g, beta, u. Returns its cache and
+        its calls by name."""
+        Hq, HV, K, V = dims
+        gate = (K,) if family == "kda" else ()
+        A_log, g_bias = torch.log(0.05 + 0.45 * torch.rand(HV, device=dev)), 0.5 * torch.randn(HV, *gate, device=dev)
+        g = make_cache(HV, V, K, (randn(batch, Hq, L, K), randn(batch, HV, L, V),
+                                  -0.5 * torch.rand(batch, HV, L, *gate, device=dev),
+                                  torch.rand(batch, HV, L, device=dev), 0.1 * torch.randn(batch, HV, L, V, device=dev)))
+        g_one = (randn(batch, Hq, K), randn(batch, Hq, K), randn(batch, HV, V), randn(batch, HV, *gate),
+                 randn(batch, HV), torch.empty(batch, HV, V, device=dev, dtype=act))
+        g_block = (randn(batch, T, Hq, K), randn(batch, T, Hq, K), randn(batch, T, HV, V), randn(batch, T, HV, *gate),
+                   randn(batch, T, HV), torch.empty(batch, T, HV, V, device=dev, dtype=act))
+
+        def g_in(tokens, *extra):   # q, k, v, a, b, A_log, dt_bias, out, [snapshots], scale, use_qk_l2norm
+            *qkvab, out = tokens
+            return (*qkvab, A_log, g_bias, out, *extra, None, True)
+
+        op = {name: getattr(ops, f"{family}_{name}") for name in
+              ("update", "update_snapshots", "materialize", "step", "verify", "commit", "flush")}
+        return g, {
+            "update": lambda: op["update"](g["state"], *g_in(g_one), slots, -1),
+            "update_snapshots": lambda: op["update_snapshots"](g["state"], *g_in(g_block, g["snapshots"]), slots, -1),
+            "materialize": lambda: op["materialize"](g["checkpoint"], *g["buffers"], g["num_committed"],
+                                                     g["materialized"], True, slots, -1),
+            "step": lambda c: op["step"](*c, *g_in(g_one), 1, slots, -1, False),
+            "verify": lambda c: op["verify"](*c, g["num_verified"], *g_in(g_block), slots, -1),
+            "commit": lambda c: op["commit"](*c, g["num_verified"], accepted, T, True, slots, -1),
+            "flush": lambda c: op["flush"](*c, True, slots, -1),
+        }
+
+    g, gdn = delta_layer("gdn", GDN_DIMS[args.gdn])
+    kc, kda = delta_layer("kda", KDA_DIMS[args.kda])
     Hq, HV, K, V = GDN_DIMS[args.gdn]
-    A_log, g_bias = torch.log(0.05 + 0.45 * torch.rand(HV, device=dev)), 0.5 * torch.randn(HV, device=dev)
-    g = make_cache(HV, V, K, (randn(batch, Hq, L, K), randn(batch, HV, L, V), -0.5 * torch.rand(batch, HV, L, device=dev),
-                              torch.rand(batch, HV, L, device=dev), 0.1 * torch.randn(batch, HV, L, V, device=dev)))
-    g_one = (randn(batch, Hq, K), randn(batch, Hq, K), randn(batch, HV, V), randn(batch, HV), randn(batch, HV),
-             torch.empty(batch, HV, V, device=dev, dtype=act))
-    g_block = (randn(batch, T, Hq, K), randn(batch, T, Hq, K), randn(batch, T, HV, V), randn(batch, T, HV),
-               randn(batch, T, HV), torch.empty(batch, T, HV, V, device=dev, dtype=act))
-
-    def g_in(tokens, *extra):   # q, k, v, a, b, A_log, dt_bias, out, [snapshots], scale, use_qk_l2norm
-        *qkvab, out = tokens
-        return (*qkvab, A_log, g_bias, out, *extra, None, True)
-
-    gdn = {
-        "update": lambda: ops.gdn_update(g["state"], *g_in(g_one), slots, -1),
-        "update_snapshots": lambda: ops.gdn_update_snapshots(g["state"], *g_in(g_block, g["snapshots"]), slots, -1),
-        "materialize": lambda: ops.gdn_materialize(g["checkpoint"], *g["buffers"], g["num_committed"],
-                                                   g["materialized"], True, slots, -1),
-        "step": lambda c: ops.gdn_step(*c, *g_in(g_one), 1, slots, -1, False),
-        "verify": lambda c: ops.gdn_verify(*c, g["num_verified"], *g_in(g_block), slots, -1),
-        "commit": lambda c: ops.gdn_commit(*c, g["num_verified"], accepted, T, True, slots, -1),
-        "flush": lambda c: ops.gdn_flush(*c, True, slots, -1),
-    }
-    calls = _sequence("mamba2", mamba2, m, args.copies, L, T) + _sequence("gdn", gdn, g, args.copies, L, T)
+    calls = (_sequence("mamba2", mamba2, m, args.copies, L, T) + _sequence("gdn", gdn, g, args.copies, L, T) +
+             _sequence("kda", kda, kc, args.copies, L, T))
 
     # The cache ops on the Mamba-2 layer, with a read copy (the first of --copies that has one, else bf16).
     ck, nc, bufs = m["checkpoint"], m["num_committed"], list(m["buffers"])
@@ -270,6 +284,7 @@ def parse_args(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mamba2", choices=MAMBA2_DIMS, default="nano4b", help="Mamba-2 layer dims (default nano4b)")
     p.add_argument("--gdn", choices=GDN_DIMS, default="qwen4b", help="GDN layer dims (default qwen4b)")
+    p.add_argument("--kda", choices=KDA_DIMS, default="kimi", help="KDA layer dims (default kimi)")
     p.add_argument("--batch", type=int, default=256, help="rows, one slot each (default 256)")
     p.add_argument("--buffer-len", type=int, default=16, help="L (default 16)")
     p.add_argument("--draft-tokens", type=int, default=4, help="T of verify, commit and update_snapshots (default 4)")
@@ -277,7 +292,7 @@ def parse_args(argv=None):
                    help=f"read copies the replay ops run with, comma-separated from {list(COPIES)} (default none,fp8)")
     p.add_argument("--only", default="", help="a regex: run only the calls whose label ('op what') it matches")
     p.add_argument("--device", default="cuda", help="cuda (default), or cpu: the checked reference (use --mamba2 tiny "
-                   "--gdn tiny)")
+                   "--gdn tiny --kda tiny)")
     p.add_argument("--calls-out", help="write the profiled calls here, one 'op<TAB>what' a line, for --table")
     p.add_argument("--list", action="store_true", help="print the calls (op and what) and exit; allocates nothing")
     p.add_argument("--table", nargs=2, metavar=("RAW_CSV", "NVTX_CSV"), help="print the table of two ncu exports")
@@ -330,7 +345,7 @@ def launch(args) -> int:
             torch.cuda.synchronize()
             torch.cuda.profiler.stop()
     print(f"profile_ops: ran {len(calls)} calls of {len({c.op for c in calls})} ops on {args.device}, twice "
-          f"(mamba2 {args.mamba2}, gdn {args.gdn}, batch {args.batch}, L {args.buffer_len}, T {args.draft_tokens}, "
+          f"(mamba2 {args.mamba2}, gdn {args.gdn}, kda {args.kda}, batch {args.batch}, L {args.buffer_len}, T {args.draft_tokens}, "
           f"copies {','.join(args.copies)})" + ("; the second time between cudaProfilerStart and Stop" if cuda else ""))
     return 0
 

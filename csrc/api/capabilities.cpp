@@ -26,6 +26,7 @@ struct Family {
 const Family kFamilies[] = {
     {"mamba2", mamba2_capabilities},
     {"gdn", gdn_capabilities},
+    {"kda", kda_capabilities},
 };
 
 std::vector<std::string> compiled_ops() {

@@ -128,7 +128,14 @@
     "Tensor layer_table, Tensor(a!)[] checkpoints, Tensor(b!)[] read_copies, Tensor(c!)[] read_scales, " \
     "Tensor(d!)[] k_bufs, Tensor(e!)[] v_bufs, Tensor(f!)[] g_bufs, Tensor(g!)[] beta_bufs, Tensor(h!)[] u_bufs, " \
     "Tensor(i!)[] num_committed, Tensor(j!)[] num_verified, Tensor(k!)[] error_words, " \
-    "Tensor(l!) out, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()")
+    "Tensor(l!) out, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+  X(kda_update,                                                                                    \
+    "kda_update(Tensor(a!) state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, "  \
+    "Tensor dt_bias, Tensor(b!) out, float? scale, bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()") \
+  X(kda_update_snapshots,                                                                          \
+    "kda_update_snapshots(Tensor state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, " \
+    "Tensor dt_bias, Tensor(a!) out, Tensor(b!) snapshots, float? scale, bool use_qk_l2norm, Tensor? slots, " \
+    "int pad_slot_id) -> ()")
 
 namespace replayssm {
 
@@ -208,6 +215,19 @@ void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& 
                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
 
 void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
+                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
+                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                          int64_t pad_slot_id);
+
+// KDA's conventional ops (families/gdn/ops_api.cpp): gdn_update / gdn_update_snapshots with a
+// (batch, [T,] HV, K) and dt_bias (HV, K), the decay per key channel.
+void kda_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
+                const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+void kda_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                           const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
                           const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
                           std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,

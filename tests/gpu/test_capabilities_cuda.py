@@ -24,7 +24,10 @@ def test_capabilities_lists_every_compiled_op_once():
     assert caps["cache"]["read_copy_dtypes"] == ["bfloat16", "float16", "float8_e4m3fn"]
     assert sorted(caps["gdn"]["ops"]) == sorted(f"gdn_{op}" for op in ("update", "update_snapshots", "step", "verify",
                                                                       "commit", "flush", "materialize"))
-    assert "kda" not in caps   # reference only
+    # KDA runs GDN's kernels: the same facts, its own ops (the conventional ones compiled first).
+    assert {"kda_update", "kda_update_snapshots"} <= set(caps["kda"]["ops"])
+    assert all(op.startswith("kda_") for op in caps["kda"]["ops"])
+    assert {k: v for k, v in caps["kda"].items() if k != "ops"} == {k: v for k, v in caps["gdn"].items() if k != "ops"}
 
 
 def test_mamba2_capabilities():
@@ -61,6 +64,24 @@ def test_every_listed_gdn_shape_and_state_dtype_runs():
                 out = torch.empty_like(v)
                 A_log, dt_bias = torch.zeros(HV, device="cuda"), torch.zeros(HV, device="cuda")
                 ops.gdn_update(state, q, k, v, a, b, A_log, dt_bias, out, backend="cuda")
+                assert torch.isfinite(out.float()).all(), (V, K, state_name, act_name)
+
+
+def test_every_listed_kda_shape_and_state_dtype_runs():
+    g = capabilities()["kda"]
+    H, HV, batch = 1, 2, 1
+    for V, K in g["shapes"]:
+        for state_name in g["update_checkpoint_dtypes"]:
+            for act_name in g["activation_dtypes"]:
+                act, state_dtype = getattr(torch, act_name), getattr(torch, state_name)
+                state = torch.zeros(2, HV, V, K, device="cuda", dtype=state_dtype)
+                q, k = (torch.randn(batch, H, K, device="cuda").to(act) for _ in range(2))
+                v = torch.randn(batch, HV, V, device="cuda").to(act)
+                a = torch.randn(batch, HV, K, device="cuda").to(act)
+                b = torch.randn(batch, HV, device="cuda").to(act)
+                out = torch.empty_like(v)
+                A_log, dt_bias = torch.zeros(HV, device="cuda"), torch.zeros(HV, K, device="cuda")
+                ops.kda_update(state, q, k, v, a, b, A_log, dt_bias, out, backend="cuda")
                 assert torch.isfinite(out.float()).all(), (V, K, state_name, act_name)
 
 

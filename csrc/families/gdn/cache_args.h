@@ -143,12 +143,14 @@ inline void expect_gate(const char* op, const char* name, const at::Tensor& t, c
 // The inputs of one call: q, k (batch, [T,] H, K), v, out (batch, [T,] HV, V) of the activation dtype
 // `act`, a, b (batch, [T,] HV), A_log, dt_bias (HV,) fp32, the scale and the normalisation flag.
 // `has_tokens`: the inputs have a token dimension (batch, T, ...). `act_from_cache`: act is the cache's
-// (k_buf's), and q, k, v, out are checked against it first, each by name. Returns the batch size.
+// (k_buf's), and q, k, v, out are checked against it first, each by name. `gate` GdnGate::kVector
+// (KDA): a (batch, [T,] HV, K) and dt_bias (HV, K), per key channel. Returns the batch size.
 inline int64_t fill_tokens(GdnParams& p, const Expect& expect, const char* op, int64_t H, int64_t HV, int64_t K,
                            int64_t V, at::ScalarType act, bool act_from_cache, bool has_tokens, const at::Tensor& q,
                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
                            const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out,
-                           std::optional<double> scale, bool use_qk_l2norm) {
+                           std::optional<double> scale, bool use_qk_l2norm, GdnGate gate = GdnGate::kScalar) {
+  const bool vector_gate = gate == GdnGate::kVector;
   if (act_from_cache) {
     checks::cache_activation(op, "q", q, "k_buf", act);
     checks::cache_activation(op, "k", k, "k_buf", act);
@@ -174,10 +176,18 @@ inline int64_t fill_tokens(GdnParams& p, const Expect& expect, const char* op, i
   expect("out", out, with({HV, V}), {act});
   checks::writable(op, "out", out);
   const char* gate_layout = has_tokens ? "(batch, T, v_heads)" : "(batch, v_heads)";
-  expect_gate(op, "a", a, q, with({HV}), gate_layout, act);
+  if (vector_gate) {
+    expect_gate(op, "a", a, q, with({HV, K}), has_tokens ? "(batch, T, v_heads, head_k_dim)" : "(batch, v_heads, head_k_dim)", act);
+  } else {
+    expect_gate(op, "a", a, q, with({HV}), gate_layout, act);
+  }
   expect_gate(op, "b", b, q, with({HV}), gate_layout, act);
   expect("A_log", A_log, {HV}, {at::kFloat});
-  expect("dt_bias", dt_bias, {HV}, {at::kFloat});
+  if (vector_gate) {
+    expect("dt_bias", dt_bias, {HV, K}, {at::kFloat});
+  } else {
+    expect("dt_bias", dt_bias, {HV}, {at::kFloat});
+  }
 
   GdnTokens& t = p.tokens;
   const int d = has_tokens ? 1 : 0;  // the dims after the row (and token) index
@@ -218,6 +228,11 @@ inline int64_t fill_tokens(GdnParams& p, const Expect& expect, const char* op, i
   p.v_heads = static_cast<int32_t>(HV);
   p.head_k_dim = static_cast<int32_t>(K);
   p.head_v_dim = static_cast<int32_t>(V);
+  p.gate = gate;
+  if (vector_gate) {
+    p.kda.a_channel_stride = a.stride(2 + d);
+    p.kda.dt_bias_head_stride = dt_bias.stride(0);
+  }
   return batch;
 }
 

@@ -1,5 +1,6 @@
-// The "gdn" entry of _C.capabilities() (api/capabilities.h), read from the variants table: the keys of
-// the "mamba2" entry, where shapes are the checkpoint's last two dims, [V, K] (head_v_dim, head_k_dim).
+// The "gdn" and "kda" entries of _C.capabilities() (api/capabilities.h), read from the variants table:
+// the keys of the "mamba2" entry, where shapes are the checkpoint's last two dims, [V, K] (head_v_dim,
+// head_k_dim). KDA runs the same kernels (GdnGate::kVector), so it has the same facts.
 #include <pybind11/pybind11.h>
 
 #include "api/capabilities.h"
@@ -14,5 +15,7 @@ pybind11::dict gdn_capabilities() {
   out["max_draft_tokens"] = kGdnMaxDraftTokens;
   return out;
 }
+
+pybind11::dict kda_capabilities() { return gdn_capabilities(); }
 
 }  // namespace replayssm

@@ -1,6 +1,6 @@
 // The per-token arithmetic every Gated DeltaNet kernel shares (update, snapshots, step, verify, fold),
 // so that a token's gates and normalised keys are the same numbers in every op:
-//   g = -exp(A_log) * softplus(a + dt_bias)   (log decay; alpha = exp(g))
+//   g = -exp(A_log) * softplus(a + dt_bias)   (log decay; alpha = exp(g); KDA: per key channel too)
 //   beta = sigmoid(b)
 //   q, k L2-normalised when use_qk_l2norm: x * rsqrt(sum x^2 + 1e-6) (reference.L2NORM_EPS); q scaled.
 // fp32, no fast math (softplus is torch's, threshold 20; the reciprocal square root is correctly rounded).
@@ -13,6 +13,7 @@
 
 #include "common/dtype.h"
 #include "common/math.cuh"
+#include "families/gdn/params.h"
 
 namespace replayssm {
 namespace gdn {
@@ -36,6 +37,24 @@ __device__ __forceinline__ float load_gate_input(const void* base, DType dtype, 
     case DType::kFloat32: return __ldg(static_cast<const float*>(base) + offset);
     case DType::kBFloat16: return __bfloat162float(__ldg(static_cast<const __nv_bfloat16*>(base) + offset));
     default: return __half2float(__ldg(static_cast<const __half*>(base) + offset));
+  }
+}
+
+// KDA (GdnGate::kVector): one token's decay factors exp(g) at a lane's key channels, col(i) + e for
+// its C chunks of E channels; a_at: the token's a at (row, [t,] hv) (its channel 0).
+template <int C, int E, typename Col>
+__device__ __forceinline__ void channel_decays(float (&alpha)[C][E], const GdnParams& p, int64_t a_at, int hv,
+                                               float A_log, Col col) {
+  const GdnTokens& tk = p.tokens;
+  const float* dt_bias = tk.dt_bias + hv * p.kda.dt_bias_head_stride;
+#pragma unroll
+  for (int i = 0; i < C; ++i) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const int ch = col(i) + e;
+      const float a = load_gate_input(tk.a, tk.a_dtype, a_at + ch * p.kda.a_channel_stride);
+      alpha[i][e] = expf(log_decay(a, A_log, __ldg(dt_bias + ch)));
+    }
   }
 }
 

@@ -1,5 +1,6 @@
-// torch.ops.replayssm.gdn_update / gdn_update_snapshots / gdn_step: validate, fill GdnParams, launch on
-// the current stream. Tensor tables and math: families/gdn/params.h and the kernels (update.cu,
+// torch.ops.replayssm.gdn_update / gdn_update_snapshots / gdn_step and KDA's kda_update /
+// kda_update_snapshots (the same kernels with the decay per key channel, GdnGate::kVector): validate,
+// fill GdnParams, launch on the current stream. Tensor tables and math: families/gdn/params.h and the kernels (update.cu,
 // snapshots.cu, step_kernel.cuh). No allocation and no host synchronisation, so all are safe under
 // CUDA-graph capture.
 #include <optional>
@@ -46,13 +47,10 @@ int64_t qk_heads(const char* op, const at::Tensor& q, int64_t HV, int head_dim) 
   return H;
 }
 
-}  // namespace
-
-void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
-                const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
-  constexpr const char* op = "gdn_update";
+void update(const char* op, GdnGate gate, const at::Tensor& state, const at::Tensor& q, const at::Tensor& k,
+            const at::Tensor& v, const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
+            const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
+            const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
   const Expect expect{op, state, "state"};
   GdnParams p{};
   fill_state(p, expect, op, state);
@@ -63,17 +61,16 @@ void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& 
   expect("q", q, {-1, H, K}, gdn_api::activation_dtypes(), 16);
   const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*act_from_cache=*/false,
                                              /*has_tokens=*/false, q, k, v, a, b, A_log, dt_bias, out, scale,
-                                             use_qk_l2norm);
+                                             use_qk_l2norm, gate);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, state.size(0));
   launch_checked(op, state, launch_gdn_update, p);
 }
 
-void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
-                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
-                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-                          int64_t pad_slot_id) {
-  constexpr const char* op = "gdn_update_snapshots";
+void update_snapshots(const char* op, GdnGate gate, const at::Tensor& state, const at::Tensor& q,
+                      const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
+                      const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out,
+                      const at::Tensor& snapshots, std::optional<double> scale, bool use_qk_l2norm,
+                      const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
   const Expect expect{op, state, "state"};
   GdnParams p{};
   fill_state(p, expect, op, state);
@@ -85,7 +82,7 @@ void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at
   TORCH_CHECK(T >= 1 && T <= kGdnMaxDraftTokens, checks::cat(op, ": the number of tokens T (q.size(1)) must be in [1, ", kGdnMaxDraftTokens, "], got ", T));
   const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*act_from_cache=*/false,
                                              /*has_tokens=*/true, q, k, v, a, b, A_log, dt_bias, out, scale,
-                                             use_qk_l2norm);
+                                             use_qk_l2norm, gate);
   expect("snapshots", snapshots, {batch, T, HV, V, K}, {state.scalar_type()}, 16);
   checks::writable(op, "snapshots", snapshots);
   checks::no_overlap(op, "snapshots", snapshots, "state", state);
@@ -97,6 +94,42 @@ void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at
   p.sn_v_stride = snapshots.stride(3);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, state.size(0));
   launch_checked(op, state, launch_gdn_update_snapshots, p);
+}
+
+}  // namespace
+
+void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
+                const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  update("gdn_update", GdnGate::kScalar, state, q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, slots,
+         pad_slot_id);
+}
+
+void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
+                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
+                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                          int64_t pad_slot_id) {
+  update_snapshots("gdn_update_snapshots", GdnGate::kScalar, state, q, k, v, a, b, A_log, dt_bias, out, snapshots,
+                   scale, use_qk_l2norm, slots, pad_slot_id);
+}
+
+void kda_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
+                const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
+  update("kda_update", GdnGate::kVector, state, q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, slots,
+         pad_slot_id);
+}
+
+void kda_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
+                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
+                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                          int64_t pad_slot_id) {
+  update_snapshots("kda_update_snapshots", GdnGate::kVector, state, q, k, v, a, b, A_log, dt_bias, out, snapshots,
+                   scale, use_qk_l2norm, slots, pad_slot_id);
 }
 
 void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,

@@ -21,6 +21,13 @@
 //   a, b            (batch, [T,] HV)        activation or fp32
 //   A_log, dt_bias  (HV,)                   fp32
 //
+// KDA (gate = GdnGate::kVector) is the same delta rule with the log decay per v-head AND key channel,
+// g = -exp(A_log)[hv] softplus(a + dt_bias) a K-vector, and the state decayed column by column
+// (S diag(exp(g))). Its gate tensors have a key-channel dim (the `kda` fields below):
+//   a               (batch, [T,] HV, K)     activation or fp32
+//   dt_bias         (HV, K)                 fp32
+//   g_buf           (slots, HV, L, K)       fp32
+//
 // v-head hv uses k-head hv / (HV / H). The state is [V, K] per v-head, K contiguous: a row of the state
 // is one value channel. Exactness: fp32 arithmetic, no fast math; with a read copy the fold recomputes
 // every u_j from the full-precision checkpoint, so read-copy rounding never reaches the checkpoint.
@@ -87,6 +94,22 @@ struct GdnTokens {
   bool use_qk_l2norm;
 };
 
+// The decay's shape: one per v-head (Gated DeltaNet) or one per v-head and key channel (KDA). The
+// kernels take it as a compile-time trait (kVectorGate): the same kernels, with the gate loads and the
+// decay applied column by column.
+enum class GdnGate : int32_t {
+  kScalar = 0,  // GDN (a zero-initialised GdnParams)
+  kVector = 1,  // KDA
+};
+
+// KDA's gate strides (GdnGate::kVector only; unused by GDN): the key channel of a, dt_bias's v-head,
+// g_buf's entry (its key channels are contiguous).
+struct KdaGateArgs {
+  int64_t a_channel_stride;
+  int64_t dt_bias_head_stride;
+  int64_t gb_entry_stride;
+};
+
 enum class GdnFoldMode : int32_t {
   kCommit = 0,       // fold the rows whose accepted count leaves no room for the next verify
   kFlush = 1,        // fold every row with committed entries
@@ -123,7 +146,13 @@ struct GdnParams {
   // verify / commit: (4,) int32 [code, row, value, limit], the first misuse (cache/error_word.cuh), or
   // nullptr: record nothing.
   int32_t* error_word;
+
+  // ---- KDA (last, so that GDN's fields keep their offsets) ----
+  GdnGate gate;
+  KdaGateArgs kda;
 };
+
+// Every launcher takes params.gate: GdnGate::kScalar runs Gated DeltaNet, kVector KDA.
 
 // Conventional T=1 update of cache.checkpoint (the state), one launch.
 cudaError_t launch_gdn_update(const GdnParams& params, cudaStream_t stream);

@@ -2,7 +2,8 @@
 // the state of its slot, which is only read, and the state after every token written to
 // snapshots[row, t] (the engine keeps the accepted one). Token by token it is gdn_update: the output
 // of token t from the fp32 state, then the state rounded to its dtype (the snapshot), and token t + 1
-// starts from the rounded value, exactly as T calls of gdn_update would. Pad and out-of-range rows
+// starts from the rounded value, exactly as T calls of gdn_update would (KDA, kVectorGate: of
+// kda_update, the row decayed column by column as in update.cu). Pad and out-of-range rows
 // read nothing and get zero snapshots and zero output.
 //
 // Byte model per (row, hv): V K s read once + T V K s written (s = state bytes), plus the T tokens'
@@ -39,7 +40,7 @@ struct SnapshotShape {
   static_assert(kRows >= 1 && kV % kRowsPerCta == 0, "a tile is whole CTAs of whole passes");
 };
 
-template <int kK, int kV, DType kState, DType kAct>
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const GdnParams p) {
   using Shape = SnapshotShape<kK, kV, kState>;
   using Lanes = typename Shape::Lanes;
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const Gd
       for (int i = 0; i < C; ++i) Chunk16<kState>::to_float(raw[r][i], s[r][i]);
     }
   }
-  const float A_log = __ldg(tk.A_log + hv), dt_bias = __ldg(tk.dt_bias + hv);
+  const float A_log = __ldg(tk.A_log + hv), dt_bias = kVectorGate ? 0.0f : __ldg(tk.dt_bias + hv);
 
   for (int t = 0; t < T; ++t) {
     ActFrag<kAct, E> kf[C], qf[C];  // raw; normalised through the dot products and u below
@@ -124,8 +125,14 @@ __global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const Gd
     const float rk = key_scale(ss_k, tk.use_qk_l2norm);
     const float rq = key_scale(ss_q, tk.use_qk_l2norm) * tk.scale;
     const float kq_hat = kq * rk * rq;
-    const float alpha = expf(log_decay(a, A_log, dt_bias));
+    const float alpha = kVectorGate ? 1.0f : expf(log_decay(a, A_log, dt_bias));
     const float beta = beta_gate(b);
+    // KDA: the token's decay of each of the thread's key channels.
+    float alpha_c[kVectorGate ? C : 1][kVectorGate ? E : 1];
+    if constexpr (kVectorGate) {
+      channel_decays(alpha_c, p, row * tk.a_row_stride + t * tk.a_token_stride + hv * tk.a_head_stride, hv, A_log,
+                     [](int i) { return Lanes::col(i); });
+    }
 
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -134,34 +141,40 @@ __global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const Gd
       for (int i = 0; i < C; ++i) {
 #pragma unroll
         for (int e = 0; e < E; ++e) {
+          if constexpr (kVectorGate) s[r][i][e] *= alpha_c[i][e];
           dk += s[r][i][e] * kf[i][e];
           dq += s[r][i][e] * qf[i][e];
         }
       }
       dk = row_sum<kLanes>(dk) * rk;
       dq = row_sum<kLanes>(dq) * rq;
-      const float u = beta * (vv[r] - alpha * dk);
+      // KDA: s, dk and dq are already decayed (alpha = 1 here).
+      const float u = kVectorGate ? beta * (vv[r] - dk) : beta * (vv[r] - alpha * dk);
       const float uk = u * rk;  // u k_hat = (u rk) k
 #pragma unroll
       for (int i = 0; i < C; ++i) {
 #pragma unroll
-        for (int e = 0; e < E; ++e) s[r][i][e] = alpha * s[r][i][e] + uk * kf[i][e];
+        for (int e = 0; e < E; ++e) {
+          s[r][i][e] = kVectorGate ? s[r][i][e] + uk * kf[i][e] : alpha * s[r][i][e] + uk * kf[i][e];
+        }
         store_chunk16<kState>(p.snapshots, snapshot_at(t, r) + Lanes::col(i), s[r][i]);
 #pragma unroll
         for (int e = 0; e < E; ++e) s[r][i][e] = state_round_trip<kState>(s[r][i][e]);  // the next token starts from the snapshot
       }
-      if (Lanes::lane() == 0) store_act<kAct>(tk.out, out_at(t, r), alpha * dq + u * kq_hat);
+      if (Lanes::lane() == 0) {
+        store_act<kAct>(tk.out, out_at(t, r), kVectorGate ? dq + u * kq_hat : alpha * dq + u * kq_hat);
+      }
     }
   }
 }
 
-template <int kK, int kV, DType kState, DType kAct>
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
 cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
   using Shape = SnapshotShape<kK, kV, kState>;
   const launch::GdnGridPlan plan =
       launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead});
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
-  snapshots_kernel<kK, kV, kState, kAct><<<grid, kSnapshotThreads, 0, stream>>>(p);
+  snapshots_kernel<kK, kV, kState, kAct, kVectorGate><<<grid, kSnapshotThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -174,13 +187,17 @@ cudaError_t launch_gdn_update_snapshots(const GdnParams& p, cudaStream_t stream)
       p.tokens.num_tokens < 1 || p.tokens.num_tokens > kGdnMaxDraftTokens || p.snapshots == nullptr) {
     return cudaErrorInvalidValue;
   }
-  return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
-    return REPLAYSSM_GDN_STATE_SWITCH(p.cache.checkpoint_dtype, [&](auto S) {
-      return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto A) {
-        return gdn::launch<decltype(K)::value, decltype(V)::value, decltype(S)::value, decltype(A)::value>(p, stream);
+  auto run = [&](auto vector_gate) {
+    return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
+      return REPLAYSSM_GDN_STATE_SWITCH(p.cache.checkpoint_dtype, [&](auto S) {
+        return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto A) {
+          return gdn::launch<decltype(K)::value, decltype(V)::value, decltype(S)::value, decltype(A)::value,
+                             decltype(vector_gate)::value>(p, stream);
+        });
       });
     });
-  });
+  };
+  return p.gate == GdnGate::kVector ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace replayssm

@@ -2,6 +2,8 @@
 // and the L = 1 path. Per (row, v-head hv, value channel v), with S the old state's row v:
 //   alpha = exp(g); u = beta (v[v] - alpha (S . k)); S' = alpha S + u k; o[v] = alpha (S . q) + u (k . q)
 // (o = S' q with both dots taken on the old row, so one pass over the row gives everything).
+// KDA (kVectorGate): alpha is a K-vector; the row is decayed column by column first (S <- S diag(alpha)),
+// then u = beta (v[v] - S . k); S' = S + u k; o[v] = S . q + u (k . q).
 //
 // Byte model per (row, hv): V K s read + V K s written (s = state bytes), plus q, k (K each, shared by
 // the HV / H v-heads of a k-head), v and out (V each): the kernel should stream at copy bandwidth.
@@ -46,7 +48,7 @@ struct UpdateShape {
   static_assert(kMaxRows >= 1 && kV % kRowsPerCta == 0, "a tile is whole CTAs of whole passes");
 };
 
-template <int kK, int kV, DType kState, DType kAct>
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
 // pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
 __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p, const bool pdl) {
   using Shape = UpdateShape<kK, kV, kState>;
@@ -80,7 +82,13 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
   for (int r = 0; r < R; ++r) vv[r] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + value_row(r));
   const float a = load_gate_input(tk.a, tk.a_dtype, row * tk.a_row_stride + hv * tk.a_head_stride);
   const float b = load_gate_input(tk.b, tk.b_dtype, row * tk.b_row_stride + hv * tk.b_head_stride);
-  const float A_log = __ldg(tk.A_log + hv), dt_bias = __ldg(tk.dt_bias + hv);
+  const float A_log = __ldg(tk.A_log + hv), dt_bias = kVectorGate ? 0.0f : __ldg(tk.dt_bias + hv);
+  // KDA: the decay of each of the thread's key channels.
+  float alpha_c[kVectorGate ? C : 1][kVectorGate ? E : 1];
+  if constexpr (kVectorGate) {
+    channel_decays(alpha_c, p, row * tk.a_row_stride + hv * tk.a_head_stride, hv, A_log,
+                   [](int i) { return Lanes::col(i); });
+  }
 
   if (slot < 0) {  // touches nothing, zero output
     if (Lanes::lane() == 0) {
@@ -123,7 +131,7 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
   const float rk = key_scale(ss_k, tk.use_qk_l2norm);
   const float rq = key_scale(ss_q, tk.use_qk_l2norm) * tk.scale;
   const float kq_hat = kq * rk * rq;
-  const float alpha = expf(log_decay(a, A_log, dt_bias));
+  const float alpha = kVectorGate ? 1.0f : expf(log_decay(a, A_log, dt_bias));
   const float beta = beta_gate(b);
   cp_async_wait_all();  // a thread reads back only the chunks it copied: no barrier
 
@@ -136,33 +144,37 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
       Chunk16<kState>::to_float(staged[r * C + i][threadIdx.x], s[i]);
 #pragma unroll
       for (int e = 0; e < E; ++e) {
+        if constexpr (kVectorGate) s[i][e] *= alpha_c[i][e];
         dk += s[i][e] * kf[i][e];
         dq += s[i][e] * qf[i][e];
       }
     }
     dk = row_sum<kLanes>(dk) * rk;
     dq = row_sum<kLanes>(dq) * rq;
-    const float u = beta * (vv[r] - alpha * dk);
+    // KDA: s, dk and dq are already decayed (alpha = 1 here).
+    const float u = kVectorGate ? beta * (vv[r] - dk) : beta * (vv[r] - alpha * dk);
     const float uk = u * rk;  // u k_hat = (u rk) k
     const int64_t at = tile + value_row(r) * c.ck_row_stride;
 #pragma unroll
     for (int i = 0; i < C; ++i) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) s[i][e] = alpha * s[i][e] + uk * kf[i][e];
+      for (int e = 0; e < E; ++e) s[i][e] = kVectorGate ? s[i][e] + uk * kf[i][e] : alpha * s[i][e] + uk * kf[i][e];
       store_chunk16<kState>(c.checkpoint, at + Lanes::col(i), s[i]);
     }
-    if (Lanes::lane() == 0) store_act<kAct>(tk.out, out_at(r), alpha * dq + u * kq_hat);
+    if (Lanes::lane() == 0) {
+      store_act<kAct>(tk.out, out_at(r), kVectorGate ? dq + u * kq_hat : alpha * dq + u * kq_hat);
+    }
   }
 }
 
-template <int kK, int kV, DType kState, DType kAct>
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
 cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
   using Shape = UpdateShape<kK, kV, kState>;
   const launch::GdnGridPlan plan =
       launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead});
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const bool pdl = launch::programmatic_launch(launch::launch_overrides());
-  return launch_grid(update_kernel<kK, kV, kState, kAct>, grid, dim3(kUpdateThreads), 0, stream, pdl, p, pdl);
+  return launch_grid(update_kernel<kK, kV, kState, kAct, kVectorGate>, grid, dim3(kUpdateThreads), 0, stream, pdl, p, pdl);
 }
 
 }  // namespace
@@ -174,13 +186,17 @@ cudaError_t launch_gdn_update(const GdnParams& p, cudaStream_t stream) {
       p.tokens.num_tokens != 1) {
     return cudaErrorInvalidValue;
   }
-  return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
-    return REPLAYSSM_GDN_STATE_SWITCH(p.cache.checkpoint_dtype, [&](auto S) {
-      return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto A) {
-        return gdn::launch<decltype(K)::value, decltype(V)::value, decltype(S)::value, decltype(A)::value>(p, stream);
+  auto run = [&](auto vector_gate) {
+    return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
+      return REPLAYSSM_GDN_STATE_SWITCH(p.cache.checkpoint_dtype, [&](auto S) {
+        return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto A) {
+          return gdn::launch<decltype(K)::value, decltype(V)::value, decltype(S)::value, decltype(A)::value,
+                             decltype(vector_gate)::value>(p, stream);
+        });
       });
     });
-  });
+  };
+  return p.gate == GdnGate::kVector ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace replayssm

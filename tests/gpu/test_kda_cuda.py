@@ -1,0 +1,364 @@
+"""Compiled Kimi Delta Attention conventional ops (kda_update, kda_update_snapshots: GDN's kernels with
+the decay per v-head and key channel) against the fp64 reference (replayssm_cuda.reference.delta_update,
+which takes KDA's a (batch, HV, K) and dt_bias (HV, K)), called through torch.ops.replayssm directly.
+
+Shapes: kimi-linear (H = HV = 32, K = V = 128), K = V = 64 and the mixed (K, V) pairs with 1-3 v-heads a
+k-head; odd batch sizes. Everywhere: pad and out-of-range rows get zero output and touch nothing, slots
+no row names stay bit-identical, strided slot pools, a strided a (its key channels apart) and int32 /
+int64 slots give the bits of the plain layout, CUDA-graph replay is bitwise eager, batch 0 launches
+nothing. KDACache at buffer_len 1 (its step is the conventional update) runs the kernel.
+
+Tolerances as tests/gpu/test_gdn_cuda.py: outputs stored in bf16 / fp16, compared norm-wise over the
+valid rows (8e-3); fp32 states at fp32 rounding, 16-bit ones against the reference state as the GPU
+stores it after every step.
+"""
+
+import warnings
+
+import pytest
+import torch
+
+from replayssm_cuda import DeltaRuleWeights, KDACache, reference
+
+DEV = "cuda"
+
+# (H, HV, K, V)
+KIMI = (32, 32, 128, 128)      # Kimi Linear's KDA layers
+SMALL = (2, 4, 64, 64)
+KV_64_128 = (2, 6, 64, 128)    # 3 v-heads a k-head
+KV_128_64 = (3, 3, 128, 64)    # one v-head a k-head
+DIMS = [KIMI, SMALL, KV_64_128, KV_128_64]
+DIM_IDS = ["kimi", "k64v64", "k64v128", "k128v64"]
+
+STATE_TOL = {torch.float32: 5e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}
+
+
+def op(name):
+    # Looked up at call time: without the compiled extension the namespace has no such op (and the
+    # conftest skips these tests).
+    return getattr(torch.ops.replayssm, name)
+
+
+def rel_err(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def bits(t):
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+class Layer:
+    """Weights and per-token inputs of one KDA layer: dt_bias and a per v-head and key channel, so the
+    channels of one head decay at rates between about e^-0.01 and e^-1 a token."""
+
+    def __init__(self, dims, act=torch.bfloat16, seed=0, gate_dtype=None):
+        self.H, self.HV, self.K, self.V = dims
+        self.act = act
+        self.gate_dtype = gate_dtype or act     # a, b: the activation dtype or fp32
+        self.gen = torch.Generator().manual_seed(seed)
+        self.A_log = torch.log(0.05 + 0.45 * torch.rand(self.HV, generator=self.gen))
+        self.dt_bias = 0.5 * torch.randn(self.HV, self.K, generator=self.gen)
+
+    def weights(self, dtype=torch.float32):
+        return self.A_log.to(DEV, dtype), self.dt_bias.to(DEV, dtype)
+
+    def tokens(self, batch, T=None):
+        """(q, k, v, a, b) on the device: one token per row, or T tokens per row."""
+        lead = (batch,) if T is None else (batch, T)
+        g = self.gen
+        q = torch.randn(*lead, self.H, self.K, generator=g)
+        k = torch.randn(*lead, self.H, self.K, generator=g)
+        v = torch.randn(*lead, self.HV, self.V, generator=g)
+        a = torch.randn(*lead, self.HV, self.K, generator=g)
+        b = torch.randn(*lead, self.HV, generator=g)
+        act = [t.to(DEV, self.act) for t in (q, k, v)]
+        return (*act, a.to(DEV, self.gate_dtype), b.to(DEV, self.gate_dtype))
+
+    def states(self, num_slots, dtype):
+        return (0.3 * torch.randn(num_slots, self.HV, self.V, self.K, generator=self.gen, dtype=torch.float64)).to(DEV, dtype)
+
+
+def as64(*ts):
+    return [t.double() for t in ts]
+
+
+# ---- conventional update --------------------------------------------------------------------------
+
+def run_update(layer, state, tok, slots, pad=-1, scale=None, l2=True, out=None):
+    q, k, v, a, b = tok
+    out = torch.full((q.shape[0], layer.HV, layer.V), float("nan"), dtype=layer.act, device=DEV) if out is None else out
+    A_log, dt_bias = layer.weights()
+    op("kda_update")(state, q, k, v, a, b, A_log, dt_bias, out, scale, l2, slots, pad)
+    return out
+
+
+def ref_update(layer, state64, tok, slots, pad=-1, scale=None, l2=True):
+    q, k, v, a, b = as64(*tok)
+    out = torch.empty(q.shape[0], layer.HV, layer.V, dtype=torch.float64, device=DEV)
+    A_log, dt_bias = layer.weights(torch.float64)
+    reference.delta_update(state64, q, k, v, a, b, A_log, dt_bias, out, scale, l2, slots, pad)
+    return out
+
+
+@pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("act", [torch.bfloat16, torch.float16])
+def test_update_matches_reference(dims, state_dtype, act):
+    layer = Layer(dims, act, seed=1)
+    num_slots = 8
+    slots = torch.tensor([4, -1, 0, 6, 99, 2, 7], dtype=torch.int32, device=DEV)   # a pad and an out-of-range row
+    valid, pads = [0, 2, 3, 5, 6], [1, 4]
+    state = layer.states(num_slots, state_dtype)
+    init = state.clone()
+    ref_state = state.double()
+    for step in range(3):
+        tok = layer.tokens(len(slots))
+        out = run_update(layer, state, tok, slots)
+        ref_out = ref_update(layer, ref_state, tok, slots)
+        assert torch.count_nonzero(out[pads]) == 0, "pad and out-of-range rows get zero output"
+        assert rel_err(out[valid], ref_out[valid]) < 8e-3, f"step {step}"
+        assert rel_err(state, ref_state) < STATE_TOL[state_dtype], f"state after step {step}"
+        ref_state = state.double()          # the reference goes on from the state as the GPU stores it
+    for s in (1, 3, 5):                     # slots no row names
+        assert torch.equal(bits(state[s]), bits(init[s]))
+
+
+# The decay is per key channel: a state whose channels decay at very different rates (one channel of
+# each head kept, the others decayed to almost nothing) comes out as the reference says, and a GDN-like
+# gate (every channel the same) as gdn_update with that scalar gate does.
+def test_update_decays_each_key_channel():
+    layer = Layer(SMALL, seed=7)
+    H, HV, K, V = SMALL
+    batch = 3
+    state = layer.states(batch, torch.float32)
+    ref_state = state.double()
+    q, k, v, a, b = layer.tokens(batch)
+    a = torch.full_like(a, -30.0)
+    a[..., 5] = 30.0                        # channel 5 decays hard, the others hardly at all
+    out = run_update(layer, state, (q, k, v, a, b), None)
+    ref_out = ref_update(layer, ref_state, (q, k, v, a, b), None)
+    assert rel_err(out, ref_out) < 8e-3 and rel_err(state, ref_state) < STATE_TOL[torch.float32]
+
+    flat = layer.tokens(batch)
+    scalar_a = flat[3][..., 0].float()
+    gdn_state, kda_state = (layer.states(batch, torch.float32) for _ in range(2))
+    kda_state.copy_(gdn_state)
+    A_log, _ = layer.weights()
+    dt_bias = torch.full((HV, K), 0.25, device=DEV)
+    kda_out = torch.empty(batch, HV, V, dtype=layer.act, device=DEV)
+    gdn_out = torch.empty_like(kda_out)
+    op("kda_update")(kda_state, *flat[:3], scalar_a[..., None].expand(batch, HV, K), flat[4], A_log, dt_bias,
+                     kda_out, None, True, None, -1)
+    op("gdn_update")(gdn_state, *flat[:3], scalar_a, flat[4], A_log, dt_bias[:, 0].contiguous(), gdn_out, None,
+                     True, None, -1)
+    assert rel_err(kda_out, gdn_out) < 1e-2 and rel_err(kda_state, gdn_state) < 1e-6
+
+
+# Without the L2 normalisation, with a scale of one's own, fp32 gate inputs, an `a` whose key channels
+# are not adjacent, and an odd batch without a slot tensor (row r uses slot r).
+@pytest.mark.parametrize("dims", [KIMI, SMALL], ids=["kimi", "k64v64"])
+def test_update_options_match_reference(dims):
+    layer = Layer(dims, seed=2, gate_dtype=torch.float32)
+    batch, num_slots = 5, 7
+    state = layer.states(num_slots, torch.float32)
+    init = state.clone()
+    ref_state = state.double()
+    for l2, scale in ((False, 0.3), (True, 1.7), (False, None)):
+        q, k, v, a, b = layer.tokens(batch)
+        if not l2:
+            q, k = (t / layer.K ** 0.5 for t in (q, k))
+        a = torch.stack([a, torch.zeros_like(a)], dim=-1)[..., 0]   # channel stride 2
+        assert a.stride(-1) == 2
+        tok = (q, k, v, a, b)
+        out = run_update(layer, state, tok, None, scale=scale, l2=l2)
+        ref_out = ref_update(layer, ref_state, tok, None, scale=scale, l2=l2)
+        assert rel_err(out, ref_out) < 8e-3, f"l2={l2} scale={scale}"
+        assert rel_err(state, ref_state) < STATE_TOL[torch.float32]
+    assert torch.equal(bits(state)[batch:], bits(init)[batch:]), "slots past the batch are not named"
+
+
+# A slot-strided pool, a row-padded pool (state rows 2K apart), int64 slots and pad id 0: the bits of the
+# plain layout; then a CUDA-graph replay of the same steps, bitwise eager.
+@pytest.mark.parametrize("dims", [KIMI, KV_64_128], ids=["kimi", "k64v128"])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_update_layouts_and_graph_are_bitwise_the_same(dims, state_dtype):
+    layer = Layer(dims, seed=3)
+    H, HV, K, V = dims
+    num_slots = 6
+    init = layer.states(num_slots, state_dtype)
+    steps = [layer.tokens(5) for _ in range(3)]
+    slots32 = torch.tensor([4, 1, 0, 5, 9], dtype=torch.int32, device=DEV)    # slot 0 is the pad id below
+
+    def run(state, slots, pad):
+        return [run_update(layer, state, tok, slots, pad) for tok in steps]
+
+    want_state = init.clone()
+    want = run(want_state, slots32, 0)
+    assert all(torch.count_nonzero(o[[2, 4]]) == 0 for o in want), "pad id 0 and an out-of-range slot"
+    assert torch.equal(bits(want_state[0]), bits(init[0])), "the pad slot is not touched"
+    slot_pool = torch.zeros(num_slots, 2, HV, V, K, dtype=state_dtype, device=DEV)
+    row_pool = torch.zeros(num_slots, HV, V, 2 * K, dtype=state_dtype, device=DEV)
+    for state in (slot_pool[:, 1], row_pool[..., :K]):
+        state.copy_(init)
+        got = run(state, slots32.long(), 0)
+        assert all(torch.equal(bits(a), bits(b)) for a, b in zip(got, want)), f"strides {state.stride()}"
+        assert torch.equal(bits(state), bits(want_state)), f"strides {state.stride()}"
+    assert torch.count_nonzero(slot_pool[:, 0]) == 0 and torch.count_nonzero(row_pool[..., K:]) == 0
+
+    state = init.clone()
+    static = [t.clone() for t in steps[0]]
+    static_out = torch.empty(5, HV, V, dtype=layer.act, device=DEV)
+    A_log, dt_bias = layer.weights()
+    run_update(layer, state.clone(), static, slots32, 0, out=static_out)     # warm-up outside the graph
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op("kda_update")(state, *static, A_log, dt_bias, static_out, None, True, slots32, 0)
+    for tok, w in zip(steps, want):
+        for s, n in zip(static, tok):
+            s.copy_(n)
+        graph.replay()
+        assert torch.equal(bits(static_out), bits(w))
+    assert torch.equal(bits(state), bits(want_state))
+
+
+def test_update_batch_zero_launches_nothing():
+    layer = Layer(KIMI, seed=4)
+    state = layer.states(3, torch.float32)
+    before = state.clone()
+    q, k, v, a, b = layer.tokens(0)
+    out = torch.empty(0, layer.HV, layer.V, dtype=layer.act, device=DEV)
+    run_update(layer, state, (q, k, v, a, b), None, out=out)
+    torch.cuda.synchronize()
+    assert torch.equal(state, before)
+
+
+# ---- snapshots (the conventional speculative baseline) -------------------------------------------
+
+def run_snapshots(layer, state, tok, slots, pad=-1, out=None, snapshots=None):
+    q, k, v, a, b = tok
+    batch, T = q.shape[:2]
+    if out is None:
+        out = torch.full((batch, T, layer.HV, layer.V), float("nan"), dtype=layer.act, device=DEV)
+    if snapshots is None:
+        snapshots = torch.full((batch, T, layer.HV, layer.V, layer.K), float("nan"), dtype=state.dtype, device=DEV)
+    A_log, dt_bias = layer.weights()
+    op("kda_update_snapshots")(state, q, k, v, a, b, A_log, dt_bias, out, snapshots, None, True, slots, pad)
+    return out, snapshots
+
+
+@pytest.mark.parametrize("dims", DIMS, ids=DIM_IDS)
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("T", [1, 4, 16])
+def test_snapshots_are_T_updates(dims, state_dtype, T):
+    layer = Layer(dims, seed=5)
+    num_slots = 6
+    slots = torch.tensor([3, -1, 0, 77, 5], dtype=torch.int64, device=DEV)
+    valid, pads = [0, 2, 4], [1, 3]
+    state = layer.states(num_slots, state_dtype)
+    before = bits(state).clone()
+    tok = layer.tokens(len(slots), T)
+    out, snaps = run_snapshots(layer, state, tok, slots)
+    torch.cuda.synchronize()
+    assert torch.equal(bits(state), before), "the state is only read"
+    assert torch.count_nonzero(out[pads]) == 0 and torch.count_nonzero(snaps[pads]) == 0, "pad rows: zeros"
+    # Token by token: the reference update from the previous snapshot as stored (exactly T updates).
+    work = state[slots[valid]].double()
+    rows = torch.arange(len(valid), device=DEV)
+    for t in range(T):
+        step_tok = [x[valid, t] for x in tok]
+        ref_out = ref_update(layer, work, step_tok, rows)
+        assert rel_err(out[valid, t], ref_out) < 8e-3, f"token {t}"
+        assert rel_err(snaps[valid, t], work) < STATE_TOL[state_dtype], f"snapshot {t}"
+        work = snaps[valid, t].double()
+
+
+# Token by token the snapshots are kda_update's states, bit for bit (the same arithmetic, the state
+# rounded to its dtype after every token).
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16])
+def test_snapshots_are_bitwise_the_updates(state_dtype):
+    layer = Layer(KV_128_64, seed=8)
+    state = layer.states(4, state_dtype)
+    slots = torch.tensor([1, 3], dtype=torch.int32, device=DEV)
+    tok = layer.tokens(2, 5)
+    out, snaps = run_snapshots(layer, state, tok, slots)
+    work = state.clone()
+    for t in range(5):
+        o = run_update(layer, work, [x[:, t] for x in tok], slots)
+        assert torch.equal(bits(o), bits(out[:, t])), f"token {t}"
+        assert torch.equal(bits(work[slots.long()]), bits(snaps[:, t])), f"snapshot {t}"
+
+
+def test_snapshots_strided_pool_and_graph_are_bitwise_the_same():
+    layer = Layer(KIMI, seed=6)
+    H, HV, K, V = KIMI
+    state = layer.states(4, torch.float32)
+    slots = torch.tensor([2, 0, -1], dtype=torch.int32, device=DEV)
+    tok = layer.tokens(3, 4)
+    want_out, want_snaps = run_snapshots(layer, state, tok, slots)
+    pool = torch.zeros(4, 3, HV, V, K, device=DEV)
+    pool[:, 2].copy_(state)
+    snap_pool = torch.zeros(3, 4, HV, V, 2 * K, device=DEV)
+    out, snaps = run_snapshots(layer, pool[:, 2], tok, slots, snapshots=snap_pool[..., :K])
+    assert torch.equal(bits(out), bits(want_out)) and torch.equal(bits(snaps), bits(want_snaps))
+    assert torch.count_nonzero(snap_pool[..., K:]) == 0
+
+    static = [t.clone() for t in tok]
+    static_out, static_snaps = run_snapshots(layer, state, static, slots)   # warm-up outside the graph
+    A_log, dt_bias = layer.weights()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op("kda_update_snapshots")(state, *static, A_log, dt_bias, static_out, static_snaps, None, True, slots, -1)
+    new = layer.tokens(3, 4)
+    for s, n in zip(static, new):
+        s.copy_(n)
+    graph.replay()
+    eager_out, eager_snaps = run_snapshots(layer, state, new, slots)
+    assert torch.equal(bits(static_out), bits(eager_out)) and torch.equal(bits(static_snaps), bits(eager_snaps))
+
+
+# ---- the cache ----------------------------------------------------------------------------------------
+
+# KDACache at buffer_len 1 steps with the conventional update: the compiled kda_update, bit for bit the op.
+def test_kda_cache_at_buffer_len_one_runs_the_kernel():
+    layer = Layer(KIMI, seed=9)
+    A_log, dt_bias = layer.weights()
+    weights = DeltaRuleWeights(A_log=A_log, dt_bias=dt_bias)
+    with warnings.catch_warnings():         # the fallback warning of any replay op this build lacks
+        warnings.simplefilter("ignore", RuntimeWarning)
+        cache = KDACache(4, layer.H, layer.HV, layer.K, layer.V, weights, buffer_len=1, device=DEV)
+    assert cache._compiled["kda_update"], "the cache chose the kernel"
+    init = layer.states(4, torch.float32)
+    cache.load(init)
+    state = init.clone()
+    slots = torch.tensor([2, 0, 3], dtype=torch.int32, device=DEV)
+    for _ in range(3):
+        tok = layer.tokens(3)
+        got = cache.step(*tok, slots=slots)
+        want = run_update(layer, state, tok, slots)
+        assert torch.equal(bits(got), bits(want))
+    assert torch.equal(bits(cache.checkpoint), bits(state))
+
+
+# ---- bad input --------------------------------------------------------------------------------------
+
+def test_bad_inputs_name_the_argument():
+    layer = Layer(SMALL, seed=15)
+    state = layer.states(3, torch.float32)
+    q, k, v, a, b = layer.tokens(2)
+    A_log, dt_bias = layer.weights()
+    out = torch.empty(2, layer.HV, layer.V, dtype=layer.act, device=DEV)
+    upd = op("kda_update")
+    with pytest.raises(RuntimeError, match=r"kda_update: a must have shape \(batch, v_heads, head_k_dim\)"):
+        upd(state, q, k, v, a[..., 0], b, A_log, dt_bias, out, None, True, None, -1)
+    with pytest.raises(RuntimeError, match=r"kda_update: dt_bias must have shape \(4, 64\), got \(4,\)"):
+        upd(state, q, k, v, a, b, A_log, dt_bias[:, 0].contiguous(), out, None, True, None, -1)
+    with pytest.raises(RuntimeError, match=r"kda_update: q must have dtype in \{bfloat16, float16\}, got float32"):
+        upd(state, q.float(), k, v, a, b, A_log, dt_bias, out, None, True, None, -1)
+    with pytest.raises(RuntimeError, match=r"kda_update: state \(head_k_dim K = size\(3\), head_v_dim V = size\(2\)\) must have \(K, V\) in"):
+        upd(torch.zeros(3, 4, 64, 96, device=DEV), q, k, v, a, b, A_log, dt_bias, out, None, True, None, -1)
+    snaps = torch.empty(2, 3, layer.HV, layer.V, layer.K, device=DEV)
+    qs, ks, vs, as_, bs = layer.tokens(2, 3)
+    outs = torch.empty(2, 3, layer.HV, layer.V, dtype=layer.act, device=DEV)
+    with pytest.raises(RuntimeError, match=r"kda_update_snapshots: a must have shape \(batch, T, v_heads, head_k_dim\)"):
+        op("kda_update_snapshots")(state, qs, ks, vs, bs, bs, A_log, dt_bias, outs, snaps, None, True, None, -1)
