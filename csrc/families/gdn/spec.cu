@@ -16,9 +16,10 @@ cudaError_t launch_fold_shape(const GdnParams& p, const LayerTableArgs* layers, 
 
 namespace {
 
+// The replay kernels take GDN's scalar gate only (KDA's replay ops run the reference).
 bool common_params_ok(const GdnParams& p) {
   const GdnCache& c = p.cache;
-  return p.heads >= 1 && p.v_heads >= 1 && p.v_heads % p.heads == 0 && p.batch >= 0 &&
+  return p.gate == GdnGate::kScalar && p.heads >= 1 && p.v_heads >= 1 && p.v_heads % p.heads == 0 && p.batch >= 0 &&
          static_cast<int64_t>(p.batch) * p.v_heads <= INT32_MAX && c.buffer_len >= 1 &&
          c.buffer_len <= kGdnMaxBufferLen && c.num_committed != nullptr && c.checkpoint != nullptr &&
          (c.read_copy == nullptr || c.read_copy_dtype != DType::kFloat8E4M3 || c.read_scale != nullptr);
