@@ -349,6 +349,11 @@ def _materialize_limit(checkpoint, x_buf, dt_buf, out):
 # Gated DeltaNet (family "gdn") and KDA (family "kda")
 # --------------------------------------------------------------------------------------------------
 
+# KDA's fold CTA (families/gdn/fold.cuh, kVectorGate) holds a float32 128 x 128 checkpoint tile and the
+# workspace with the window's (L, K) log decays: at L = 64 that is more than an SM's 227 KB.
+_KDA_FP32_FOLD_MAX_BUFFER_LEN = 63
+
+
 def gdn_limit(V, K, checkpoint_dtype, read_copy_dtype, activation_dtype, *, update=False,
               family: str = "gdn") -> str | None:
     """Why the compiled GDN kernels (family "kda": KDA's, the same kernels with the decay per key
@@ -375,6 +380,11 @@ def gdn_kernel_limit(checkpoint, read_copy, activations, *, buffers=(), weights=
             return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"
     if buffers and buffers[0].shape[2] > kernels.max_buffer_len:
         return f"buffer_len = {buffers[0].shape[2]} exceeds the compiled kernels' {kernels.max_buffer_len}"
+    if (family == "kda" and buffers and checkpoint.dtype == torch.float32 and tuple(checkpoint.shape[2:]) == (128, 128)
+            and buffers[0].shape[2] > _KDA_FP32_FOLD_MAX_BUFFER_LEN):
+        return (f"KDA's fold keeps the window's per-channel decays in shared memory: with a float32 checkpoint of "
+                f"(head_v_dim, head_k_dim) = (128, 128) buffer_len must be <= {_KDA_FP32_FOLD_MAX_BUFFER_LEN}, got "
+                f"{buffers[0].shape[2]}")
     for name, t in zip(("A_log", "dt_bias"), weights):
         if t.dtype != torch.float32:
             return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"

@@ -135,6 +135,19 @@
   X(kda_update_snapshots,                                                                          \
     "kda_update_snapshots(Tensor state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, " \
     "Tensor dt_bias, Tensor(a!) out, Tensor(b!) snapshots, float? scale, bool use_qk_l2norm, Tensor? slots, " \
+    "int pad_slot_id) -> ()")                                                                     \
+  X(kda_commit,                                                                                    \
+    "kda_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
+    "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
+    "Tensor(e!) num_verified, Tensor num_accepted, int max_draft_tokens, bool use_qk_l2norm, Tensor? slots, " \
+    "int pad_slot_id, Tensor(f!)? error_word=None) -> ()")                                        \
+  X(kda_flush,                                                                                     \
+    "kda_flush(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
+    "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
+    "bool use_qk_l2norm, Tensor? slots, int pad_slot_id) -> ()")                                  \
+  X(kda_materialize,                                                                               \
+    "kda_materialize(Tensor checkpoint, Tensor k_buf, Tensor v_buf, Tensor g_buf, Tensor beta_buf, " \
+    "Tensor u_buf, Tensor num_committed, Tensor(a!) out, bool use_qk_l2norm, Tensor? slots, "       \
     "int pad_slot_id) -> ()")
 
 namespace replayssm {
@@ -291,6 +304,26 @@ void gdn_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& re
                int64_t pad_slot_id);
 
 void gdn_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                     const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+                     const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
+                     const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+// KDA's fold ops: GDN's fold kernel with the decay per key channel (GdnGate::kVector); g_buf (slots, HV,
+// L, K). Arguments as gdn_commit / gdn_flush / gdn_materialize.
+void kda_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& num_accepted,
+                int64_t max_draft_tokens, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+                int64_t pad_slot_id, const std::optional<at::Tensor>& error_word);
+
+void kda_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+               const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+               const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+               const at::Tensor& num_committed, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
+               int64_t pad_slot_id);
+
+void kda_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,
                      const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
                      const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
                      const std::optional<at::Tensor>& slots, int64_t pad_slot_id);

@@ -37,12 +37,14 @@ inline std::vector<at::ScalarType> read_copy_dtypes(DType checkpoint) {
 // The cache of one layer: checkpoint (S, HV, V, K), the optional read copy (and its fp8 scales), the
 // buffers (k (S, H, L, K), v (S, HV, L, V): the activation dtype; g, beta (S, HV, L), u (S, HV, L, V):
 // fp32) and the cursors (S,) int32. `written`: the op writes the checkpoint, read copy and cursors;
-// `buffers_written`: it appends to the buffers. Returns H.
+// `buffers_written`: it appends to the buffers. `gate` GdnGate::kVector (KDA): g_buf (S, HV, L, K), its
+// channels contiguous and its entries 16-byte aligned, the entry stride into *gb_entry_stride. Returns H.
 inline int64_t fill_cache(GdnCache& c, const Expect& expect, const char* op, const at::Tensor& checkpoint,
                           const std::optional<at::Tensor>& read_copy, const std::optional<at::Tensor>& read_scale,
                           const at::Tensor& k_buf, const at::Tensor& v_buf, const at::Tensor& g_buf,
                           const at::Tensor& beta_buf, const at::Tensor& u_buf, const at::Tensor& num_committed,
-                          bool written, bool buffers_written) {
+                          bool written, bool buffers_written, GdnGate gate = GdnGate::kScalar,
+                          int64_t* gb_entry_stride = nullptr) {
   expect("checkpoint", checkpoint, {-1, -1, -1, -1}, checkpoint_dtypes(), 16);
   const int64_t S = checkpoint.size(0), HV = checkpoint.size(1), V = checkpoint.size(2), K = checkpoint.size(3);
   check_shape(op, "checkpoint", K, V);
@@ -86,7 +88,12 @@ inline int64_t fill_cache(GdnCache& c, const Expect& expect, const char* op, con
   TORCH_CHECK(L >= 1 && L <= kGdnMaxBufferLen, checks::cat(op, ": the buffer length L (k_buf.size(2)) must be in [1, ", kGdnMaxBufferLen, "], got ", L));
   const auto act = k_buf.scalar_type();
   expect("v_buf", v_buf, {S, HV, L, V}, {act}, 16);
-  expect("g_buf", g_buf, {S, HV, L}, {at::kFloat});
+  if (gate == GdnGate::kVector) {
+    expect("g_buf", g_buf, {S, HV, L, K}, {at::kFloat}, 16);
+    if (gb_entry_stride != nullptr) *gb_entry_stride = g_buf.stride(2);
+  } else {
+    expect("g_buf", g_buf, {S, HV, L}, {at::kFloat});
+  }
   expect("beta_buf", beta_buf, {S, HV, L}, {at::kFloat});
   expect("u_buf", u_buf, {S, HV, L, V}, {at::kFloat}, 16);
   expect("num_committed", num_committed, {S}, {at::kInt});

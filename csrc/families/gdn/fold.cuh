@@ -287,7 +287,13 @@ struct StateSink {
 // fp32 area: kn [L][K] normalised keys; U [L][V] (u_j, or v_t until the passes correct it to u_t);
 // coef [L][L] (c_tj at [j][t]: a row's lanes read consecutive t); elam (e^{Lambda_t}), rel
 // (e^{Lambda - Lambda_j}), beta [L]; the decay e^{Lambda}.
-template <int kK, int kV>
+//
+// KDA (kVectorGate: a log decay per key channel) appends the raw log decays gv [L][K] and the decay
+// e^{Lambda} per channel [K]; g, rel and elam are unused. prepare_entries then overwrites kn_j with the
+// fold key kd_j = kn_j e^{Lambda - Lambda_j} (per channel) and writes the recompute keys kel_t =
+// e^{Lambda_t} kn_t [L][K] fp32 over the raw k / vu area (2 L K + 4 L V >= 4 L K bytes as V >= K / 2),
+// so the whole raw area is in use until the passes end.
+template <int kK, int kV, bool kVectorGate = false>
 struct FoldWorkspace {
   __host__ __device__ static constexpr size_t a16(size_t b) { return (b + 15) / 16 * 16; }
   __host__ __device__ static constexpr size_t k_raw(int) { return 0; }
@@ -298,15 +304,21 @@ struct FoldWorkspace {
   __host__ __device__ static constexpr size_t U(int L) { return kn(L) + 4 * static_cast<size_t>(L) * kK; }
   __host__ __device__ static constexpr size_t coef(int L) { return U(L) + 4 * static_cast<size_t>(L) * kV; }
   __host__ __device__ static constexpr size_t scalars(int L) { return coef(L) + a16(4 * static_cast<size_t>(L) * L); }
-  __host__ __device__ static constexpr size_t bytes(int L) { return scalars(L) + 3 * a16(4 * static_cast<size_t>(L)) + 16; }
+  __host__ __device__ static constexpr size_t gdn_bytes(int L) { return scalars(L) + 3 * a16(4 * static_cast<size_t>(L)) + 16; }
+  __host__ __device__ static constexpr size_t gv(int L) { return gdn_bytes(L); }
+  __host__ __device__ static constexpr size_t channel_decay(int L) { return gv(L) + 4 * static_cast<size_t>(L) * kK; }
+  __host__ __device__ static constexpr size_t bytes(int L) {
+    return kVectorGate ? channel_decay(L) + 4 * static_cast<size_t>(kK) : gdn_bytes(L);
+  }
+  static_assert(2 * kK + 4 * kV >= 4 * kK, "KDA's kel fits the raw k / vu area");
 };
 
 // The workspace's arrays; only the base and L are kept (the addresses are cheap to form again, and a
 // pointer per array held across a fold cost registers the rows need).
-template <int kK, int kV, DType kAct>
+template <int kK, int kV, DType kAct, bool kVectorGate = false>
 struct FoldView {
   using Act = typename Storage<kAct>::type;
-  using W = FoldWorkspace<kK, kV>;
+  using W = FoldWorkspace<kK, kV, kVectorGate>;
   unsigned char* base;
   int L;
   __device__ FoldView(unsigned char* b, int buffer_len) : base(b), L(buffer_len) {}
@@ -325,6 +337,10 @@ struct FoldView {
   __device__ float* rel() const { return scalar(1); }
   __device__ float* beta() const { return scalar(2); }
   __device__ float* decay() const { return scalar(3); }
+  // KDA only.
+  __device__ float* gv_raw() const { return reinterpret_cast<float*>(base + W::gv(L)); }
+  __device__ float* channel_decay() const { return reinterpret_cast<float*>(base + W::channel_decay(L)); }
+  __device__ float* kel() const { return reinterpret_cast<float*>(base); }
 };
 
 // The step's own token, folded as the last entry: not in the buffers.
@@ -343,9 +359,10 @@ struct FoldTail {
 // Buffer entries 0 .. count-1 of (slot, v_head) into the raw area, one cp.async group: the keys of
 // k_head, the stored u_j for j < first_recompute and the values v_t from it on, g and beta. Each thread
 // copies one 16-byte chunk column of the rows (no per-thread index tables for the compiler to hold).
-template <int kK, int kV, DType kAct>
-__device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct>& ws, const GdnCache& c, int64_t slot,
-                                             int v_head, int k_head, int count, int first_recompute) {
+template <int kK, int kV, DType kAct, bool kVectorGate>
+__device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct, kVectorGate>& ws, const GdnCache& c, int64_t slot,
+                                             int v_head, int k_head, int count, int first_recompute,
+                                             int64_t gb_entry_stride = 0) {
   using Act = typename Storage<kAct>::type;
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int kKC = kK / 8, kVC = kV / 8, kUC = kV / 4;  // 16-byte chunks of a key, a value, a u row
@@ -365,7 +382,16 @@ __device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct>& ws, c
     const Act* src = static_cast<const Act*>(c.v_buf) + slot * c.vb_slot_stride + v_head * c.vb_head_stride + vc * 8;
     for (int j = stored + tid / kVC; j < count; j += kFoldThreads / kVC) cp_async16(ws.v_raw(j) + vc * 8, src + j * c.vb_entry_stride);
   }
-  if (tid < count) {
+  if constexpr (kVectorGate) {  // KDA: entry j's K log decays (g_buf's channels contiguous, 16-byte aligned)
+    constexpr int kGC = kK / 4;
+    const int gc = tid % kGC;
+    const float* src = c.g_buf + slot * c.gb_slot_stride + v_head * c.gb_head_stride + gc * 4;
+    for (int j = tid / kGC; j < count; j += kFoldThreads / kGC) cp_async16(ws.gv_raw() + j * kK + gc * 4, src + j * gb_entry_stride);
+    if (tid >= kFoldThreads / 2 && tid - kFoldThreads / 2 < count) {
+      const int j = tid - kFoldThreads / 2;
+      cp_async4(ws.beta_raw() + j, c.beta_buf + slot * c.bb_slot_stride + v_head * c.bb_head_stride + j);
+    }
+  } else if (tid < count) {
     cp_async4(ws.g_raw() + tid, c.g_buf + slot * c.gb_slot_stride + v_head * c.gb_head_stride + tid);
   } else if (tid >= kFoldThreads / 2 && tid - kFoldThreads / 2 < count) {
     const int j = tid - kFoldThreads / 2;
@@ -407,9 +433,69 @@ __device__ __forceinline__ void suffix_after(float g0, float g1, float& after0, 
   after1 = lane < 31 ? next1 : 0.0f;
 }
 
-// Step 3: keys, scalars, U, and the coefficients of the recomputed entries.
+// KDA's step 3 (prepare_entries with kVectorGate): keys, beta, U as GDN's; then, per key channel,
+//   c_tj = sum_k kn_j[k] kn_t[k] e^{Lambda_t[k] - Lambda_j[k]}   (a warp per t, lanes over K, the
+//          exponent the suffix sum g_t + g_{t-1} + .. + g_{j+1} built from t down, never positive)
+//   kel_t = e^{Lambda_t} kn_t (prefix sums), kd_j = e^{Lambda - Lambda_j} kn_j (suffix sums, over kn_j),
+//   e^{Lambda} per channel: a thread per channel, no exponent positive and no difference of sums.
 template <int kK, int kV, DType kAct>
-__device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct>& ws, int n, int first_recompute, bool l2norm) {
+__device__ __forceinline__ void prepare_channel_entries(const FoldView<kK, kV, kAct, true>& ws, int n, int first_recompute,
+                                                        bool l2norm) {
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31;
+  constexpr int kWarps = kFoldThreads / 32;
+  constexpr int kPer = kK / 32;
+  const int L = ws.L;
+  cp_async_wait_all();
+  __syncthreads();  // the staged entries (and a caller's own) are in; the last fold's readers are done
+  for (int j = first_recompute + tid; j < n; j += kFoldThreads) ws.beta()[j] = ws.beta_raw()[j];
+  for (int j = warp; j < n; j += kWarps) normalize_key<kK, kAct>(ws.k_raw() + j * kK, ws.kn() + j * kK, l2norm);
+  for (int i = tid; i < n * kV; i += kFoldThreads) {
+    const int j = i / kV, v = i % kV;
+    ws.U()[i] = j < first_recompute ? ws.u_raw(j)[v] : to_float(ws.v_raw(j)[v]);
+  }
+  __syncthreads();  // kn in; the raw k and vu are consumed (kel goes over them)
+  for (int t = first_recompute + warp; t < n; t += kWarps) {
+    float kt[kPer], acc[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      kt[e] = ws.kn()[t * kK + lane * kPer + e];
+      acc[e] = 0.0f;
+    }
+    for (int j = t - 1; j >= 0; --j) {
+      float d = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        acc[e] += ws.gv_raw()[(j + 1) * kK + lane * kPer + e];
+        d = fmaf(ws.kn()[j * kK + lane * kPer + e] * expf(acc[e]), kt[e], d);
+      }
+      d = row_sum<32>(d);
+      if (lane == 0) ws.coef()[j * L + t] = d;
+    }
+  }
+  __syncthreads();  // the coefficients have read kn
+  for (int ch = tid; ch < kK; ch += kFoldThreads) {
+    float prefix = 0.0f;
+    for (int j = 0; j < n; ++j) {
+      prefix += ws.gv_raw()[j * kK + ch];
+      if (j >= first_recompute) ws.kel()[j * kK + ch] = expf(prefix) * ws.kn()[j * kK + ch];
+    }
+    float after = 0.0f;  // g_{j+1} + .. + g_{n-1}
+    for (int j = n - 1; j >= 0; --j) {
+      ws.kn()[j * kK + ch] *= expf(after);
+      after += ws.gv_raw()[j * kK + ch];
+    }
+    ws.channel_decay()[ch] = expf(after);  // 1 when n = 0
+  }
+  __syncthreads();
+}
+
+// Step 3: keys, scalars, U, and the coefficients of the recomputed entries.
+template <int kK, int kV, DType kAct, bool kVectorGate>
+__device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct, kVectorGate>& ws, int n, int first_recompute, bool l2norm) {
+  if constexpr (kVectorGate) {
+    prepare_channel_entries(ws, n, first_recompute, l2norm);
+    return;
+  }
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31;
   constexpr int kWarps = kFoldThreads / 32;
   const int L = ws.L;
@@ -472,8 +558,10 @@ __device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct>& ws
 }
 
 // Step 4: the passes. first_rows = rows.fetch(0), issued by the caller as early as it likes.
-template <int kK, int kV, DType kAct, class Rows, class Sink>
-__device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, int n, int first_recompute, const Rows& rows,
+// KDA (kVectorGate): a_t = v_t - S_c kel_t, the row decayed per column, and the fold's key kd_j (in
+// kn) with rel 1.
+template <int kK, int kV, DType kAct, bool kVectorGate, class Rows, class Sink>
+__device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct, kVectorGate>& ws, int n, int first_recompute, const Rows& rows,
                                             typename Rows::Raw first_rows, const Sink& sink, const float* q, float* o) {
   using M = TileMap<kK, kV>;
   const int L = ws.L;
@@ -495,14 +583,30 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
     const int lane = M::lane();
 #pragma unroll 2
     for (int t = first_recompute; t < n; ++t) {
-      const float p = row_dot<kK, kV>(x, ws.kn() + t * kK);
-      if (lane == t % kRowLanes) u_col[t * kV] = fmaf(-ws.elam()[t], p, u_col[t * kV]);
+      if constexpr (kVectorGate) {
+        const float p = row_dot<kK, kV>(x, ws.kel() + t * kK);
+        if (lane == t % kRowLanes) u_col[t * kV] -= p;
+      } else {
+        const float p = row_dot<kK, kV>(x, ws.kn() + t * kK);
+        if (lane == t % kRowLanes) u_col[t * kV] = fmaf(-ws.elam()[t], p, u_col[t * kV]);
+      }
     }
-    const float decay = *ws.decay();
+    if constexpr (kVectorGate) {
 #pragma unroll
-    for (int b = 0; b < M::kBlocks; ++b) {
+      for (int b = 0; b < M::kBlocks; ++b) {
+        const float4 d = *reinterpret_cast<const float4*>(ws.channel_decay() + M::col(b));
+        x[b][0] *= d.x;
+        x[b][1] *= d.y;
+        x[b][2] *= d.z;
+        x[b][3] *= d.w;
+      }
+    } else {
+      const float decay = *ws.decay();
 #pragma unroll
-      for (int k = 0; k < 4; ++k) x[b][k] *= decay;
+      for (int b = 0; b < M::kBlocks; ++b) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) x[b][k] *= decay;
+      }
     }
     // The next pass's rows, in flight during the solve, this fold and its stores; fetched only now
     // that every value of this pass's rows has been used (a staged source reuses the same shared
@@ -534,7 +638,7 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct>& ws, in
     }
 #pragma unroll 1
     for (int j = 0; j < n; ++j) {
-      const float cj = u_col[j * kV] * ws.rel()[j];
+      const float cj = kVectorGate ? u_col[j * kV] : u_col[j * kV] * ws.rel()[j];
       const float* kn = ws.kn() + j * kK;
 #pragma unroll
       for (int b = 0; b < M::kBlocks; ++b) {

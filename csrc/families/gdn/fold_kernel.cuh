@@ -40,7 +40,7 @@ static_assert(static_cast<int32_t>(GdnFoldMode::kCommit) == kFoldCommit &&
 
 // Shared memory of a fold CTA (dynamic part): the mbarriers of the ring, the ring of checkpoint tiles,
 // then fold.cuh's workspace. The per-chunk row list is static (FoldRowList).
-template <int kK, int kV, DType kCkpt>
+template <int kK, int kV, DType kCkpt, bool kVectorGate = false>
 struct FoldLayout {
   static constexpr size_t kTileBytes = static_cast<size_t>(kV) * kK * dtype_size(kCkpt);
   static constexpr size_t kRingOffset = 128;  // up to 16 barriers
@@ -48,7 +48,7 @@ struct FoldLayout {
   static_assert(kTileBytes % 128 == 0, "tiles keep the ring 128-byte aligned");
   __host__ __device__ static constexpr size_t workspace(int stages) { return kRingOffset + stages * kTileBytes; }
   __host__ __device__ static constexpr size_t bytes(int stages, int L) {
-    return workspace(stages) + FoldWorkspace<kK, kV>::bytes(L);
+    return workspace(stages) + FoldWorkspace<kK, kV, kVectorGate>::bytes(L);
   }
   static constexpr size_t kStaticBytes = sizeof(FoldRowList<kFoldThreads>);
 };
@@ -92,10 +92,12 @@ struct FoldKernelSink {
 // The body is fold_items, run by fold_kernel for one layer (the params' tensors) and by
 // fold_layers_kernel for every layer of a layer table (blockIdx.y the layer): the same code on other
 // pointers.
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+// kVectorGate: KDA (params.gate = GdnGate::kVector), the decay per key channel (fold.cuh); its
+// prepared entries use the whole raw area until the passes end, so the next item is staged after them.
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __device__ __forceinline__ void fold_items(const GdnParams& p, const int stages) {
-  using Layout = FoldLayout<kK, kV, kCkpt>;
-  using View = FoldView<kK, kV, kAct>;
+  using Layout = FoldLayout<kK, kV, kCkpt, kVectorGate>;
+  using View = FoldView<kK, kV, kAct, kVectorGate>;
   extern __shared__ __align__(128) unsigned char smem_base[];
   __shared__ FoldRowList<kFoldThreads> rows;
 
@@ -152,7 +154,7 @@ __device__ __forceinline__ void fold_items(const GdnParams& p, const int stages)
     };
     auto stage_item = [&](int k) {
       const int head = k % HV, n = rows.n[k / HV];
-      stage_window(ws, c, rows.slot[k / HV], head, head / group, n, recompute ? 0 : n);
+      stage_window(ws, c, rows.slot[k / HV], head, head / group, n, recompute ? 0 : n, p.kda.gb_entry_stride);
     };
     const int first = ((static_cast<int>(blockIdx.x) - items_before) % grid + grid) % grid;
     {
@@ -181,7 +183,9 @@ __device__ __forceinline__ void fold_items(const GdnParams& p, const int stages)
       const int first_recompute = recompute ? 0 : n;
       prepare_entries(ws, n, first_recompute, l2norm);
       const int k_next = next_tile_item(k + grid);
-      if (k_next < items) stage_item(k_next);  // the raw area is free now
+      if constexpr (!kVectorGate) {
+        if (k_next < items) stage_item(k_next);  // the raw area is free now
+      }
 
       TileFrag<kK, kV> f;
       mbarrier_wait(full + stage, phase);
@@ -203,14 +207,18 @@ __device__ __forceinline__ void fold_items(const GdnParams& p, const int stages)
           StateSink<kK, kV>{p.state_out, row * p.so_row_stride + head * p.so_head_stride, p.so_v_stride},
           CheckpointSink<kK, kV, kCkpt, kCopy, kRead, true>{c, slot, head}};
       fold_passes(ws, n, first_recompute, tile_rows, tile_rows.fetch(0), sink, nullptr, nullptr);
+      if constexpr (kVectorGate) {
+        __syncthreads();  // every pass has read the raw area (kel, the log decays)
+        if (k_next < items) stage_item(k_next);
+      }
     }
     items_before += items;
   }
 }
 
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(const GdnParams p, const int stages) {
-  fold_items<kK, kV, kCkpt, kCopy, kRead, kAct>(p, stages);
+  fold_items<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>(p, stages);
 }
 
 // Every layer of a layer table (cache/layer_table.h) in one launch: the CTAs of blockIdx.y fold layer
@@ -218,7 +226,7 @@ __global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm) fold_kernel(cons
 // strides and dtypes (shared by every layer) and the rows, slots and num_accepted of all layers;
 // materialize writes layer l's states at p.state_out + l * out_layer_stride. The record's buffers are
 // k_buf, v_buf, g_buf, beta_buf and u_buf, in that order.
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kFoldThreads, kFoldCtasPerSm)
 fold_layers_kernel(const GdnParams p, const int stages, const LayerTableArgs layers) {
   const LayerPointers& lp = layer_pointers(layers, static_cast<int>(blockIdx.y));
@@ -234,7 +242,7 @@ fold_layers_kernel(const GdnParams p, const int stages, const LayerTableArgs lay
   q.cache.num_committed = lp.num_committed;
   q.cache.num_verified = lp.num_verified;
   if (p.state_out != nullptr) q.state_out = p.state_out + blockIdx.y * layers.out_layer_stride;
-  fold_items<kK, kV, kCkpt, kCopy, kRead, kAct>(q, stages);
+  fold_items<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>(q, stages);
 }
 
 }  // namespace gdn

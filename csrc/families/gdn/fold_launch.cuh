@@ -4,6 +4,8 @@
 // layer of a layer table in one launch (fold_layers_kernel, one grid row per layer).
 #pragma once
 
+#include <type_traits>
+
 #include "common/device_info.h"
 #include "families/gdn/fold_kernel.cuh"
 #include "families/gdn/variants.h"
@@ -12,11 +14,12 @@
 namespace replayssm {
 namespace gdn {
 
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 cudaError_t launch_fold_kernel(const GdnParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
-  auto kernel = layers == nullptr ? reinterpret_cast<const void*>(fold_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>)
-                                  : reinterpret_cast<const void*>(fold_layers_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>);
-  using Layout = FoldLayout<kK, kV, kCkpt>;
+  auto kernel = layers == nullptr
+                    ? reinterpret_cast<const void*>(fold_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>)
+                    : reinterpret_cast<const void*>(fold_layers_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>);
+  using Layout = FoldLayout<kK, kV, kCkpt, kVectorGate>;
   static_assert(Layout::kMaxStages <= launch::kMaxRingStages, "the plan's ring table holds the compiled depth");
   launch::DeviceInfo device;
   cudaError_t err = current_device_info(&device);
@@ -37,28 +40,31 @@ cudaError_t launch_fold_kernel(const GdnParams& p, const LayerTableArgs* layers,
   const launch::GdnFoldPlan plan = launch::plan_gdn_fold(
       launch::GdnFoldProblem{p.batch, p.v_heads, num_layers}, stages, ctas_per_sm, device);
   if (layers == nullptr) {
-    fold_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>
+    fold_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>
         <<<static_cast<unsigned>(plan.grid), kFoldThreads, smem, stream>>>(p, plan.ring_stages);
   } else {
     const dim3 grid(static_cast<unsigned>(plan.grid), static_cast<unsigned>(num_layers));
-    fold_layers_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>
+    fold_layers_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>
         <<<grid, kFoldThreads, smem, stream>>>(p, plan.ring_stages, *layers);
   }
   return cudaGetLastError();
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table (variants.h) for one
-// (K, V); instantiated once per shape file (instantiations/fold_k<K>_v<V>.cu, written by
+// (K, V), GDN's scalar gate and KDA's vector gate (params.gate); instantiated once per shape file (instantiations/fold_k<K>_v<V>.cu, written by
 // tools/generate_instantiations.py).
 template <int kK, int kV>
 cudaError_t launch_fold_shape(const GdnParams& p, const LayerTableArgs* layers, cudaStream_t stream) {
-  return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
-    return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
-                                            p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
-      return launch_fold_kernel<kK, kV, decltype(ckpt)::value, decltype(copy)::value, decltype(read)::value,
-                                decltype(act)::value>(p, layers, stream);
+  auto run = [&](auto vector_gate) {
+    return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+      return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
+                                              p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
+        return launch_fold_kernel<kK, kV, decltype(ckpt)::value, decltype(copy)::value, decltype(read)::value,
+                                  decltype(act)::value, decltype(vector_gate)::value>(p, layers, stream);
+      });
     });
-  });
+  };
+  return p.gate == GdnGate::kVector ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace gdn

@@ -16,10 +16,9 @@ cudaError_t launch_fold_shape(const GdnParams& p, const LayerTableArgs* layers, 
 
 namespace {
 
-// The replay kernels take GDN's scalar gate only (KDA's replay ops run the reference).
 bool common_params_ok(const GdnParams& p) {
   const GdnCache& c = p.cache;
-  return p.gate == GdnGate::kScalar && p.heads >= 1 && p.v_heads >= 1 && p.v_heads % p.heads == 0 && p.batch >= 0 &&
+  return p.heads >= 1 && p.v_heads >= 1 && p.v_heads % p.heads == 0 && p.batch >= 0 &&
          static_cast<int64_t>(p.batch) * p.v_heads <= INT32_MAX && c.buffer_len >= 1 &&
          c.buffer_len <= kGdnMaxBufferLen && c.num_committed != nullptr && c.checkpoint != nullptr &&
          (c.read_copy == nullptr || c.read_copy_dtype != DType::kFloat8E4M3 || c.read_scale != nullptr);
@@ -31,7 +30,8 @@ bool common_params_ok(const GdnParams& p) {
 cudaError_t launch_gdn_verify(const GdnParams& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   const int T = p.tokens.num_tokens;
-  if (!gdn::common_params_ok(p) || p.cache.num_verified == nullptr || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
+  // GDN's scalar gate only (KDA's verify runs the reference).
+  if (p.gate != GdnGate::kScalar || !gdn::common_params_ok(p) || p.cache.num_verified == nullptr || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
     return cudaErrorInvalidValue;
   }
   return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
@@ -50,7 +50,11 @@ cudaError_t launch_fold_op(const GdnParams& p, const LayerTableArgs* layers, cud
     return cudaErrorInvalidValue;
   }
   if (p.batch == 0) return cudaSuccess;  // no rows: nothing to fold and no cursor to move (no seed in GDN)
-  if (!common_params_ok(p)) return cudaErrorInvalidValue;
+  // KDA (GdnGate::kVector): g_buf's entries of K channels, 16-byte aligned for the staging copies.
+  if (!common_params_ok(p) ||
+      (p.gate == GdnGate::kVector && (p.kda.gb_entry_stride < p.head_k_dim || p.kda.gb_entry_stride % 4 != 0))) {
+    return cudaErrorInvalidValue;
+  }
   if ((commit && (p.num_accepted == nullptr || p.cache.num_verified == nullptr || p.cache.max_draft_tokens < 1 ||
                   p.cache.max_draft_tokens > p.cache.buffer_len)) ||
       (materialize && (p.state_out == nullptr || p.cache.read_copy != nullptr))) {

@@ -1,5 +1,6 @@
 // torch.ops.replayssm.gdn_verify / gdn_commit / gdn_flush / gdn_materialize and their layered forms
-// (gdn_*_layers, with _C.gdn_layer_table): validate, fill GdnParams, launch on the current stream. Tensor tables and math: families/gdn/params.h and the kernels'
+// (gdn_*_layers, with _C.gdn_layer_table), and KDA's kda_commit / kda_flush / kda_materialize (the same
+// fold kernel with the decay per key channel, GdnGate::kVector): validate, fill GdnParams, launch on the current stream. Tensor tables and math: families/gdn/params.h and the kernels'
 // headers (verify_kernel.cuh, fold_kernel.cuh). No allocation and no host synchronisation, so all are
 // safe under CUDA-graph capture.
 #include <string>
@@ -39,10 +40,13 @@ GdnParams fold_params(const char* op, const Expect& expect, const at::Tensor& ch
                       const std::optional<at::Tensor>& read_copy, const std::optional<at::Tensor>& read_scale,
                       const at::Tensor& k_buf, const at::Tensor& v_buf, const at::Tensor& g_buf,
                       const at::Tensor& beta_buf, const at::Tensor& u_buf, const at::Tensor& num_committed,
-                      bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t batch, int64_t pad_slot_id) {
+                      bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t batch, int64_t pad_slot_id,
+                      GdnGate gate = GdnGate::kScalar) {
   GdnParams p{};
   const int64_t H = gdn_api::fill_cache(p.cache, expect, op, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
-                                        beta_buf, u_buf, num_committed, written, /*buffers_written=*/false);
+                                        beta_buf, u_buf, num_committed, written, /*buffers_written=*/false, gate,
+                                        &p.kda.gb_entry_stride);
+  p.gate = gate;
   fill_dims(p, checkpoint, k_buf, H);
   TORCH_CHECK(batch * p.v_heads <= INT32_MAX, checks::cat(op, ": the number of rows times v-heads must be < 2^31, got ", batch, " x ", static_cast<int64_t>(p.v_heads)));
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, checkpoint.size(0));
@@ -82,17 +86,18 @@ void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& r
   launch_checked(op, checkpoint, launch_gdn_verify, p);
 }
 
-void gdn_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+namespace {
+
+void commit(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                 const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
                 const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
                 const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& num_accepted,
                 int64_t max_draft_tokens, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
                 int64_t pad_slot_id, const std::optional<at::Tensor>& error_word) {
-  constexpr const char* op = "gdn_commit";
   const Expect expect{op, checkpoint, "checkpoint"};
   expect("num_accepted", num_accepted, {-1}, {at::kInt, at::kLong});
   GdnParams p = fold_params(op, expect, checkpoint, /*written=*/true, read_copy, read_scale, k_buf, v_buf, g_buf,
-                            beta_buf, u_buf, num_committed, use_qk_l2norm, slots, num_accepted.size(0), pad_slot_id);
+                            beta_buf, u_buf, num_committed, use_qk_l2norm, slots, num_accepted.size(0), pad_slot_id, gate);
   const int64_t L = p.cache.buffer_len;
   TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= L, checks::cat(op, ": max_draft_tokens must be in [1, L = ", L, "], got ", max_draft_tokens));
   gdn_api::fill_num_verified(p.cache, expect, op, num_verified, num_committed);
@@ -105,32 +110,30 @@ void gdn_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& r
   launch_checked(op, checkpoint, launch_gdn_fold, p);
 }
 
-void gdn_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+void flush(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
                const at::Tensor& num_committed, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
                int64_t pad_slot_id) {
-  constexpr const char* op = "gdn_flush";
   const Expect expect{op, checkpoint, "checkpoint"};
   if (slots) expect("slots", *slots, {-1}, {at::kInt, at::kLong});
   const int64_t batch = slots ? slots->size(0) : checkpoint.size(0);
   GdnParams p = fold_params(op, expect, checkpoint, /*written=*/true, read_copy, read_scale, k_buf, v_buf, g_buf,
-                            beta_buf, u_buf, num_committed, use_qk_l2norm, slots, batch, pad_slot_id);
+                            beta_buf, u_buf, num_committed, use_qk_l2norm, slots, batch, pad_slot_id, gate);
   p.mode = GdnFoldMode::kFlush;
   launch_checked(op, checkpoint, launch_gdn_fold, p);
 }
 
-void gdn_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,
+void materialize(const char* op, GdnGate gate, const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,
                      const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
                      const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
                      const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
-  constexpr const char* op = "gdn_materialize";
   const Expect expect{op, checkpoint, "checkpoint"};
   expect("checkpoint", checkpoint, {-1, -1, -1, -1}, gdn_api::checkpoint_dtypes(), 16);
   expect("out", out, {-1, checkpoint.size(1), checkpoint.size(2), checkpoint.size(3)}, {at::kFloat}, 16);
   checks::writable(op, "out", out);
   GdnParams p = fold_params(op, expect, checkpoint, /*written=*/false, std::nullopt, std::nullopt, k_buf, v_buf, g_buf,
-                            beta_buf, u_buf, num_committed, use_qk_l2norm, slots, out.size(0), pad_slot_id);
+                            beta_buf, u_buf, num_committed, use_qk_l2norm, slots, out.size(0), pad_slot_id, gate);
   p.mode = GdnFoldMode::kMaterialize;
   p.state_out = out.data_ptr<float>();
   p.so_row_stride = out.stride(0);
@@ -138,6 +141,40 @@ void gdn_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, cons
   p.so_v_stride = out.stride(2);
   launch_checked(op, checkpoint, launch_gdn_fold, p);
 }
+
+}  // namespace
+
+#define REPLAYSSM_FOLD_OPS(family, gate)                                                                          \
+  void family##_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                  \
+                       const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf, \
+                       const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,               \
+                       const at::Tensor& num_committed, const at::Tensor& num_verified,                            \
+                       const at::Tensor& num_accepted, int64_t max_draft_tokens, bool use_qk_l2norm,               \
+                       const std::optional<at::Tensor>& slots, int64_t pad_slot_id,                                \
+                       const std::optional<at::Tensor>& error_word) {                                              \
+    commit(#family "_commit", gate, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf,       \
+           num_committed, num_verified, num_accepted, max_draft_tokens, use_qk_l2norm, slots, pad_slot_id,        \
+           error_word);                                                                                            \
+  }                                                                                                                \
+  void family##_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                   \
+                      const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf, \
+                      const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,                \
+                      const at::Tensor& num_committed, bool use_qk_l2norm, const std::optional<at::Tensor>& slots, \
+                      int64_t pad_slot_id) {                                                                       \
+    flush(#family "_flush", gate, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf,         \
+          num_committed, use_qk_l2norm, slots, pad_slot_id);                                                       \
+  }                                                                                                                \
+  void family##_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,        \
+                            const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,          \
+                            const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,            \
+                            const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {                         \
+    materialize(#family "_materialize", gate, checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out, \
+                use_qk_l2norm, slots, pad_slot_id);                                                                \
+  }
+
+REPLAYSSM_FOLD_OPS(gdn, GdnGate::kScalar)
+REPLAYSSM_FOLD_OPS(kda, GdnGate::kVector)
+#undef REPLAYSSM_FOLD_OPS
 
 // ---- every layer in one launch (replayssm_cuda.LayerCaches) ----------------------------------------
 //
