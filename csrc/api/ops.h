@@ -136,6 +136,12 @@
     "kda_update_snapshots(Tensor state, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, " \
     "Tensor dt_bias, Tensor(a!) out, Tensor(b!) snapshots, float? scale, bool use_qk_l2norm, Tensor? slots, " \
     "int pad_slot_id) -> ()")                                                                     \
+  X(kda_step,                                                                                      \
+    "kda_step(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor(d!) k_buf, " \
+    "Tensor(e!) v_buf, Tensor(f!) g_buf, Tensor(g!) beta_buf, Tensor(h!) u_buf, Tensor(i!) num_committed, " \
+    "Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, Tensor(j!) out, "  \
+    "float? scale, bool use_qk_l2norm, int max_draft_tokens, Tensor? slots, int pad_slot_id, "       \
+    "bool staggered_flush=False) -> ()")                                                          \
   X(kda_commit,                                                                                    \
     "kda_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
     "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
@@ -307,6 +313,16 @@ void gdn_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, cons
                      const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
                      const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
                      const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+
+// KDA's step: gdn_step's kernel with the decay per key channel (GdnGate::kVector); a (batch, HV, K),
+// dt_bias (HV, K), g_buf (slots, HV, L, K).
+void kda_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
+              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush);
 
 // KDA's fold ops: GDN's fold kernel with the decay per key channel (GdnGate::kVector); g_buf (slots, HV,
 // L, K). Arguments as gdn_commit / gdn_flush / gdn_materialize.

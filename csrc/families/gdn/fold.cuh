@@ -349,6 +349,7 @@ struct FoldTail {
                             // aligned); nullptr: no tail (commit / flush / materialize)
   const void* v = nullptr;  // raw value (activation dtype, V elements, 16-byte aligned)
   float g = 0.0f, beta = 0.0f;  // the token's log decay and beta (gates.cuh)
+  const float* g_channels = nullptr;  // KDA: the token's K log decays (fp32, 16-byte aligned); g unused
   // The token's u (fp32, V values, 16-byte aligned), used as stored when the tail is not recomputed
   // (first_recompute == n: a caller that computed it already); nullptr: recompute it.
   const float* u = nullptr;
@@ -402,10 +403,16 @@ __device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct, kVecto
 
 // The step's token as entry j, from anywhere the generic address space reaches: its value to be
 // corrected (recompute: j >= first_recompute), or its u as given.
-template <int kK, int kV, DType kAct>
-__device__ __forceinline__ void stage_tail(const FoldView<kK, kV, kAct>& ws, const FoldTail& tail, int j, int first_recompute) {
+template <int kK, int kV, DType kAct, bool kVectorGate>
+__device__ __forceinline__ void stage_tail(const FoldView<kK, kV, kAct, kVectorGate>& ws, const FoldTail& tail, int j,
+                                           int first_recompute) {
   const int tid = static_cast<int>(threadIdx.x);
   constexpr int kKC = kK / 8, kVC = kV / 8, kUC = kV / 4;
+  if constexpr (kVectorGate) {  // the token's K log decays, by the threads the branches below leave idle
+    if (tid >= 128 && tid - 128 < kK / 4) {
+      reinterpret_cast<float4*>(ws.gv_raw() + j * kK)[tid - 128] = reinterpret_cast<const float4*>(tail.g_channels)[tid - 128];
+    }
+  }
   if (tid < kKC) {
     reinterpret_cast<uint4*>(ws.k_raw() + j * kK)[tid] = reinterpret_cast<const uint4*>(tail.k)[tid];
   } else if (tid >= 32 && tid - 32 < kVC && j >= first_recompute) {
@@ -657,16 +664,18 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct, kVector
   }
 }
 
-// The step's fused fold of one v-head (the interface it was written for).
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+// The step's fused fold of one v-head (the interface it was written for). kVectorGate: KDA's (the
+// tail's decays in tail.g_channels).
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate = false>
 struct Fold {
   static constexpr int kThreads = kFoldThreads;
   using Rows = StagedRows<kK, kV, kCkpt>;
+  using Workspace = FoldWorkspace<kK, kV, kVectorGate>;
   // Dynamic shared memory the routine needs (16-byte aligned base), for buffer length L: fold.cuh's
   // workspace, then the checkpoint rows in flight (4-16 KB), placed after the first `keep` bytes too
   // (the step's read-copy tile, still landing when the first rows go out).
   __host__ __device__ static constexpr size_t rows_offset(int buffer_len, size_t keep = 0) {
-    return FoldWorkspace<kK, kV>::bytes(buffer_len) > keep ? FoldWorkspace<kK, kV>::bytes(buffer_len) : keep;
+    return Workspace::bytes(buffer_len) > keep ? Workspace::bytes(buffer_len) : keep;
   }
   __host__ __device__ static constexpr size_t workspace_bytes(int buffer_len, size_t keep = 0) {
     return rows_offset(buffer_len, keep) + Rows::kAreaBytes;
@@ -687,13 +696,13 @@ struct Fold {
                               const float* q, float* o, unsigned char* workspace, size_t keep = 0,
                               uint64_t* pending = nullptr) {
     const GdnCache& c = p.cache;
-    const FoldView<kK, kV, kAct> ws(workspace, c.buffer_len);
+    const FoldView<kK, kV, kAct, kVectorGate> ws(workspace, c.buffer_len);
     const Rows rows{c.checkpoint, slot * c.ck_slot_stride + hv * c.ck_head_stride, c.ck_row_stride,
                     workspace + rows_offset(c.buffer_len, keep)};
     const auto first_rows = rows.fetch(0);  // in flight during the staging and the preparation
     if (pending != nullptr) mbarrier_wait(pending, 0);
     const bool has_tail = tail.k != nullptr;
-    stage_window(ws, c, slot, hv, hv / (p.v_heads / p.heads), has_tail ? n - 1 : n, first_recompute);
+    stage_window(ws, c, slot, hv, hv / (p.v_heads / p.heads), has_tail ? n - 1 : n, first_recompute, p.kda.gb_entry_stride);
     if (has_tail) stage_tail(ws, tail, n - 1, first_recompute);
     prepare_entries(ws, n, first_recompute, p.tokens.use_qk_l2norm);
     fold_passes(ws, n, first_recompute, rows, first_rows, CheckpointSink<kK, kV, kCkpt, kCopy, kRead, false>{c, slot, hv}, q, o);

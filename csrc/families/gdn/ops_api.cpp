@@ -132,18 +132,20 @@ void kda_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at
                    scale, use_qk_l2norm, slots, pad_slot_id);
 }
 
-void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+namespace {
+
+void step(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
               const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
               const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
               const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
               const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
               const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
               const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush) {
-  constexpr const char* op = "gdn_step";
   const Expect expect{op, checkpoint, "checkpoint"};
   GdnParams p{};
   const int64_t H = gdn_api::fill_cache(p.cache, expect, op, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
-                                        beta_buf, u_buf, num_committed, /*written=*/true, /*buffers_written=*/true);
+                                        beta_buf, u_buf, num_committed, /*written=*/true, /*buffers_written=*/true, gate,
+                                        &p.kda.gb_entry_stride);
   const int64_t S = checkpoint.size(0), HV = checkpoint.size(1), V = checkpoint.size(2), K = checkpoint.size(3);
   const int64_t L = p.cache.buffer_len;
   TORCH_CHECK(max_draft_tokens >= 1 && max_draft_tokens <= L, checks::cat(op, ": max_draft_tokens must be in [1, L = ", L, "], got ", max_draft_tokens));
@@ -151,10 +153,36 @@ void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& rea
   TORCH_CHECK(HV <= 32767, checks::cat(op, ": the number of v-heads must be <= 32767 (the cursor carries per-launch head tickets), got ", HV));
   const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, k_buf.scalar_type(), /*act_from_cache=*/true,
                                              /*has_tokens=*/false, q, k, v, a, b, A_log, dt_bias, out, scale,
-                                             use_qk_l2norm);
+                                             use_qk_l2norm, gate);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, S);
   p.staggered_flush = staggered_flush;
   launch_checked(op, checkpoint, launch_gdn_step, p);
+}
+
+}  // namespace
+
+void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
+              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush) {
+  step("gdn_step", GdnGate::kScalar, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+       q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, max_draft_tokens, slots, pad_slot_id,
+       staggered_flush);
+}
+
+void kda_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
+              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush) {
+  step("kda_step", GdnGate::kVector, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
+       q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, max_draft_tokens, slots, pad_slot_id,
+       staggered_flush);
 }
 
 }  // namespace replayssm

@@ -12,8 +12,8 @@ cudaError_t launch_step_shape(const GdnParams& p, cudaStream_t stream);
 cudaError_t launch_gdn_step(const GdnParams& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   const GdnCache& c = p.cache;
-  // GDN's scalar gate only (KDA's replay ops run the reference).
-  if (p.gate != GdnGate::kScalar || p.batch < 0 || p.batch > 65535 || p.heads < 1 || p.v_heads < 1 || p.v_heads % p.heads != 0 ||
+  // KDA (GdnGate::kVector): g_buf's entries of K channels, 16-byte aligned for the fold's staging.
+  if ((p.gate == GdnGate::kVector && (p.kda.gb_entry_stride < p.head_k_dim || p.kda.gb_entry_stride % 4 != 0)) || p.batch < 0 || p.batch > 65535 || p.heads < 1 || p.v_heads < 1 || p.v_heads % p.heads != 0 ||
       p.v_heads > 32767 || p.tokens.num_tokens != 1 || c.buffer_len < 1 || c.buffer_len > kGdnMaxBufferLen ||
       c.max_draft_tokens < 1 || c.max_draft_tokens > c.buffer_len || c.num_committed == nullptr) {
     return cudaErrorInvalidValue;

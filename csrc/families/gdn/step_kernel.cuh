@@ -36,9 +36,17 @@
 //   3. the rows, from the tile in shared memory (tile.cuh's mapping, 8 lanes a row): the two dots,
 //      then lane 0 of the row forms u_t and o_t.
 //   4. coalesced stores of out and the entry; the last CTA of the slot writes the cursor.
+//
+// KDA (kVectorGate: the log decay per key channel; g_buf entries of K): e^{Lambda_t - Lambda_j} is a
+// K-vector per entry, F_j[k] = exp(g_{j+1}[k] + .. + g_t[k]) (suffix sums per channel, a thread per
+// channel, into dynamic shared memory after the tile), taken into the window dots
+//   kdot_j = (k_hat_j o F_j) . k_hat_t, qdot_j = (k_hat_j o F_j) . q_hat_t   (rel = 1),
+// and the rows' dots take e^{Lambda_t} o k_hat_t and e^{Lambda_t} o q_hat_t (decay = 1). The fold is
+// fold.cuh's with the vector gate.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cache/cursor.cuh"
 #include "cache/slot_map.cuh"
@@ -55,11 +63,11 @@ namespace gdn {
 
 constexpr int kStepThreads = 256;
 
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate = false>
 struct StepTraits {
   static constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what the replay reads
   using Lanes = RowLanes<kK, kSrc, kStepThreads>;
-  using FoldHead = Fold<kK, kV, kCkpt, kCopy, kRead, kAct>;
+  using FoldHead = Fold<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
   static constexpr int kRowBytes = kK * dtype_size(kSrc);
   static constexpr int kTileBytes = kV * kRowBytes;
@@ -81,21 +89,24 @@ struct StepTraits {
   // checkpoint rows go out: those rows are placed after it. Without a copy the tile is the checkpoint
   // (64 KB at K = V = 128 fp32), so the rows overlap it, and the fold waits for it first.
   static constexpr size_t kFoldKeep = kCopy ? static_cast<size_t>(kTileBytes) : 0;
+  // KDA's replay: after the tile, e^{Lambda_t} per channel [K], then F_j [L][K] (fp32).
+  static constexpr size_t kChannelDecayOffset = kTileBytes;
+  static constexpr size_t kFactorOffset = kTileBytes + 4 * static_cast<size_t>(kK);
+  __host__ __device__ static constexpr size_t replay_bytes(int buffer_len) {
+    return kVectorGate ? kFactorOffset + 4 * static_cast<size_t>(buffer_len) * kK : static_cast<size_t>(kTileBytes);
+  }
   // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
   // workspace over it.
   __host__ __device__ static constexpr size_t smem_bytes(int buffer_len) {
     const size_t fold = FoldHead::workspace_bytes(buffer_len, kFoldKeep);
-    return fold > static_cast<size_t>(kTileBytes) ? fold : static_cast<size_t>(kTileBytes);
+    return fold > replay_bytes(buffer_len) ? fold : replay_bytes(buffer_len);
   }
   // CTAs per SM: 4 (64 registers) where the shared memory at L = 16 lets 4 share an SM, so that they
   // keep 4 tiles in flight (the replay is latency-bound: slot, cursor, window, tile); as many as it
   // lets where that is fewer (the fp32 checkpoint's 64 KB tile at K = V = 128: 3), whose registers
   // (80) then cost no occupancy and keep the fused fold from spilling. 228 KB an SM, 1 KB reserved
   // per CTA, the static StepShared under 6 KB.
-  static constexpr size_t kSmemAtL16 =
-      (FoldHead::workspace_bytes(16, kFoldKeep) > static_cast<size_t>(kTileBytes) ? FoldHead::workspace_bytes(16, kFoldKeep)
-                                                                                  : static_cast<size_t>(kTileBytes)) +
-      6 * 1024 + 1024;
+  static constexpr size_t kSmemAtL16 = smem_bytes(16) + 6 * 1024 + 1024;
   static constexpr int kMinCtasPerSm = 228 * 1024 / kSmemAtL16 < 4 ? static_cast<int>(228 * 1024 / kSmemAtL16) : 4;
   static_assert(kMinCtasPerSm >= 1, "a step CTA fits an SM");
 };
@@ -116,16 +127,22 @@ struct StepShared {
   float g, beta, kq;   // the token's gates and k_hat . q_hat
 };
 
+// KDA: the token's log decays per key channel besides.
+template <int kK, int kV, int kSlices>
+struct KdaStepShared : StepShared<kK, kV, kSlices> {
+  alignas(16) float gv[kK];
+};
+
 // pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
-__global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>::kMinCtasPerSm))
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
+__global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl) {
-  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>;
+  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
   constexpr int kSlices = Traits::kSlices;
   extern __shared__ __align__(128) unsigned char dyn[];
-  __shared__ StepShared<kK, kV, kSlices> sh;
+  __shared__ std::conditional_t<kVectorGate, KdaStepShared<kK, kV, kSlices>, StepShared<kK, kV, kSlices>> sh;
   static_assert(sizeof(sh) <= 6 * 1024, "StepTraits::kMinCtasPerSm counts 6 KB of static shared memory");
 
   const GdnCache& c = p.cache;
@@ -195,7 +212,20 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       sh.k[lane * kPer + e] = kf[e] * rk;
       sh.q[lane * kPer + e] = qf[e] * rq;
     }
-    if (lane == 0) {
+    if constexpr (kVectorGate) {
+      const float A_log = __ldg(tk.A_log + hv);
+      const float* dt_bias = tk.dt_bias + hv * p.kda.dt_bias_head_stride;
+      const int64_t a_at = row * tk.a_row_stride + hv * tk.a_head_stride;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) {
+        const int ch = lane * kPer + e;
+        sh.gv[ch] = log_decay(load_gate_input(tk.a, tk.a_dtype, a_at + ch * p.kda.a_channel_stride), A_log, __ldg(dt_bias + ch));
+      }
+      if (lane == 0) {
+        sh.beta = beta_gate(load_gate_input(tk.b, tk.b_dtype, row * tk.b_row_stride + hv * tk.b_head_stride));
+        sh.kq = kq * rk * rq;
+      }
+    } else if (lane == 0) {
       const float a = load_gate_input(tk.a, tk.a_dtype, row * tk.a_row_stride + hv * tk.a_head_stride);
       const float b = load_gate_input(tk.b, tk.b_dtype, row * tk.b_row_stride + hv * tk.b_head_stride);
       sh.g = log_decay(a, __ldg(tk.A_log + hv), __ldg(tk.dt_bias + hv));
@@ -229,7 +259,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     FoldTail tail;
     tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
     tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
-    tail.g = sh.g;
+    if constexpr (kVectorGate) {
+      tail.g_channels = sh.gv;
+    } else {
+      tail.g = sh.g;
+    }
     tail.beta = sh.beta;
     Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
                            kCopy ? &sh.tile_full : nullptr);
@@ -252,7 +286,22 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   };
   float uw[Traits::kWindowBatch];
   load_u_batch(0, uw);
-  if (warp == 0) {
+  float* const channel_decay = reinterpret_cast<float*>(dyn + Traits::kChannelDecayOffset);  // KDA
+  float* const factor = reinterpret_cast<float*>(dyn + Traits::kFactorOffset);               // KDA: F_j at j K
+  if constexpr (kVectorGate) {
+    // A thread per key channel: F_j = exp(g_{j+1} + .. + g_t) from t down (no exponent positive and
+    // no difference of sums), e^{Lambda_t} the whole sum.
+    if (tid < kK) {
+      const float* g_win = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride + tid;
+      float after = sh.gv[tid];  // g_t
+      for (int j = w - 1; j >= 0; --j) {
+        factor[j * kK + tid] = expf(after);
+        after += __ldg(g_win + j * p.kda.gb_entry_stride);
+      }
+      channel_decay[tid] = expf(after);
+    }
+    __syncthreads();
+  } else if (warp == 0) {
     // Lane l holds entries l and l + 32; entries past the token add nothing. e^{Lambda_t - Lambda_j}
     // from the sum of g_{j+1} .. g_t (suffix sums of the next entries), not a difference of prefixes.
     const float* g_win = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride;
@@ -281,11 +330,22 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
           Chunk16<kAct>::to_float(Chunk16<kAct>::load(k_win, j * c.kb_entry_stride + (el + 8 * i) * 8), kr);
           const float* kh = sh.k + (el + 8 * i) * 8;
           const float* qh = sh.q + (el + 8 * i) * 8;
+          if constexpr (kVectorGate) {
+            const float* f = factor + j * kK + (el + 8 * i) * 8;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            ss += kr[e] * kr[e];
-            dk += kr[e] * kh[e];
-            dq += kr[e] * qh[e];
+            for (int e = 0; e < 8; ++e) {
+              ss += kr[e] * kr[e];
+              const float kd = kr[e] * f[e];
+              dk += kd * kh[e];
+              dq += kd * qh[e];
+            }
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              ss += kr[e] * kr[e];
+              dk += kr[e] * kh[e];
+              dq += kr[e] * qh[e];
+            }
           }
         }
       }
@@ -308,9 +368,14 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       for (int m = 0; m < Traits::kWindowBatch; ++m) {
         const int j = slice + kSlices * (m0 + m);
         if (j < w) {
-          const float rel = sh.rel[j];
-          wk += (rel * sh.kdot[j]) * uw[m];
-          wq += (rel * sh.qdot[j]) * uw[m];
+          if constexpr (kVectorGate) {  // the decays are in the dots
+            wk += sh.kdot[j] * uw[m];
+            wq += sh.qdot[j] * uw[m];
+          } else {
+            const float rel = sh.rel[j];
+            wk += (rel * sh.kdot[j]) * uw[m];
+            wq += (rel * sh.qdot[j]) * uw[m];
+          }
         }
       }
     }
@@ -335,8 +400,14 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     for (int i = 0; i < C; ++i) {
 #pragma unroll
       for (int e = 0; e < E; ++e) {
-        kf[i][e] = sh.k[Lanes::col(i) + e];
-        qf[i][e] = sh.q[Lanes::col(i) + e];
+        if constexpr (kVectorGate) {  // e^{Lambda_t} o k_hat_t, e^{Lambda_t} o q_hat_t
+          const float d = channel_decay[Lanes::col(i) + e];
+          kf[i][e] = d * sh.k[Lanes::col(i) + e];
+          qf[i][e] = d * sh.q[Lanes::col(i) + e];
+        } else {
+          kf[i][e] = sh.k[Lanes::col(i) + e];
+          qf[i][e] = sh.q[Lanes::col(i) + e];
+        }
       }
     }
     mbarrier_wait(&sh.tile_full, 0);
@@ -363,9 +434,15 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
           wk += sh.wk[s][vr];
           wq += sh.wq[s][vr];
         }
-        const float u = sh.beta * (sh.v[vr] - (sh.decay * dk + wk));
-        sh.u[vr] = u;
-        sh.o[vr] = sh.decay * dq + wq + sh.kq * u;
+        if constexpr (kVectorGate) {
+          const float u = sh.beta * (sh.v[vr] - (dk + wk));
+          sh.u[vr] = u;
+          sh.o[vr] = dq + wq + sh.kq * u;
+        } else {
+          const float u = sh.beta * (sh.v[vr] - (sh.decay * dk + wk));
+          sh.u[vr] = u;
+          sh.o[vr] = sh.decay * dq + wq + sh.kq * u;
+        }
       }
     }
   }
@@ -385,7 +462,10 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
           static_cast<const Act*>(tk.k)[row * tk.k_row_stride + h * tk.k_head_stride + t];
     }
   }
-  if (tid == 0) {
+  if constexpr (kVectorGate) {
+    if (tid < kK) c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w * p.kda.gb_entry_stride + tid] = sh.gv[tid];
+    if (tid == 0) c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
+  } else if (tid == 0) {
     c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w] = sh.g;
     c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
   }

@@ -2,6 +2,8 @@
 // of one (K, V) shape (instantiations/step_k<K>_v<V>.cu).
 #pragma once
 
+#include <type_traits>
+
 #include "common/programmatic_launch.cuh"
 #include "families/gdn/step_kernel.cuh"
 #include "families/gdn/variants.h"
@@ -11,10 +13,10 @@
 namespace replayssm {
 namespace gdn {
 
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct>
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
-  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct>;
-  auto kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct>;
+  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
+  auto kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   const size_t smem = Traits::smem_bytes(p.cache.buffer_len);
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
@@ -24,18 +26,22 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl);
 }
 
-// Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V);
+// Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's
+// scalar gate and KDA's vector gate (params.gate);
 // instantiated once per shape file (instantiations/step_k<K>_v<V>.cu, written by
 // tools/generate_instantiations.py).
 template <int kK, int kV>
 cudaError_t launch_step_shape(const GdnParams& p, cudaStream_t stream) {
-  return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
-    return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
-                                            p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
-      return launch_step<kK, kV, decltype(ckpt)::value, decltype(copy)::value, decltype(read)::value,
-                         decltype(act)::value>(p, stream);
+  auto run = [&](auto vector_gate) {
+    return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+      return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
+                                              p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
+        return launch_step<kK, kV, decltype(ckpt)::value, decltype(copy)::value, decltype(read)::value,
+                           decltype(act)::value, decltype(vector_gate)::value>(p, stream);
+      });
     });
-  });
+  };
+  return p.gate == GdnGate::kVector ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace gdn
