@@ -1,6 +1,10 @@
-"""Compiled Kimi Delta Attention conventional ops (kda_update, kda_update_snapshots: GDN's kernels with
-the decay per v-head and key channel) against the fp64 reference (replayssm_cuda.reference.delta_update,
-which takes KDA's a (batch, HV, K) and dt_bias (HV, K)), called through torch.ops.replayssm directly.
+"""Compiled Kimi Delta Attention ops (kda_update, kda_update_snapshots, kda_step, kda_commit, kda_flush,
+kda_materialize: GDN's kernels with the decay per v-head and key channel) against the fp64 reference
+(replayssm_cuda.reference.delta_update / delta_step / delta_verify / delta_commit / ..., which take KDA's
+a (batch, [T,] HV, K), dt_bias (HV, K) and g_buf (slots, HV, L, K)), called through torch.ops.replayssm
+directly. The step: fold cycles at L in {1, 2, 5, 16} (64 at K = 64), read copies, graph replay bitwise
+eager, strided pools; the fold: speculative rounds (verify through replayssm_cuda.ops, the kernel where
+compiled) with random accepted counts committed by kda_commit, then kda_materialize and kda_flush.
 
 Shapes: kimi-linear (H = HV = 32, K = V = 128), K = V = 64 and the mixed (K, V) pairs with 1-3 v-heads a
 k-head; odd batch sizes. Everywhere: pad and out-of-range rows get zero output and touch nothing, slots
@@ -18,7 +22,7 @@ import warnings
 import pytest
 import torch
 
-from replayssm_cuda import DeltaRuleWeights, KDACache, reference
+from replayssm_cuda import DeltaRuleWeights, KDACache, ops, reference
 
 DEV = "cuda"
 
@@ -338,6 +342,265 @@ def test_kda_cache_at_buffer_len_one_runs_the_kernel():
         want = run_update(layer, state, tok, slots)
         assert torch.equal(bits(got), bits(want))
     assert torch.equal(bits(cache.checkpoint), bits(state))
+
+
+# ---- the replay step and the fold (kda_step, kda_commit, kda_flush, kda_materialize) -----------------
+
+FP8 = torch.float8_e4m3fn
+OUT_TOL = {None: 8e-3, torch.bfloat16: 1.5e-2, torch.float16: 1e-2, FP8: 4e-2}
+
+
+class Cache:
+    """The cache tensors of one KDA layer on the GPU (g_buf (slots, HV, L, K): a log decay per key
+    channel) and an fp64 twin for the reference, started from the same checkpoint (as the GPU stores
+    it). pool > 1: every tensor a view into a slot pool."""
+
+    def __init__(self, layer, num_slots, L, ckpt=torch.float32, copy=None, mdt=1, init=None, pool=1):
+        H, HV, K, V = layer.H, layer.HV, layer.K, layer.V
+        self.layer, self.L, self.mdt, self.copy = layer, L, mdt, copy
+        S = num_slots
+
+        def make(shape, dtype):
+            return torch.zeros(S, pool, *shape, dtype=dtype, device=DEV)[:, pool - 1]
+
+        self.checkpoint = make((HV, V, K), ckpt)
+        self.checkpoint.copy_(layer.states(S, ckpt) if init is None else init)
+        self.read_copy = make((HV, V, K), copy) if copy is not None else None
+        self.read_scale = make((HV, V), torch.float32) if copy == FP8 else None
+        self.k_buf = make((H, L, K), layer.act)
+        self.v_buf = make((HV, L, V), layer.act)
+        self.g_buf = make((HV, L, K), torch.float32)
+        self.beta_buf = make((HV, L), torch.float32)
+        self.u_buf = make((HV, L, V), torch.float32)
+        self.num_committed = torch.zeros(S, dtype=torch.int32, device=DEV)
+        self.num_verified = torch.zeros(S, dtype=torch.int32, device=DEV)
+        if copy is not None:
+            op("make_read_copy")(self.checkpoint, self.read_copy, self.read_scale, None, -1)
+        self.ref = [self.checkpoint.double(), None, None] + [torch.zeros(t.shape, dtype=torch.float64, device=DEV)
+                                                             for t in (self.k_buf, self.v_buf, self.g_buf,
+                                                                       self.beta_buf, self.u_buf)]
+        self.ref_nc = self.num_committed.clone()
+        self.ref_nv = self.num_verified.clone()
+        if copy is not None:
+            self.ref[1] = torch.empty(self.read_copy.shape, dtype=copy, device=DEV)
+            self.ref[2] = torch.ones(self.read_scale.shape, device=DEV) if copy == FP8 else None
+            reference.make_read_copy(self.ref[0], self.ref[1], self.ref[2])
+
+    @property
+    def tensors(self):
+        return [t for t in (self.checkpoint, self.read_copy, self.read_scale, self.k_buf, self.v_buf, self.g_buf,
+                            self.beta_buf, self.u_buf, self.num_committed, self.num_verified) if t is not None]
+
+    def args(self):
+        return (self.checkpoint, self.read_copy, self.read_scale, self.k_buf, self.v_buf, self.g_buf,
+                self.beta_buf, self.u_buf, self.num_committed)
+
+    def step(self, tok, slots, pad=-1, out=None):
+        q, k, v, a, b = tok
+        out = torch.full((q.shape[0], self.layer.HV, self.layer.V), float("nan"), dtype=self.layer.act,
+                         device=DEV) if out is None else out
+        A_log, dt_bias = self.layer.weights()
+        op("kda_step")(*self.args(), q, k, v, a, b, A_log, dt_bias, out, None, True, self.mdt, slots, pad, False)
+        return out
+
+    def ref_step(self, tok, slots, pad=-1):
+        q, k, v, a, b = as64(*tok)
+        out = torch.empty(q.shape[0], self.layer.HV, self.layer.V, dtype=torch.float64, device=DEV)
+        A_log, dt_bias = self.layer.weights(torch.float64)
+        reference.delta_step(*self.ref[:8], self.ref_nc, q, k, v, a, b, A_log, dt_bias, out, None, True, self.mdt,
+                             slots, pad)
+        return out
+
+    def verify(self, tok, slots):
+        """The drafts' entries through replayssm_cuda.ops.kda_verify (the kernel where this build has
+        one, else the reference on these tensors), and the fp64 reference's."""
+        q, k, v, a, b = tok
+        A_log, dt_bias = self.layer.weights()
+        out = torch.empty(*q.shape[:2], self.layer.HV, self.layer.V, dtype=self.layer.act, device=DEV)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ops.kda_verify(*self.args(), self.num_verified, q, k, v, a, b, A_log, dt_bias, out, None, True, slots, -1)
+        ref_out = torch.empty(out.shape, dtype=torch.float64, device=DEV)
+        A64, dt64 = self.layer.weights(torch.float64)
+        reference.delta_verify(*self.ref[:8], self.ref_nc, self.ref_nv, *as64(q, k, v, a, b), A64, dt64, ref_out,
+                               None, True, slots, -1)
+        return out, ref_out
+
+    def commit(self, accepted, slots):
+        op("kda_commit")(*self.args(), self.num_verified, accepted, self.mdt, True, slots, -1, None)
+        reference.delta_commit(*self.ref[:8], self.ref_nc, self.ref_nv, accepted, self.mdt, True, slots, -1)
+
+    def sync_reference_checkpoint(self):
+        self.ref[0].copy_(self.checkpoint.double())
+        if self.copy is not None:
+            self.ref[1].copy_(self.read_copy)
+            if self.ref[2] is not None:
+                self.ref[2].copy_(self.read_scale)
+
+    def check_window(self, named, where):
+        for s in named.tolist():
+            if not 0 <= s < self.num_committed.shape[0]:
+                continue
+            w = int(self.num_committed[s])
+            assert torch.equal(self.k_buf[s, :, :w].double(), self.ref[3][s, :, :w]), f"k_buf of slot {s} {where}"
+            assert torch.equal(self.v_buf[s, :, :w].double(), self.ref[4][s, :, :w]), f"v_buf of slot {s} {where}"
+            assert torch.allclose(self.g_buf[s, :, :w].double(), self.ref[5][s, :, :w], rtol=1e-5, atol=1e-7), where
+            assert torch.allclose(self.beta_buf[s, :, :w].double(), self.ref[6][s, :, :w], rtol=1e-5, atol=1e-7), where
+            if self.copy is None and w > 0:
+                assert rel_err(self.u_buf[s, :, :w], self.ref[7][s, :, :w]) < 1e-4, f"u_buf of slot {s} {where}"
+
+    def check_read_copy(self, slots):
+        if self.copy is None:
+            return
+        want = torch.empty_like(self.read_copy)
+        want_scale = None if self.read_scale is None else torch.empty_like(self.read_scale)
+        op("make_read_copy")(self.checkpoint, want, want_scale, None, -1)
+        assert torch.equal(bits(self.read_copy)[slots], bits(want)[slots]), "the fold's copy is make_read_copy's"
+        if want_scale is not None:
+            assert torch.equal(self.read_scale[slots], want_scale[slots])
+
+    def check_state(self, where):
+        ck = self.checkpoint.dtype
+        assert rel_err(self.checkpoint, self.ref[0]) < STATE_TOL[ck], f"checkpoint {where}"
+        if ck != torch.float32:
+            self.sync_reference_checkpoint()
+
+
+def step_and_compare(cache, tok, slots, valid, where, pad=-1):
+    out = cache.step(tok, slots, pad)
+    ref_out = cache.ref_step(tok, slots, pad)
+    invalid = [r for r in range(len(tok[0])) if r not in valid]
+    if invalid:
+        assert torch.count_nonzero(out[invalid]) == 0, f"pad rows get zero output ({where})"
+    assert rel_err(out[valid], ref_out[valid]) < OUT_TOL[cache.copy], where
+    assert torch.equal(cache.num_committed, cache.ref_nc), f"cursors {where}"
+    cache.check_window(torch.arange(len(tok[0]), device=DEV) if slots is None else slots, where)
+    cache.check_state(where)
+    return out
+
+
+# Fold cycles at L in {1, 2, 5, 16} (and 64 at K = 64): 2.5 cycles of steps, every output, cursor, live
+# window and checkpoint against the fp64 reference; the fold's read copy is make_read_copy's; slots no
+# row names stay bit-identical.
+CYCLES = [
+    # dims, checkpoint, read copy, L, max_draft_tokens
+    (KIMI, torch.float32, None, 16, 1),
+    (KIMI, torch.float32, torch.bfloat16, 16, 4),
+    (KIMI, torch.float32, FP8, 5, 1),
+    (KIMI, torch.bfloat16, None, 5, 2),
+    (SMALL, torch.float32, None, 1, 1),
+    (SMALL, torch.float32, torch.float16, 2, 1),
+    (SMALL, torch.bfloat16, FP8, 2, 2),
+    (KV_64_128, torch.float32, None, 64, 1),
+    (KV_128_64, torch.float16, None, 5, 1),
+]
+
+
+@pytest.mark.parametrize("act", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dims,ck,rc,L,mdt", CYCLES)
+def test_step_matches_reference_over_fold_cycles(dims, ck, rc, L, mdt, act):
+    layer = Layer(dims, act, seed=L + mdt)
+    cache = Cache(layer, 7, L, ck, rc, mdt)
+    slots = torch.tensor([3, -1, 0, 6, 99], dtype=torch.int64, device=DEV)
+    valid, untouched = [0, 2, 3], [1, 2, 4, 5]
+    before = [bits(t)[untouched].clone() for t in cache.tensors]
+    cycle = L - mdt + 1
+    folds = 0
+    for step in range(2 * cycle + cycle // 2 + 1):
+        step_and_compare(cache, layer.tokens(len(slots)), slots, valid, f"at step {step}")
+        if int(cache.num_committed[3]) == 0:
+            folds += 1
+            cache.check_read_copy(slots[valid])
+    assert folds >= 2
+    for t_before, t in zip(before, cache.tensors):
+        assert torch.equal(t_before, bits(t)[untouched]), "a slot no row names changed"
+
+
+# A strided pool, int64 slots and pad id 0 give the bits of the plain layout with int32 slots; a CUDA
+# graph of one step replayed over two cycles gives the bits of eager steps.
+@pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8), (torch.bfloat16, None)],
+                         ids=["fp32", "fp32-fp8", "bf16"])
+def test_step_layouts_and_graph_are_bitwise_the_same(ck, rc):
+    layer = Layer(KIMI, seed=11)
+    L, num_slots = 4, 6
+    init = layer.states(num_slots, ck)
+    plain = Cache(layer, num_slots, L, ck, rc, init=init)
+    strided = Cache(layer, num_slots, L, ck, rc, init=init, pool=3)
+    slots = torch.tensor([5, 0, 2, 1], dtype=torch.int32, device=DEV)      # slot 0 is the pad id
+    steps = [layer.tokens(4) for _ in range(2 * L)]
+    for tok in steps:
+        a = plain.step(tok, slots, pad=0)
+        b = strided.step(tok, slots.long(), pad=0)
+        assert torch.equal(bits(a), bits(b))
+        assert torch.count_nonzero(a[1]) == 0
+    for x, y in zip(plain.tensors, strided.tensors):
+        assert torch.equal(bits(x), bits(y))
+
+    eager = Cache(layer, num_slots, L, ck, rc, init=init)
+    graphed = Cache(layer, num_slots, L, ck, rc, init=init)
+    static = [t.clone() for t in steps[0]]
+    static_out = torch.empty(4, layer.HV, layer.V, dtype=layer.act, device=DEV)
+    warm = Cache(layer, num_slots, L, ck, rc, init=init)
+    warm.step(static, slots, out=static_out)                  # warm-up outside the graph
+    A_log, dt_bias = layer.weights()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        op("kda_step")(*graphed.args(), *static, A_log, dt_bias, static_out, None, True, 1, slots, -1, False)
+    for tok in steps:
+        for s, n in zip(static, tok):
+            s.copy_(n)
+        graph.replay()
+        assert torch.equal(bits(static_out), bits(eager.step(tok, slots)))
+    for x, y in zip(eager.tensors, graphed.tensors):
+        assert torch.equal(bits(x), bits(y))
+
+
+# Speculative rounds: verify (ops.kda_verify: the kernel where compiled) and a random accepted count,
+# committed by kda_commit (its fold where the next verify would not fit), against the fp64 reference;
+# then kda_materialize of every row and kda_flush.
+SPEC = [
+    # dims, checkpoint, read copy, L, max_draft_tokens
+    (KIMI, torch.float32, None, 16, 4),
+    (KIMI, torch.float32, torch.bfloat16, 16, 4),
+    (KIMI, torch.bfloat16, FP8, 12, 4),
+    (SMALL, torch.float32, torch.float16, 5, 3),
+    (SMALL, torch.float32, None, 1, 1),
+    (KV_128_64, torch.float32, None, 64, 16),
+    (KV_64_128, torch.float16, FP8, 8, 2),
+]
+
+
+@pytest.mark.parametrize("dims,ck,rc,L,mdt", SPEC)
+def test_spec_rounds_commit_flush_materialize_match_reference(dims, ck, rc, L, mdt):
+    layer = Layer(dims, seed=L + 3 * mdt)
+    num_slots = 6
+    cache = Cache(layer, num_slots, L, ck, rc, mdt)
+    slots = torch.tensor([4, 0, 5, 2], dtype=torch.int32, device=DEV)
+    gen = torch.Generator().manual_seed(L)
+    for rnd in range(3 * L // mdt + 2):
+        T = int(torch.randint(1, mdt + 1, (1,), generator=gen))
+        tok = layer.tokens(len(slots), T)
+        out, ref_out = cache.verify(tok, slots)
+        assert rel_err(out, ref_out) < OUT_TOL[rc], f"verify output at round {rnd}"
+        accepted = torch.randint(0, T + 1, (len(slots),), generator=gen).to(DEV)
+        cache.commit(accepted, slots)
+        assert torch.equal(cache.num_committed, cache.ref_nc), f"cursors at round {rnd}"
+        assert torch.equal(cache.num_verified, cache.ref_nv), f"num_verified at round {rnd}"
+        cache.check_state(f"at round {rnd}")
+        cache.check_read_copy(slots)
+    rows = torch.tensor([2, -1, 4, 0], dtype=torch.int64, device=DEV)
+    got = torch.full((4, layer.HV, layer.V, layer.K), float("nan"), device=DEV)
+    op("kda_materialize")(cache.checkpoint, cache.k_buf, cache.v_buf, cache.g_buf, cache.beta_buf, cache.u_buf,
+                          cache.num_committed, got, True, rows, -1)
+    want = torch.zeros(got.shape, dtype=torch.float64, device=DEV)
+    reference.delta_materialize(cache.ref[0], *cache.ref[3:8], cache.ref_nc, want, True, rows, -1)
+    assert torch.count_nonzero(got[1]) == 0, "a pad row's state is zero"
+    assert rel_err(got, want) < (STATE_TOL[torch.float32] if ck == torch.float32 else 1e-5), "materialize"
+    op("kda_flush")(*cache.args(), True, None, -1)
+    reference.delta_flush(*cache.ref[:8], cache.ref_nc, True, None, -1)
+    assert int(cache.num_committed.abs().sum()) == 0
+    cache.check_state("after flush")
+    cache.check_read_copy(torch.arange(num_slots, device=DEV))
 
 
 # ---- bad input --------------------------------------------------------------------------------------
