@@ -142,6 +142,12 @@
     "Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, Tensor A_log, Tensor dt_bias, Tensor(j!) out, "  \
     "float? scale, bool use_qk_l2norm, int max_draft_tokens, Tensor? slots, int pad_slot_id, "       \
     "bool staggered_flush=False) -> ()")                                                          \
+  X(kda_verify,                                                                                    \
+    "kda_verify(Tensor checkpoint, Tensor? read_copy, Tensor? read_scale, Tensor(a!) k_buf, "      \
+    "Tensor(b!) v_buf, Tensor(c!) g_buf, Tensor(d!) beta_buf, Tensor(e!) u_buf, "                  \
+    "Tensor num_committed, Tensor(f!) num_verified, Tensor q, Tensor k, Tensor v, Tensor a, Tensor b, " \
+    "Tensor A_log, Tensor dt_bias, Tensor(g!) out, float? scale, bool use_qk_l2norm, Tensor? slots, int pad_slot_id, " \
+    "Tensor(h!)? error_word=None) -> ()")                                                         \
   X(kda_commit,                                                                                    \
     "kda_commit(Tensor(a!) checkpoint, Tensor(b!)? read_copy, Tensor(c!)? read_scale, Tensor k_buf, " \
     "Tensor v_buf, Tensor g_buf, Tensor beta_buf, Tensor u_buf, Tensor(d!) num_committed, "         \
@@ -323,6 +329,16 @@ void kda_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& rea
               const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
               const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
               const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush);
+
+// KDA's verify: gdn_verify's kernel with the decay per key channel (GdnGate::kVector).
+void kda_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,
+                const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
+                const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale,
+                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
+                const std::optional<at::Tensor>& error_word);
 
 // KDA's fold ops: GDN's fold kernel with the decay per key channel (GdnGate::kVector); g_buf (slots, HV,
 // L, K). Arguments as gdn_commit / gdn_flush / gdn_materialize.

@@ -24,14 +24,18 @@ bool common_params_ok(const GdnParams& p) {
          (c.read_copy == nullptr || c.read_copy_dtype != DType::kFloat8E4M3 || c.read_scale != nullptr);
 }
 
+// KDA (GdnGate::kVector): g_buf's entries of K channels, 16-byte aligned for the staging copies.
+bool gate_ok(const GdnParams& p) {
+  return p.gate != GdnGate::kVector || (p.kda.gb_entry_stride >= p.head_k_dim && p.kda.gb_entry_stride % 4 == 0);
+}
+
 }  // namespace
 }  // namespace gdn
 
 cudaError_t launch_gdn_verify(const GdnParams& p, cudaStream_t stream) {
   if (p.batch == 0) return cudaSuccess;
   const int T = p.tokens.num_tokens;
-  // GDN's scalar gate only (KDA's verify runs the reference).
-  if (p.gate != GdnGate::kScalar || !gdn::common_params_ok(p) || p.cache.num_verified == nullptr || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
+  if (!gdn::common_params_ok(p) || !gdn::gate_ok(p) || p.cache.num_verified == nullptr || p.batch > 65535 || T < 1 || T > kGdnMaxDraftTokens || T > p.cache.buffer_len) {
     return cudaErrorInvalidValue;
   }
   return REPLAYSSM_GDN_SHAPE_SWITCH(p.head_k_dim, p.head_v_dim, [&](auto K, auto V) {
@@ -50,11 +54,7 @@ cudaError_t launch_fold_op(const GdnParams& p, const LayerTableArgs* layers, cud
     return cudaErrorInvalidValue;
   }
   if (p.batch == 0) return cudaSuccess;  // no rows: nothing to fold and no cursor to move (no seed in GDN)
-  // KDA (GdnGate::kVector): g_buf's entries of K channels, 16-byte aligned for the staging copies.
-  if (!common_params_ok(p) ||
-      (p.gate == GdnGate::kVector && (p.kda.gb_entry_stride < p.head_k_dim || p.kda.gb_entry_stride % 4 != 0))) {
-    return cudaErrorInvalidValue;
-  }
+  if (!common_params_ok(p) || !gate_ok(p)) return cudaErrorInvalidValue;
   if ((commit && (p.num_accepted == nullptr || p.cache.num_verified == nullptr || p.cache.max_draft_tokens < 1 ||
                   p.cache.max_draft_tokens > p.cache.buffer_len)) ||
       (materialize && (p.state_out == nullptr || p.cache.read_copy != nullptr))) {

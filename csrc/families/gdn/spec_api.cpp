@@ -57,7 +57,9 @@ GdnParams fold_params(const char* op, const Expect& expect, const at::Tensor& ch
 
 }  // namespace
 
-void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
+namespace {
+
+void verify(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                 const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
                 const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
                 const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,
@@ -65,11 +67,11 @@ void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& r
                 const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale,
                 bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
                 const std::optional<at::Tensor>& error_word) {
-  constexpr const char* op = "gdn_verify";
   const Expect expect{op, checkpoint, "checkpoint"};
   GdnParams p{};
   const int64_t H = gdn_api::fill_cache(p.cache, expect, op, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
-                                        beta_buf, u_buf, num_committed, /*written=*/false, /*buffers_written=*/true);
+                                        beta_buf, u_buf, num_committed, /*written=*/false, /*buffers_written=*/true, gate,
+                                        &p.kda.gb_entry_stride);
   gdn_api::fill_num_verified(p.cache, expect, op, num_verified, num_committed);
   const int64_t HV = checkpoint.size(1), V = checkpoint.size(2), K = checkpoint.size(3), L = p.cache.buffer_len;
   const auto act = k_buf.scalar_type();
@@ -80,13 +82,11 @@ void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& r
   TORCH_CHECK(T >= 1 && T <= max_T, checks::cat(op, ": the number of draft tokens T (q.size(1)) must be in [1, min(L = ", L, ", ", static_cast<int64_t>(kGdnMaxDraftTokens), ")], got ", T));
   const int64_t batch = gdn_api::fill_tokens(p, expect, op, H, HV, K, V, act, /*act_from_cache=*/true,
                                              /*has_tokens=*/true, q, k, v, a, b, A_log, dt_bias, out, scale,
-                                             use_qk_l2norm);
+                                             use_qk_l2norm, gate);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, checkpoint.size(0));
   p.error_word = error_word_arg(expect, op, error_word);
   launch_checked(op, checkpoint, launch_gdn_verify, p);
 }
-
-namespace {
 
 void commit(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
                 const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
@@ -145,6 +145,18 @@ void materialize(const char* op, GdnGate gate, const at::Tensor& checkpoint, con
 }  // namespace
 
 #define REPLAYSSM_FOLD_OPS(family, gate)                                                                          \
+  void family##_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                  \
+                       const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf, \
+                       const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,               \
+                       const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,       \
+                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,         \
+                       const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out,                  \
+                       std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,    \
+                       int64_t pad_slot_id, const std::optional<at::Tensor>& error_word) {                         \
+    verify(#family "_verify", gate, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf,       \
+           num_committed, num_verified, q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, slots,           \
+           pad_slot_id, error_word);                                                                               \
+  }                                                                                                                \
   void family##_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                  \
                        const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf, \
                        const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,               \

@@ -34,6 +34,16 @@
 // range, or whose cursor leaves no room for T entries, gets zero output and touches no buffer. The
 // row's first CTA records in num_verified[slot] how many entries it appended (T, or 0 without room;
 // nothing for a pad row): the most the commit after it may accept.
+//
+// KDA (kVectorGate: the log decay per key channel, g_buf entries of K): the window's g [L][K] staged,
+// the drafts' computed per channel. Stable and with no exponent positive, pivoting at the cursor: a
+// thread per channel overwrites the window keys with kd_j = kn_j o e^{Lambda_{w-1} - Lambda_j} (suffix
+// sums) and writes e^{Lambda_t} per draft and channel (over the dots area, free in P1); draft i's warp
+// takes the drafts j in w .. t with exp(g_{j+1} + .. + g_t) per channel (suffix sums from t down) and
+// the window with one pivot e^{Lambda_t - Lambda_{w-1}} = exp(g_w + .. + g_t) on kn_t and qn_i:
+//     c_tj = kd_j . (pivot o kn_t)   (j < w), and likewise with qn_i
+// Then kn_t and qn_i of the drafts are scaled by e^{Lambda_t} in place, and P2's dots are the decayed
+// ones (alpha = 1 in P3).
 #pragma once
 
 #include "cache/error_word.cuh"
@@ -50,7 +60,7 @@ namespace gdn {
 // window's by cp.async, the drafts' at w .. from P1)), the fp32 area (kn [L][K], qn [T][K], u window
 // [L][V], the dot products A (kn) and B (qn) [T][V], draft values [T][V], coefficients [T][L] as (u,
 // output) pairs, e^{Lambda_t} and beta of the drafts [T]).
-template <int kK, int kV, DType kSrc>
+template <int kK, int kV, DType kSrc, bool kVectorGate = false>
 struct VerifyLayout {
   static constexpr size_t kTileBytes = static_cast<size_t>(kV) * kK * dtype_size(kSrc);
   static constexpr size_t kRingOffset = 128;  // barriers (8 at most), then the row's context at byte 64
@@ -61,7 +71,11 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t q_raw(int S, int L, int) { return k_raw(S) + 2 * static_cast<size_t>(L) * kK; }
   __host__ __device__ static constexpr size_t v_raw(int S, int L, int T) { return q_raw(S, L, T) + 2 * static_cast<size_t>(T) * kK; }
   __host__ __device__ static constexpr size_t g_raw(int S, int L, int T) { return v_raw(S, L, T) + 2 * static_cast<size_t>(T) * kV; }
-  __host__ __device__ static constexpr size_t kn(int S, int L, int T) { return g_raw(S, L, T) + a16(4 * static_cast<size_t>(L)); }
+  // KDA: g [L][K].
+  __host__ __device__ static constexpr size_t g_bytes(int L) {
+    return kVectorGate ? 4 * static_cast<size_t>(L) * kK : a16(4 * static_cast<size_t>(L));
+  }
+  __host__ __device__ static constexpr size_t kn(int S, int L, int T) { return g_raw(S, L, T) + g_bytes(L); }
   __host__ __device__ static constexpr size_t qn(int S, int L, int T) { return kn(S, L, T) + 4 * static_cast<size_t>(L) * kK; }
   __host__ __device__ static constexpr size_t uw(int S, int L, int T) { return qn(S, L, T) + 4 * static_cast<size_t>(T) * kK; }
   __host__ __device__ static constexpr size_t dots(int S, int L, int T) { return uw(S, L, T) + 4 * static_cast<size_t>(L) * kV; }
@@ -71,9 +85,9 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t bytes(int S, int L, int T) { return draft_scalars(S, L, T) + 2 * a16(4 * static_cast<size_t>(T)); }
 };
 
-template <int kK, int kV, DType kSrc, DType kAct>
+template <int kK, int kV, DType kSrc, DType kAct, bool kVectorGate = false>
 struct VerifySmem {
-  using Layout = VerifyLayout<kK, kV, kSrc>;
+  using Layout = VerifyLayout<kK, kV, kSrc, kVectorGate>;
   using Act = typename Storage<kAct>::type;
   unsigned char* base;
   int S, L, T;
@@ -95,6 +109,8 @@ struct VerifySmem {
   __device__ float* B() const { return A() + T * kV; }                                            // [T][V]: S qn_i
   __device__ float* vd() const { return reinterpret_cast<float*>(base + Layout::vd(S, L, T)); }
   __device__ float2* coef() const { return reinterpret_cast<float2*>(base + Layout::coef(S, L, T)); }  // [T][L]
+  // KDA, in P1 only: e^{Lambda_t} [T][K] over the dots (4 T K <= 8 T V bytes).
+  __device__ float* elam() const { return A(); }
   __device__ float* draft(int k) const {  // 0: e^{Lambda_t}, 1: beta
     return reinterpret_cast<float*>(base + Layout::draft_scalars(S, L, T) + k * Layout::a16(4 * static_cast<size_t>(T)));
   }
@@ -112,7 +128,7 @@ __device__ __forceinline__ void write_zero_outputs(const GdnParams& p, int64_t r
 
 // kSrc: the dtype verify reads (the read copy's, or the checkpoint's without one); stages: tiles in the
 // ring; heads_per_cta: v-heads per CTA (the last CTA of a row may take fewer).
-template <int kK, int kV, DType kSrc, DType kAct>
+template <int kK, int kV, DType kSrc, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams p, const int stages, const int heads_per_cta) {
   using M = TileMap<kK, kV>;
   using Act = typename Storage<kAct>::type;
@@ -129,7 +145,7 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
   const int head0 = static_cast<int>(blockIdx.x) * heads_per_cta;
   const int nh = min(heads_per_cta, HV - head0);
   const int S = stages;
-  const VerifySmem<kK, kV, kSrc, kAct> sm(smem_base, S, L, T);
+  const VerifySmem<kK, kV, kSrc, kAct, kVectorGate> sm(smem_base, S, L, T);
 
   const int64_t slot = resolve_slot(p, row);
   if (slot < 0 && blockIdx.x == 0 && producer && slot_out_of_range(p, named_slot(p, row))) {
@@ -189,7 +205,14 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
     }
     const Act* vin = static_cast<const Act*>(tk.v) + row * tk.v_row_stride + hv * tk.v_head_stride + vc * 8;
     for (int d = tid / kVC; d < T; d += kFoldThreads / kVC) cp_async16(sm.v_raw() + d * kV + vc * 8, vin + d * tk.v_token_stride);
-    if (tid < w) cp_async4(sm.g_raw() + tid, c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride + tid);
+    if constexpr (kVectorGate) {
+      constexpr int kGC = kK / 4;
+      const int gc = tid % kGC;
+      const float* gb = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride + gc * 4;
+      for (int j = tid / kGC; j < w; j += kFoldThreads / kGC) cp_async16(sm.g_raw() + j * kK + gc * 4, gb + j * p.kda.gb_entry_stride);
+    } else {
+      if (tid < w) cp_async4(sm.g_raw() + tid, c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride + tid);
+    }
     cp_async_commit();
   };
   auto stage_u = [&](int hv, int64_t slot, int w) {
@@ -217,7 +240,23 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
     // ---- P1: keys, queries, gates, Lambda, appends; then the coefficients ----
     cp_async_wait<1>();  // raw(hv); u(hv) may still be in flight
     __syncthreads();
-    if (warp == kWarps - 1) {  // the drafts' gates (appended), then e^{Lambda_t} from prefix sums of g
+    if constexpr (kVectorGate) {  // the drafts' K log decays and beta (appended)
+      const float A_log = __ldg(tk.A_log + hv);
+      const float* dt_bias = tk.dt_bias + hv * p.kda.dt_bias_head_stride;
+      for (int idx = tid; idx < T * kK; idx += kFoldThreads) {
+        const int d = idx / kK, ch = idx % kK;
+        const int64_t ai = row * tk.a_row_stride + d * tk.a_token_stride + hv * tk.a_head_stride + ch * p.kda.a_channel_stride;
+        const float g = log_decay(load_gate_input(tk.a, tk.a_dtype, ai), A_log, __ldg(dt_bias + ch));
+        sm.g_raw()[(w + d) * kK + ch] = g;
+        c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + (w + d) * p.kda.gb_entry_stride + ch] = g;
+      }
+      if (warp == kWarps - 1 && lane < T) {
+        const int64_t bi = row * tk.b_row_stride + lane * tk.b_token_stride + hv * tk.b_head_stride;
+        const float beta = beta_gate(load_gate_input(tk.b, tk.b_dtype, bi));
+        sm.draft(1)[lane] = beta;
+        c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w + lane] = beta;
+      }
+    } else if (warp == kWarps - 1) {  // the drafts' gates (appended), then e^{Lambda_t} from prefix sums of g
       if (lane < T) {
         const int64_t ai = row * tk.a_row_stride + lane * tk.a_token_stride + hv * tk.a_head_stride;
         const int64_t bi = row * tk.b_row_stride + lane * tk.b_token_stride + hv * tk.b_head_stride;
@@ -266,7 +305,64 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
       if (tid < kV) row_scale = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + tid);
     }
     __syncthreads();
-    {  // coefficients of draft i (t = w + i): decay_tj (kn_j . kn_t) for j < t (0 at j = t), decay_tj
+    if constexpr (kVectorGate) {
+      // A thread per channel: the window keys kd_j = kn_j o e^{Lambda_{w-1} - Lambda_j} (in place), and
+      // e^{Lambda_t} of every draft.
+      for (int ch = tid; ch < kK; ch += kFoldThreads) {
+        float after = 0.0f;  // g_{j+1} + .. + g_{w-1}
+        for (int j = w - 1; j >= 0; --j) {
+          sm.kn()[j * kK + ch] *= expf(after);
+          after += sm.g_raw()[j * kK + ch];
+        }
+        for (int i = 0; i < T; ++i) {
+          after += sm.g_raw()[(w + i) * kK + ch];
+          sm.elam()[i * kK + ch] = expf(after);
+        }
+      }
+      __syncthreads();
+      constexpr int kPer = kK / 32;
+      for (int i = warp; i < T; i += kWarps) {
+        const int t = w + i;
+        float kt[kPer], qi[kPer], acc[kPer];
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          kt[e] = sm.kn()[t * kK + lane * kPer + e];
+          qi[e] = sm.qn()[i * kK + lane * kPer + e];
+          acc[e] = 0.0f;
+        }
+        for (int j = t; j >= w; --j) {  // the drafts: exp(g_{j+1} + .. + g_t) per channel
+          float du = 0.0f, dq = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) {
+            if (j < t) acc[e] += sm.g_raw()[(j + 1) * kK + lane * kPer + e];
+            const float kj = sm.kn()[j * kK + lane * kPer + e] * expf(acc[e]);
+            du = fmaf(kj, kt[e], du);
+            dq = fmaf(kj, qi[e], dq);
+          }
+          du = row_sum<32>(du);
+          dq = row_sum<32>(dq);
+          if (lane == (j & 31)) sm.coef()[i * L + j] = make_float2(j < t ? du : 0.0f, dq);
+        }
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {  // the pivot exp(g_w + .. + g_t)
+          const float pivot = expf(acc[e] + sm.g_raw()[w * kK + lane * kPer + e]);
+          kt[e] *= pivot;
+          qi[e] *= pivot;
+        }
+        for (int j = 0; j < w; ++j) {  // the window, kd_j
+          float du = 0.0f, dq = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) {
+            const float kj = sm.kn()[j * kK + lane * kPer + e];
+            du = fmaf(kj, kt[e], du);
+            dq = fmaf(kj, qi[e], dq);
+          }
+          du = row_sum<32>(du);
+          dq = row_sum<32>(dq);
+          if (lane == (j & 31)) sm.coef()[i * L + j] = make_float2(du, dq);
+        }
+      }
+    } else {  // coefficients of draft i (t = w + i): decay_tj (kn_j . kn_t) for j < t (0 at j = t), decay_tj
        // (kn_j . qn_i) for j <= t; decay_tj = e^{Lambda_t - Lambda_j} = exp(g_{j+1} + ... + g_t) from
        // suffix sums (fold.cuh's suffix_after), lane j & 31 storing entry j
       constexpr int kPer = kK / 32;
@@ -299,6 +395,13 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
       }
     }
     __syncthreads();  // the raw area is free: the next v-head's keys, queries and values go out
+    if constexpr (kVectorGate) {  // the drafts' keys and queries decayed by e^{Lambda_t} for P2's dots
+      for (int idx = tid; idx < T * kK; idx += kFoldThreads) {
+        const float e = sm.elam()[idx];
+        sm.kn()[w * kK + idx] *= e;
+        sm.qn()[idx] *= e;
+      }
+    }
     if (hi + 1 < nh) {
       stage_raw(hv + 1, slot, row, w);
     } else {
@@ -335,7 +438,7 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
       float* u_out = c.u_buf + slot * c.ub_slot_stride + hv * c.ub_head_stride + v;
       for (int i = 0; i < T; ++i) {
         const int t = w + i;
-        const float alpha = sm.draft(0)[i];
+        const float alpha = kVectorGate ? 1.0f : sm.draft(0)[i];  // KDA: in P2's dots
         const float2* cf = sm.coef() + i * L;
         float acc_u = fmaf(-alpha, sm.A()[i * kV + v] * row_scale, sm.vd()[i * kV + v]);
         float acc_o = alpha * (sm.B()[i * kV + v] * row_scale);

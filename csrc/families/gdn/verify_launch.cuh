@@ -2,6 +2,8 @@
 // dispatch of one (K, V) shape (instantiations/verify_k<K>_v<V>.cu).
 #pragma once
 
+#include <type_traits>
+
 #include "common/device_info.h"
 #include "families/gdn/variants.h"
 #include "families/gdn/verify_kernel.cuh"
@@ -13,11 +15,11 @@ namespace gdn {
 // Two CTAs an SM are the target of the ring's depth (the launch bounds').
 constexpr int kVerifyCtasPerSm = 2;
 
-template <int kK, int kV, DType kSrc, DType kAct>
+template <int kK, int kV, DType kSrc, DType kAct, bool kVectorGate>
 cudaError_t launch_verify(const GdnParams& p, cudaStream_t stream) {
-  using Layout = VerifyLayout<kK, kV, kSrc>;
+  using Layout = VerifyLayout<kK, kV, kSrc, kVectorGate>;
   static_assert(Layout::kMaxStages <= launch::kMaxRingStages, "the plan's ring table holds the compiled depth");
-  auto kernel = verify_kernel<kK, kV, kSrc, kAct>;
+  auto kernel = verify_kernel<kK, kV, kSrc, kAct, kVectorGate>;
   launch::DeviceInfo device;
   cudaError_t err = current_device_info(&device);
   if (err != cudaSuccess) return err;
@@ -42,17 +44,21 @@ cudaError_t launch_verify(const GdnParams& p, cudaStream_t stream) {
 }
 
 // Every source verify reads (the read copy's dtype, or the checkpoint's without one) that the variants
-// table's (checkpoint, read copy) pairs give, and every activation dtype, for one (K, V); instantiated
+// table's (checkpoint, read copy) pairs give, and every activation dtype, for one (K, V), GDN's scalar
+// gate and KDA's vector gate (params.gate); instantiated
 // once per shape file (instantiations/verify_k<K>_v<V>.cu, written by tools/generate_instantiations.py).
 template <int kK, int kV>
 cudaError_t launch_verify_shape(const GdnParams& p, cudaStream_t stream) {
-  return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
-    return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
-                                            p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
-      constexpr DType kSrc = decltype(copy)::value ? decltype(read)::value : decltype(ckpt)::value;
-      return launch_verify<kK, kV, kSrc, decltype(act)::value>(p, stream);
+  auto run = [&](auto vector_gate) {
+    return REPLAYSSM_GDN_ACTIVATION_SWITCH(p.act_dtype, [&](auto act) {
+      return REPLAYSSM_GDN_REPLAY_PAIR_SWITCH(p.cache.checkpoint_dtype, p.cache.read_copy != nullptr,
+                                              p.cache.read_copy_dtype, [&](auto ckpt, auto copy, auto read) {
+        constexpr DType kSrc = decltype(copy)::value ? decltype(read)::value : decltype(ckpt)::value;
+        return launch_verify<kK, kV, kSrc, decltype(act)::value, decltype(vector_gate)::value>(p, stream);
+      });
     });
-  });
+  };
+  return p.gate == GdnGate::kVector ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace gdn
