@@ -625,3 +625,20 @@ def test_bad_inputs_name_the_argument():
     outs = torch.empty(2, 3, layer.HV, layer.V, dtype=layer.act, device=DEV)
     with pytest.raises(RuntimeError, match=r"kda_update_snapshots: a must have shape \(batch, T, v_heads, head_k_dim\)"):
         op("kda_update_snapshots")(state, qs, ks, vs, bs, bs, A_log, dt_bias, outs, snaps, None, True, None, -1)
+
+
+# The replay ops take g_buf (slots, HV, L, K): GDN's (slots, HV, L) is refused by name.
+def test_replay_ops_name_a_gdn_shaped_g_buf():
+    layer = Layer(SMALL, seed=16)
+    cache = Cache(layer, 3, 4)
+    gdn_g = torch.zeros(3, layer.HV, 4, device=DEV)
+    args = list(cache.args())
+    args[5] = gdn_g
+    tok = layer.tokens(2)
+    A_log, dt_bias = layer.weights()
+    out = torch.empty(2, layer.HV, layer.V, dtype=layer.act, device=DEV)
+    shape = rf"\(3, {layer.HV}, 4, {layer.K}\), got \(3, {layer.HV}, 4\)"
+    with pytest.raises(RuntimeError, match=rf"kda_step: g_buf must have shape {shape}"):
+        op("kda_step")(*args, *tok, A_log, dt_bias, out, None, True, 1, None, -1, False)
+    with pytest.raises(RuntimeError, match=rf"kda_flush: g_buf must have shape {shape}"):
+        op("kda_flush")(*args, True, None, -1)
