@@ -603,6 +603,52 @@ def test_spec_rounds_commit_flush_materialize_match_reference(dims, ck, rc, L, m
     cache.check_read_copy(torch.arange(num_slots, device=DEV))
 
 
+# kda_verify + kda_commit captured in a CUDA graph and replayed across folds give the bits of eager calls.
+@pytest.mark.parametrize("rc", [None, FP8], ids=["no-copy", "fp8-copy"])
+def test_cuda_graph_verify_commit_is_bitwise_eager(rc):
+    layer = Layer(KIMI, seed=3)
+    T, batch, num_slots, L = 3, 4, 5, 8
+    init = layer.states(num_slots, torch.float32)
+    caches = [Cache(layer, num_slots, L, torch.float32, rc, mdt=4, init=init) for _ in range(2)]
+    slots = torch.tensor([2, 0, -1, 4], dtype=torch.int32, device=DEV)
+    A_log, dt_bias = layer.weights()
+    static_in = list(layer.tokens(batch, T))
+    static_acc = torch.zeros(batch, dtype=torch.int32, device=DEV)
+    static_out = torch.empty(batch, T, layer.HV, layer.V, dtype=layer.act, device=DEV)
+
+    def spec(c, inputs, accepted, out):
+        op("kda_verify")(*c.args(), c.num_verified, *inputs, A_log, dt_bias, out, None, True, slots, -1, None)
+        op("kda_commit")(*c.args(), c.num_verified, accepted, 4, True, slots, -1, None)
+        return out
+
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):      # warm-up on a side stream, as graph capture requires
+        spec(caches[0], static_in, static_acc, static_out)
+        spec(caches[1], static_in, static_acc, torch.empty_like(static_out))
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        spec(caches[0], static_in, static_acc, static_out)
+    gen = torch.Generator().manual_seed(4)
+    folded = False
+    for _ in range(12):                  # crosses folds at L = 8
+        cursors = caches[0].num_committed.clone()
+        new = layer.tokens(batch, T)
+        acc = torch.randint(0, T + 1, (batch,), generator=gen, dtype=torch.int32).to(DEV)
+        for s_, n in zip(static_in, new):
+            s_.copy_(n)
+        static_acc.copy_(acc)
+        graph.replay()
+        eager = spec(caches[1], new, acc, torch.empty_like(static_out))
+        assert torch.equal(bits(static_out), bits(eager))
+        for a, b in zip(caches[0].tensors, caches[1].tensors):
+            assert torch.equal(bits(a), bits(b))
+        folded = folded or bool((caches[0].num_committed < cursors).any())
+    assert folded, "the replayed rounds must cross a fold"
+
+
 # ---- bad input --------------------------------------------------------------------------------------
 
 def test_bad_inputs_name_the_argument():
