@@ -39,7 +39,8 @@
 //
 // KDA (kVectorGate: the log decay per key channel; g_buf entries of K): e^{Lambda_t - Lambda_j} is a
 // K-vector per entry, F_j[k] = exp(g_{j+1}[k] + .. + g_t[k]) (suffix sums per channel, a thread per
-// channel, into dynamic shared memory after the tile), taken into the window dots
+// channel walking the window from t down, so F is never stored: 3 warp sums an entry, the warps'
+// partials in dynamic shared memory after the tile), taken into the window dots
 //   kdot_j = (k_hat_j o F_j) . k_hat_t, qdot_j = (k_hat_j o F_j) . q_hat_t   (rel = 1),
 // and the rows' dots take e^{Lambda_t} o k_hat_t and e^{Lambda_t} o q_hat_t (decay = 1). The fold is
 // fold.cuh's with the vector gate.
@@ -89,11 +90,12 @@ struct StepTraits {
   // checkpoint rows go out: those rows are placed after it. Without a copy the tile is the checkpoint
   // (64 KB at K = V = 128 fp32), so the rows overlap it, and the fold waits for it first.
   static constexpr size_t kFoldKeep = kCopy ? static_cast<size_t>(kTileBytes) : 0;
-  // KDA's replay: after the tile, e^{Lambda_t} per channel [K], then F_j [L][K] (fp32).
+  // KDA's replay: after the tile, e^{Lambda_t} per channel [K], then the window dots' per-warp partial
+  // sums [L][K / 32][3] (fp32).
   static constexpr size_t kChannelDecayOffset = kTileBytes;
-  static constexpr size_t kFactorOffset = kTileBytes + 4 * static_cast<size_t>(kK);
+  static constexpr size_t kPartialOffset = kTileBytes + 4 * static_cast<size_t>(kK);
   __host__ __device__ static constexpr size_t replay_bytes(int buffer_len) {
-    return kVectorGate ? kFactorOffset + 4 * static_cast<size_t>(buffer_len) * kK : static_cast<size_t>(kTileBytes);
+    return kVectorGate ? kPartialOffset + 12 * static_cast<size_t>(buffer_len) * (kK / 32) : static_cast<size_t>(kTileBytes);
   }
   // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
   // workspace over it.
@@ -287,59 +289,78 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   float uw[Traits::kWindowBatch];
   load_u_batch(0, uw);
   float* const channel_decay = reinterpret_cast<float*>(dyn + Traits::kChannelDecayOffset);  // KDA
-  float* const factor = reinterpret_cast<float*>(dyn + Traits::kFactorOffset);               // KDA: F_j at j K
   if constexpr (kVectorGate) {
-    // A thread per key channel: F_j = exp(g_{j+1} + .. + g_t) from t down (no exponent positive and
-    // no difference of sums), e^{Lambda_t} the whole sum.
+    // A thread per key channel (whole warps): F_j = exp(g_{j+1} + .. + g_t) from t down (no exponent
+    // positive and no difference of sums) taken into entry j's products k_j F_j k_hat_t, k_j F_j
+    // q_hat_t and k_j^2, each summed over the warp's channels; e^{Lambda_t} the whole sum. The warps'
+    // sums of entry j at partial[(j W + warp) 3 ..], W = K / 32 warps.
+    constexpr int kChannelWarps = kK / 32;
+    float* const partial = reinterpret_cast<float*>(dyn + Traits::kPartialOffset);
     if (tid < kK) {
+      using Act = typename Storage<kAct>::type;
       const float* g_win = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride + tid;
+      const Act* k_win = static_cast<const Act*>(c.k_buf) + slot * c.kb_slot_stride + h * c.kb_head_stride + tid;
+      const float kt = sh.k[tid], qt = sh.q[tid];
       float after = sh.gv[tid];  // g_t
+#pragma unroll 4
       for (int j = w - 1; j >= 0; --j) {
-        factor[j * kK + tid] = expf(after);
+        const float kr = to_float(k_win[j * c.kb_entry_stride]);
+        const float kd = kr * expf(after);
+        const float ss = row_sum<32>(kr * kr), dk = row_sum<32>(kd * kt), dq = row_sum<32>(kd * qt);
+        if (lane == 0) {
+          float* out = partial + (j * kChannelWarps + warp) * 3;
+          out[0] = ss;
+          out[1] = dk;
+          out[2] = dq;
+        }
         after += __ldg(g_win + j * p.kda.gb_entry_stride);
       }
       channel_decay[tid] = expf(after);
     }
     __syncthreads();
-  } else if (warp == 0) {
-    // Lane l holds entries l and l + 32; entries past the token add nothing. e^{Lambda_t - Lambda_j}
-    // from the sum of g_{j+1} .. g_t (suffix sums of the next entries), not a difference of prefixes.
-    const float* g_win = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride;
-    auto g_at = [&](int j) { return j < w ? __ldg(g_win + j) : (j == w ? sh.g : 0.0f); };
-    const float total = row_sum<32>(g_at(lane) + g_at(lane + 32));
-    const float upper = warp_inclusive_suffix_sum(g_at(lane + 33));  // entries > lane + 32
-    const float lower = warp_inclusive_suffix_sum(g_at(lane + 1)) + __shfl_sync(0xffffffffu, upper, 0);  // entries > lane
-    if (lane < w) sh.rel[lane] = expf(lower);
-    if (lane + 32 < w) sh.rel[lane + 32] = expf(upper);
-    if (lane == 0) sh.decay = expf(total);
-  }
-  {
-    constexpr int kPer = Traits::kKeyPerLane;
-    const int sub = lane / Traits::kEntryLanes, el = lane % Traits::kEntryLanes;
-    // Lane el's columns: 8-element chunks el, el + 8, ... (k_hat and q_hat read from shared memory per
-    // entry: held in registers they would cost the replay its occupancy)
-    const unsigned char* k_win = static_cast<const unsigned char*>(c.k_buf) +
-                                 (slot * c.kb_slot_stride + h * c.kb_head_stride) * dtype_size(kAct);
-    for (int j0 = warp * (32 / Traits::kEntryLanes); j0 < w; j0 += Traits::kEntriesPerPass) {
-      const int j = j0 + sub;
+    for (int j = tid; j < w; j += kStepThreads) {
       float ss = 0.0f, dk = 0.0f, dq = 0.0f;
-      if (j < w) {
 #pragma unroll
-        for (int i = 0; i < kPer / 8; ++i) {
-          float kr[8];
-          Chunk16<kAct>::to_float(Chunk16<kAct>::load(k_win, j * c.kb_entry_stride + (el + 8 * i) * 8), kr);
-          const float* kh = sh.k + (el + 8 * i) * 8;
-          const float* qh = sh.q + (el + 8 * i) * 8;
-          if constexpr (kVectorGate) {
-            const float* f = factor + j * kK + (el + 8 * i) * 8;
+      for (int q = 0; q < kChannelWarps; ++q) {
+        const float* in = partial + (j * kChannelWarps + q) * 3;
+        ss += in[0];
+        dk += in[1];
+        dq += in[2];
+      }
+      const float rk = key_scale(ss, tk.use_qk_l2norm);
+      sh.kdot[j] = rk * dk;  // the decays are in the dots (rel unused)
+      sh.qdot[j] = rk * dq;
+    }
+  } else {
+    if (warp == 0) {
+      // Lane l holds entries l and l + 32; entries past the token add nothing. e^{Lambda_t - Lambda_j}
+      // from the sum of g_{j+1} .. g_t (suffix sums of the next entries), not a difference of prefixes.
+      const float* g_win = c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride;
+      auto g_at = [&](int j) { return j < w ? __ldg(g_win + j) : (j == w ? sh.g : 0.0f); };
+      const float total = row_sum<32>(g_at(lane) + g_at(lane + 32));
+      const float upper = warp_inclusive_suffix_sum(g_at(lane + 33));  // entries > lane + 32
+      const float lower = warp_inclusive_suffix_sum(g_at(lane + 1)) + __shfl_sync(0xffffffffu, upper, 0);  // entries > lane
+      if (lane < w) sh.rel[lane] = expf(lower);
+      if (lane + 32 < w) sh.rel[lane + 32] = expf(upper);
+      if (lane == 0) sh.decay = expf(total);
+    }
+    {
+      constexpr int kPer = Traits::kKeyPerLane;
+      const int sub = lane / Traits::kEntryLanes, el = lane % Traits::kEntryLanes;
+      // Lane el's columns: 8-element chunks el, el + 8, ... (k_hat and q_hat read from shared memory per
+      // entry: held in registers they would cost the replay its occupancy)
+      const unsigned char* k_win = static_cast<const unsigned char*>(c.k_buf) +
+                                   (slot * c.kb_slot_stride + h * c.kb_head_stride) * dtype_size(kAct);
+      for (int j0 = warp * (32 / Traits::kEntryLanes); j0 < w; j0 += Traits::kEntriesPerPass) {
+        const int j = j0 + sub;
+        float ss = 0.0f, dk = 0.0f, dq = 0.0f;
+        if (j < w) {
 #pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              ss += kr[e] * kr[e];
-              const float kd = kr[e] * f[e];
-              dk += kd * kh[e];
-              dq += kd * qh[e];
-            }
-          } else {
+          for (int i = 0; i < kPer / 8; ++i) {
+            float kr[8];
+            Chunk16<kAct>::to_float(Chunk16<kAct>::load(k_win, j * c.kb_entry_stride + (el + 8 * i) * 8), kr);
+            const float* kh = sh.k + (el + 8 * i) * 8;
+            const float* qh = sh.q + (el + 8 * i) * 8;
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
               ss += kr[e] * kr[e];
@@ -348,14 +369,14 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
             }
           }
         }
-      }
-      ss = row_sum<Traits::kEntryLanes>(ss);
-      dk = row_sum<Traits::kEntryLanes>(dk);
-      dq = row_sum<Traits::kEntryLanes>(dq);
-      if (el == 0 && j < w) {
-        const float rk = key_scale(ss, tk.use_qk_l2norm);
-        sh.kdot[j] = rk * dk;
-        sh.qdot[j] = rk * dq;
+        ss = row_sum<Traits::kEntryLanes>(ss);
+        dk = row_sum<Traits::kEntryLanes>(dk);
+        dq = row_sum<Traits::kEntryLanes>(dq);
+        if (el == 0 && j < w) {
+          const float rk = key_scale(ss, tk.use_qk_l2norm);
+          sh.kdot[j] = rk * dk;
+          sh.qdot[j] = rk * dq;
+        }
       }
     }
   }
