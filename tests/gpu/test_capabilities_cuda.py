@@ -23,7 +23,9 @@ def test_capabilities_lists_every_compiled_op_once():
     assert caps["cache"]["checkpoint_dtypes"] == ["float32", "bfloat16", "float16"]
     assert caps["cache"]["read_copy_dtypes"] == ["bfloat16", "float16", "float8_e4m3fn"]
     assert sorted(caps["gdn"]["ops"]) == sorted(f"gdn_{op}" for op in ("update", "update_snapshots", "step", "verify",
-                                                                      "commit", "flush", "materialize"))
+                                                                      "commit", "flush", "materialize",
+                                                                      "commit_layers", "flush_layers",
+                                                                      "materialize_layers"))
     # KDA runs GDN's kernels: the same facts, its own ops (no layered ones: KDA has no layer table).
     assert sorted(caps["kda"]["ops"]) == sorted(f"kda_{op}" for op in ("update", "update_snapshots", "step", "verify",
                                                                       "commit", "flush", "materialize"))
