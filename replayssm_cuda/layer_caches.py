@@ -233,14 +233,17 @@ class LayerCaches:
     def materialize(self, slots=None, out=None):
         """Every layer's materialize(slots): for a Mamba-2 group one (layers, batch, H, P, N) tensor (in
         the caches' aux dtype, fp32; `out` if given), states[i] layer i's state at each row's committed
-        position; for a group of several families a list of the layers' states. The caches are unchanged."""
+        position; for a group of several families or state shapes a list of the layers' states. The caches
+        are unchanged."""
         _checks.slots_type("materialize", slots)
-        if not self.mamba2:
-            if out is not None:
-                raise ValueError("LayerCaches.materialize: `out` is for a group of Mamba-2 layers only (one "
-                                 "state shape); a group of several families returns a list, got out")
-            return [cache.materialize(slots) for cache in self.caches]
         first = self.caches[0]
+        one_shape = self.mamba2 and all(cache.checkpoint.shape[1:] == first.checkpoint.shape[1:]
+                                        and cache.aux_dtype == first.aux_dtype for cache in self.caches)
+        if not one_shape:
+            if out is not None:
+                raise ValueError("LayerCaches.materialize: `out` is for a group of Mamba-2 layers of one state "
+                                 "shape; a group of several families or shapes returns a list, got out")
+            return [cache.materialize(slots) for cache in self.caches]
         if out is None:
             batch = self.num_slots if slots is None else slots.shape[0]
             out = torch.empty(len(self.caches), batch, *first.checkpoint.shape[1:], dtype=first.aux_dtype,
