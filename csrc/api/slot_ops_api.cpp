@@ -81,6 +81,45 @@ void check_index_list(const char* op, const char* name, const at::Tensor& t, con
   checks::dtype_in(op, name, t, {at::kInt, at::kLong});
 }
 
+// fill: the named slots as the destination list (every slot when slots is None). SlotOpsParams and
+// SlotTableParams name these fields alike.
+template <class Params>
+void bind_fill_slots(const char* op, Params& p, const std::optional<at::Tensor>& slots, int64_t num_slots,
+                     const at::Tensor& ref) {
+  if (slots) {
+    check_index_list(op, "slots", *slots, ref);
+    p.dst = slots->data_ptr();
+    p.dst_dtype = kernel_dtype(slots->scalar_type());
+    p.dst_stride = slots->stride(0);
+    p.num_entries = slots->size(0);
+  } else {
+    p.num_entries = num_slots;
+  }
+}
+
+// copy: src_slots[i] -> dst_slots[i], both lists checked (at most kCopySlotsMaxPairs pairs: the one-launch
+// gather stages every source in shared memory).
+void check_copy_pairs(const char* op, const at::Tensor& src_slots, const at::Tensor& dst_slots, const at::Tensor& ref) {
+  check_index_list(op, "src_slots", src_slots, ref);
+  check_index_list(op, "dst_slots", dst_slots, ref);
+  checks::same_shape(op, "dst_slots", dst_slots, "src_slots", src_slots.sizes());
+  TORCH_CHECK(src_slots.size(0) <= kCopySlotsMaxPairs,
+              checks::cat(op, ": src_slots must hold at most ", kCopySlotsMaxPairs,
+                          " pairs (the one-launch gather stages every source in shared memory), got ",
+                          src_slots.size(0)));
+}
+
+template <class Params>
+void bind_copy_pairs(Params& p, const at::Tensor& src_slots, const at::Tensor& dst_slots) {
+  p.src = src_slots.data_ptr();
+  p.src_dtype = kernel_dtype(src_slots.scalar_type());
+  p.src_stride = src_slots.stride(0);
+  p.dst = dst_slots.data_ptr();
+  p.dst_dtype = kernel_dtype(dst_slots.scalar_type());
+  p.dst_stride = dst_slots.stride(0);
+  p.num_entries = src_slots.size(0);
+}
+
 void add_tensor(const char* op, SlotOpsParams& p, const SlotTensor& t) {
   if (t.bytes_per_slot == 0) return;  // an empty tensor owns nothing
   TORCH_CHECK(p.num_tensors < kSlotOpsMaxTensors,
@@ -99,15 +138,7 @@ cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDASt
 // fill_slots over the tensors in p, for the named slots (every slot when slots is None), on ref's device.
 void launch_fill(const char* op, SlotOpsParams& p, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
                  const at::Tensor& ref) {
-  if (slots) {
-    check_index_list(op, "slots", *slots, ref);
-    p.dst = slots->data_ptr();
-    p.dst_dtype = kernel_dtype(slots->scalar_type());
-    p.dst_stride = slots->stride(0);
-    p.num_entries = slots->size(0);
-  } else {
-    p.num_entries = p.num_slots;
-  }
+  bind_fill_slots(op, p, slots, p.num_slots, ref);
   p.pad_slot_id = pad_slot_id;
   const c10::cuda::CUDAGuard device_guard(ref.device());
   checks::launched(op, launch_fill_slots(p, stream_of(ref)));
@@ -131,20 +162,8 @@ void copy_slots(at::TensorList cache_tensors, const at::Tensor& src_slots, const
     const std::string name = "cache_tensors[" + std::to_string(i) + "]";
     add_tensor(op, p, slot_tensor(op, name, cache_tensors[i], ref, p.num_slots));
   }
-  check_index_list(op, "src_slots", src_slots, ref);
-  check_index_list(op, "dst_slots", dst_slots, ref);
-  checks::same_shape(op, "dst_slots", dst_slots, "src_slots", src_slots.sizes());
-  TORCH_CHECK(src_slots.size(0) <= kCopySlotsMaxPairs,
-              checks::cat(op, ": src_slots must hold at most ", kCopySlotsMaxPairs,
-                          " pairs (the one-launch gather stages every source in shared memory), got ",
-                          src_slots.size(0)));
-  p.src = src_slots.data_ptr();
-  p.src_dtype = kernel_dtype(src_slots.scalar_type());
-  p.src_stride = src_slots.stride(0);
-  p.dst = dst_slots.data_ptr();
-  p.dst_dtype = kernel_dtype(dst_slots.scalar_type());
-  p.dst_stride = dst_slots.stride(0);
-  p.num_entries = src_slots.size(0);
+  check_copy_pairs(op, src_slots, dst_slots, ref);
+  bind_copy_pairs(p, src_slots, dst_slots);
   p.pad_slot_id = pad_slot_id;
   if (p.num_tensors == 0) return;
   const c10::cuda::CUDAGuard device_guard(ref.device());
@@ -250,15 +269,7 @@ void fill_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table
   if (records.empty()) return;
   check_table(op, slot_table, ref, static_cast<int64_t>(records.size()));
   SlotTableParams p = table_params(slot_table, records, num_slots, pad_slot_id);
-  if (slots) {
-    check_index_list(op, "slots", *slots, ref);
-    p.dst = slots->data_ptr();
-    p.dst_dtype = kernel_dtype(slots->scalar_type());
-    p.dst_stride = slots->stride(0);
-    p.num_entries = slots->size(0);
-  } else {
-    p.num_entries = num_slots;
-  }
+  bind_fill_slots(op, p, slots, num_slots, ref);
   const c10::cuda::CUDAGuard device_guard(ref.device());
   checks::launched(op, launch_fill_slots_table(p, records.data(), stream_of(ref)));
 }
@@ -269,23 +280,11 @@ void copy_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table
   int64_t num_slots = 0;
   const std::vector<SlotTensor> records = table_records(op, cache_tensors, num_slots);
   const at::Tensor& ref = cache_tensors[0];
-  check_index_list(op, "src_slots", src_slots, ref);
-  check_index_list(op, "dst_slots", dst_slots, ref);
-  checks::same_shape(op, "dst_slots", dst_slots, "src_slots", src_slots.sizes());
-  TORCH_CHECK(src_slots.size(0) <= kCopySlotsMaxPairs,
-              checks::cat(op, ": src_slots must hold at most ", kCopySlotsMaxPairs,
-                          " pairs (the one-launch gather stages every source in shared memory), got ",
-                          src_slots.size(0)));
+  check_copy_pairs(op, src_slots, dst_slots, ref);
   if (records.empty()) return;
   check_table(op, slot_table, ref, static_cast<int64_t>(records.size()));
   SlotTableParams p = table_params(slot_table, records, num_slots, pad_slot_id);
-  p.src = src_slots.data_ptr();
-  p.src_dtype = kernel_dtype(src_slots.scalar_type());
-  p.src_stride = src_slots.stride(0);
-  p.dst = dst_slots.data_ptr();
-  p.dst_dtype = kernel_dtype(dst_slots.scalar_type());
-  p.dst_stride = dst_slots.stride(0);
-  p.num_entries = src_slots.size(0);
+  bind_copy_pairs(p, src_slots, dst_slots);
   const c10::cuda::CUDAGuard device_guard(ref.device());
   checks::launched(op, launch_copy_slots_table(p, records.data(), stream_of(ref)));
 }

@@ -41,6 +41,24 @@ struct CursorMoveParams {
   int32_t* error_word;       // commit: (4,) [code, row, value, limit] (cache/error_word.cuh), or nullptr
 };
 
+// The fields every family's fold params name alike (mode, the accepted counts, the rows' slots, batch);
+// the caller sets the cursors, buffer geometry, seed and error word, which each family keeps its own way.
+template <class FoldParams>
+CursorMoveParams cursor_move_rows(const FoldParams& p) {
+  CursorMoveParams cm{};
+  cm.mode = static_cast<int32_t>(p.mode);
+  cm.num_accepted = p.num_accepted;
+  cm.num_accepted_dtype = p.num_accepted_dtype;
+  cm.num_accepted_stride = p.num_accepted_stride;
+  cm.slots = p.slots;
+  cm.slots_dtype = p.slots_dtype;
+  cm.slots_stride = p.slots_stride;
+  cm.pad_slot_id = p.pad_slot_id;
+  cm.num_slots = p.num_slots;
+  cm.batch = p.batch;
+  return cm;
+}
+
 // Launches on `stream` (nothing for batch 0 without a seed); returns the launch status.
 cudaError_t launch_move_cursors(const CursorMoveParams& params, cudaStream_t stream);
 

@@ -79,6 +79,21 @@ __device__ void copy_chunk(const P& p, const SlotTensor& t, int64_t offset, int 
   }
 }
 
+// A block's len bytes of tensor t from offset, in units of the granule g (16 / 8 / 4 / 2 / 1 bytes) that
+// its base, slot stride and slot size all allow: one switch for the per-layer and the table kernels.
+template <class P>
+__device__ __forceinline__ void copy_range(const P& p, const SlotTensor& t, int64_t offset, int64_t len, int g,
+                                           unsigned char* stage, int64_t chunk) {
+  const int units = static_cast<int>(len / g);
+  switch (g) {
+    case 16: copy_chunk<16>(p, t, offset, units, stage, chunk); break;
+    case 8: copy_chunk<8>(p, t, offset, units, stage, chunk); break;
+    case 4: copy_chunk<4>(p, t, offset, units, stage, chunk); break;
+    case 2: copy_chunk<2>(p, t, offset, units, stage, chunk); break;
+    default: copy_chunk<1>(p, t, offset, units, stage, chunk); break;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) copy_slots_kernel(const SlotOpsParams p, const Chunks c) {
   extern __shared__ uint4 stage_vec[];
   unsigned char* stage = reinterpret_cast<unsigned char*>(stage_vec);
@@ -88,14 +103,7 @@ __global__ void __launch_bounds__(kThreads) copy_slots_kernel(const SlotOpsParam
   const int64_t offset = (block - c.first_block[ti]) * c.chunk;
   const int64_t len = t.bytes_per_slot - offset < c.chunk ? t.bytes_per_slot - offset : c.chunk;
   const int g = c.granule[ti];
-  const int units = static_cast<int>(len / g);
-  switch (g) {
-    case 16: copy_chunk<16>(p, t, offset, units, stage, c.chunk); break;
-    case 8: copy_chunk<8>(p, t, offset, units, stage, c.chunk); break;
-    case 4: copy_chunk<4>(p, t, offset, units, stage, c.chunk); break;
-    case 2: copy_chunk<2>(p, t, offset, units, stage, c.chunk); break;
-    default: copy_chunk<1>(p, t, offset, units, stage, c.chunk); break;
-  }
+  copy_range(p, t, offset, len, g, stage, c.chunk);
 }
 
 template <int kG, class P>
@@ -123,13 +131,9 @@ __device__ void fill_chunk(const P& p, const SlotTensor& t, int64_t offset, int 
   }
 }
 
-__global__ void __launch_bounds__(kThreads) fill_slots_kernel(const SlotOpsParams p, const Chunks c) {
-  const int64_t block = blockIdx.x;
-  const int ti = tensor_of_block(c, p.num_tensors, block);
-  const SlotTensor& t = p.tensors[ti];
-  const int64_t offset = (block - c.first_block[ti]) * c.chunk;
-  const int64_t len = t.bytes_per_slot - offset < c.chunk ? t.bytes_per_slot - offset : c.chunk;
-  const int g = c.granule[ti];
+// As copy_range, for fill_chunk.
+template <class P>
+__device__ __forceinline__ void fill_range(const P& p, const SlotTensor& t, int64_t offset, int64_t len, int g) {
   const int units = static_cast<int>(len / g);
   switch (g) {
     case 16: fill_chunk<16>(p, t, offset, units); break;
@@ -138,6 +142,16 @@ __global__ void __launch_bounds__(kThreads) fill_slots_kernel(const SlotOpsParam
     case 2: fill_chunk<2>(p, t, offset, units); break;
     default: fill_chunk<1>(p, t, offset, units); break;
   }
+}
+
+__global__ void __launch_bounds__(kThreads) fill_slots_kernel(const SlotOpsParams p, const Chunks c) {
+  const int64_t block = blockIdx.x;
+  const int ti = tensor_of_block(c, p.num_tensors, block);
+  const SlotTensor& t = p.tensors[ti];
+  const int64_t offset = (block - c.first_block[ti]) * c.chunk;
+  const int64_t len = t.bytes_per_slot - offset < c.chunk ? t.bytes_per_slot - offset : c.chunk;
+  const int g = c.granule[ti];
+  fill_range(p, t, offset, len, g);
 }
 
 int granule_of(const SlotTensor& t) {
@@ -217,14 +231,7 @@ __global__ void __launch_bounds__(kThreads)
   const SlotTensor t = table_block(p, first, chunk, false, offset);
   const int64_t len = t.bytes_per_slot - offset < chunk ? t.bytes_per_slot - offset : chunk;
   const int g = device_granule(t);
-  const int units = static_cast<int>(len / g);
-  switch (g) {
-    case 16: copy_chunk<16>(p, t, offset, units, stage, chunk); break;
-    case 8: copy_chunk<8>(p, t, offset, units, stage, chunk); break;
-    case 4: copy_chunk<4>(p, t, offset, units, stage, chunk); break;
-    case 2: copy_chunk<2>(p, t, offset, units, stage, chunk); break;
-    default: copy_chunk<1>(p, t, offset, units, stage, chunk); break;
-  }
+  copy_range(p, t, offset, len, g, stage, chunk);
 }
 
 __global__ void __launch_bounds__(kThreads) fill_slots_table_kernel(const SlotTableParams p, const int64_t* first) {
@@ -232,14 +239,7 @@ __global__ void __launch_bounds__(kThreads) fill_slots_table_kernel(const SlotTa
   const SlotTensor t = table_block(p, first, kFillChunk, true, offset);
   const int64_t len = t.bytes_per_slot - offset < kFillChunk ? t.bytes_per_slot - offset : kFillChunk;
   const int g = device_granule(t);
-  const int units = static_cast<int>(len / g);
-  switch (g) {
-    case 16: fill_chunk<16>(p, t, offset, units); break;
-    case 8: fill_chunk<8>(p, t, offset, units); break;
-    case 4: fill_chunk<4>(p, t, offset, units); break;
-    case 2: fill_chunk<2>(p, t, offset, units); break;
-    default: fill_chunk<1>(p, t, offset, units); break;
-  }
+  fill_range(p, t, offset, len, g);
 }
 
 // FNV-1a over 64-bit words.

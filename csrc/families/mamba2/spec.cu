@@ -64,19 +64,9 @@ cudaError_t launch_fold_op(const Mamba2SpecParams& p, const LayerTableArgs* laye
     });
   }
   if (err != cudaSuccess || materialize) return err;
-  CursorMoveParams cm{};
+  CursorMoveParams cm = cursor_move_rows(p);
   cm.num_committed = p.num_committed;
   cm.num_verified = p.num_verified;
-  cm.mode = static_cast<int32_t>(p.mode);
-  cm.num_accepted = p.num_accepted;
-  cm.num_accepted_dtype = p.num_accepted_dtype;
-  cm.num_accepted_stride = p.num_accepted_stride;
-  cm.slots = p.slots;
-  cm.slots_dtype = p.slots_dtype;
-  cm.slots_stride = p.slots_stride;
-  cm.pad_slot_id = p.pad_slot_id;
-  cm.num_slots = p.num_slots;
-  cm.batch = p.batch;
   cm.buffer_len = p.buffer_len;
   cm.max_draft_tokens = p.max_draft_tokens;
   cm.rounding_seed = p.rounding_seed;
