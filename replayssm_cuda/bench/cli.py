@@ -7,6 +7,8 @@
     bench gdn cycle         Gated DeltaNet: update (and fla's fused_recurrent) vs the replay step's cycles
     bench gdn spec          Gated DeltaNet: conventional T-token snapshots vs verify(T) + commit
     bench gdn layers        every GDN layer's slot and fold ops: the per-layer loop vs LayerCaches' one launch
+    bench kda cycle         KDA (Kimi Delta Attention, the decay per key channel): update vs the replay step
+    bench kda spec          KDA: conventional T-token snapshots vs verify(T) + commit
     bench copy              the device copy bandwidth (the ceiling), also at the sizes kernels move
     bench compare           two builds' JSON files, row by row
 
@@ -22,7 +24,7 @@ import shlex
 import sys
 
 from . import compare as compare_mod
-from . import gdn, layers, mamba2  # noqa: F401  (register the families and their benchmarks; a new one adds its import here)
+from . import gdn, kda, layers, mamba2  # noqa: F401  (register the families and their benchmarks; a new one adds its import here)
 from . import results, timing
 from .copybw import COPY
 from .registry import FAMILIES, table_name

@@ -8,14 +8,16 @@ G = HV / H v-heads a k-head (a k-head's keys are read from memory once for its G
 v-head), V x K state, L buffer length, w = the row's cursor before the step; a = activation bytes,
 s = state or checkpoint bytes, r = what a replay reads (the read copy, or the checkpoint when there is
 none), U = what a folded entry brings besides its key (its value, V a, with a read copy: every u is
-recomputed from the checkpoint; its stored u, 4 V, without one):
-    token (in / out)   q, k: 2 K a / G;  v, out: 2 V a;  the gate inputs a, b: 2 a          per token
+recomputed from the checkpoint; its stored u, 4 V, without one), c = the log decays a token has per
+v-head: 1 for GDN, K for KDA (bench kda: the kernels' kVectorGate, the gate input a and g_buf's entries
+per key channel). The weights (A_log, dt_bias: a few KB a layer, every row's) are not counted.
+    token (in / out)   q, k: 2 K a / G;  v, out: 2 V a;  the gate inputs a: c a, b: a           per token
     conventional       read + write the state: 2 V K s
-    replay step        read the tile V K r (+ its fp8 scales 4 V) and the window w (4 V + 4 + K a / G)
-                       (u, g, keys); append the entry: 4 V + V a + 8 + K a / G (u, v, g, beta, key)
+    replay step        read the tile V K r (+ its fp8 scales 4 V) and the window w (4 V + 4 c + K a / G)
+                       (u, g, keys); append the entry: 4 V + V a + 4 c + 4 + K a / G (u, v, g, beta, key)
     fold step          the tile as the replay reads it (with a read copy: read and not used, V K r; without
                        one it is the checkpoint tile, counted once), the checkpoint read and written
-                       2 V K s, the window w (U + 8 + K a / G) (entries, g, beta, keys), the read copy
+                       2 V K s, the window w (U + 4 c + 4 + K a / G) (entries, g, beta, keys), the read copy
                        written V K r (+ 4 V fp8 scales); no entry appended (the cursor goes to 0)
     cycle              L steps, w = 0 .. L-1, the fold at w = L - 1 (max_draft_tokens = 1): the mean of the
                        L step models. Lock-step, every row folds in the same step; staggered, row r's slot
@@ -26,8 +28,8 @@ recomputed from the checkpoint; its stored u, 4 V, without one):
     fla fused_recurrent  the conventional model (its fp32 state read from initial_state, the final state
                        written to a new tensor)
     snapshots (T)      read the state once, write T snapshots: (1 + T) V K s;  T tokens
-    verify (T)         read the tile V K r (+ fp8 scales 4 V) and the window w (4 V + 4 + K a / G); append
-                       T entries T (4 V + V a + 8 + K a / G);  T tokens
+    verify (T)         read the tile V K r (+ fp8 scales 4 V) and the window w (4 V + 4 c + K a / G); append
+                       T entries T (4 V + V a + 4 c + 4 + K a / G);  T tokens
     verify + commit    no byte model (the fold rate follows the random acceptance): time and tokens/s only
 """
 
@@ -58,9 +60,15 @@ DEFAULT_BATCHES = (1, 8, 64, 256, 512)
 DEVICE = "cuda"
 
 
+# The delta-rule families these set-ups run: GDN (the decay per v-head) and KDA (bench/kda.py: the decay per
+# v-head and key channel, so the gate input a, dt_bias and g_buf have a trailing K dim).
+FAMILIES = ("gdn", "kda")
+
+
 @dataclass
 class Setup:
-    """One benchmark shape: dims, batch rows, buffer length L, activation dtype, T tokens a round."""
+    """One benchmark shape: dims, batch rows, buffer length L, activation dtype, T tokens a round, and the
+    family whose ops it calls (torch.ops.replayssm.<family>_step, ...)."""
     H: int
     HV: int
     K: int
@@ -69,10 +77,29 @@ class Setup:
     L: int = 16
     act: torch.dtype = torch.bfloat16
     T: int = 1
+    family: str = "gdn"
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
 
     @classmethod
-    def of(cls, dims, batch: int, L: int, act=torch.bfloat16, T: int = 1) -> "Setup":
-        return cls(dims.H, dims.HV, dims.K, dims.V, batch, L, act, T)
+    def of(cls, dims, batch: int, L: int, act=torch.bfloat16, T: int = 1, family: str = "gdn") -> "Setup":
+        return cls(dims.H, dims.HV, dims.K, dims.V, batch, L, act, T, family)
+
+    @property
+    def gate(self) -> tuple:
+        """The trailing shape of a v-head's gate input a, dt_bias and log decay g: () GDN, (K,) KDA."""
+        return (self.K,) if self.family == "kda" else ()
+
+    @property
+    def gate_channels(self) -> int:
+        """Log decays a v-head has per token (c in the module doc): 1 GDN, K KDA."""
+        return self.K if self.family == "kda" else 1
+
+    def op(self, name: str):
+        """torch.ops.replayssm.<family>_<name>."""
+        return getattr(torch.ops.replayssm, f"{self.family}_{name}")
 
     @property
     def state_elems(self) -> int:
@@ -80,18 +107,20 @@ class Setup:
         return self.HV * self.V * self.K
 
     def io_bytes(self) -> int:
-        """The T tokens of the batch: q, k (H K each), v and out (HV V each), a and b (HV each)."""
+        """The T tokens of the batch: q, k (H K each), v and out (HV V each), a (HV c) and b (HV)."""
         a = dtype_bytes(self.act)
-        return self.batch * self.T * (2 * self.H * self.K * a + self.HV * (2 * self.V * a + 2 * a))
+        return self.batch * self.T * (2 * self.H * self.K * a
+                                      + self.HV * (2 * self.V * a + (self.gate_channels + 1) * a))
 
     def window_bytes(self, w: int) -> int:
-        """What a replay reads of w buffer entries of the batch: u (4 V), g (4), the k-head's keys."""
-        return self.batch * w * (self.HV * (4 * self.V + 4) + self.H * self.K * dtype_bytes(self.act))
+        """What a replay reads of w buffer entries of the batch: u (4 V), g (4 c), the k-head's keys."""
+        return self.batch * w * (self.HV * (4 * self.V + 4 * self.gate_channels)
+                                 + self.H * self.K * dtype_bytes(self.act))
 
     def entry_bytes(self) -> int:
-        """One appended entry of the batch: u (4 V), v (V a), g and beta (8), the k-head's key."""
+        """One appended entry of the batch: u (4 V), v (V a), g (4 c) and beta (4), the k-head's key."""
         a = dtype_bytes(self.act)
-        return self.batch * (self.HV * (4 * self.V + self.V * a + 8) + self.H * self.K * a)
+        return self.batch * (self.HV * (4 * self.V + self.V * a + 4 * self.gate_channels + 4) + self.H * self.K * a)
 
     def groups(self, bytes_per_row: int) -> int:
         """Slot groups to rotate over so the bytes touched are well over L2 (at least 2 groups)."""
@@ -121,7 +150,7 @@ def step_bytes(s: Setup, w: int, checkpoint_bytes: int, copy_bytes: int | None =
     per_elem = 2 * checkpoint_bytes + (0 if copy_bytes is None else 2 * copy_bytes)
     scales = 4 * s.batch * s.HV * s.V if fp8 else 0       # written with the copy
     entry = s.V * a if copy_bytes is not None else 4 * s.V
-    window = s.batch * w * (s.HV * (entry + 8) + s.H * s.K * a)
+    window = s.batch * w * (s.HV * (entry + 4 * s.gate_channels + 4) + s.H * s.K * a)
     return s.batch * s.state_elems * per_elem + scales + window + s.io_bytes()
 
 
@@ -150,21 +179,22 @@ def verify_bytes(s: Setup, w: float, read_bytes: int, fp8: bool = False) -> floa
 # ---- GPU set-ups ------------------------------------------------------------------------------------
 
 def weights(s):
-    """A_log and dt_bias of the s.HV v-heads (exp(A_log) in [0.05, 0.5], as the GPU tests' layers)."""
+    """A_log (HV,) and dt_bias (HV, *s.gate) of the s.HV v-heads (exp(A_log) in [0.05, 0.5], as the GPU
+    tests' layers)."""
     A_log = torch.log(0.05 + 0.45 * torch.rand(s.HV, device=DEVICE))
-    return A_log, 0.5 * torch.randn(s.HV, device=DEVICE)
+    return A_log, 0.5 * torch.randn(s.HV, *s.gate, device=DEVICE)
 
 
 def make_inputs(s: Setup, count: int, tokens: int | None = None):
     """Distinct random (q, k, v, a, b) for each of `count` steps (tokens None: (batch, ...)) or rounds of
-    `tokens` tokens ((batch, tokens, ...)), in the activation dtype."""
+    `tokens` tokens ((batch, tokens, ...)), in the activation dtype; a is (..., HV, *s.gate)."""
     lead = (s.batch,) if tokens is None else (s.batch, tokens)
     out = []
     for _ in range(count):
         q = torch.randn(*lead, s.H, s.K, device=DEVICE).to(s.act)
         k = torch.randn(*lead, s.H, s.K, device=DEVICE).to(s.act)
         v = torch.randn(*lead, s.HV, s.V, device=DEVICE).to(s.act)
-        a = torch.randn(*lead, s.HV, device=DEVICE).to(s.act)
+        a = torch.randn(*lead, s.HV, *s.gate, device=DEVICE).to(s.act)
         b = torch.randn(*lead, s.HV, device=DEVICE).to(s.act)
         out.append((q, k, v, a, b))
     return out
@@ -175,8 +205,8 @@ def _slot_groups(s: Setup, k: int):
 
 
 def conventional_steps(s: Setup, state_dtype=torch.float32):
-    """gdn_update over a rotating pool: (record, the steps one record launches, the bytes one step moves).
-    record() launches one gdn_update per slot group."""
+    """<family>_update over a rotating pool: (record, the steps one record launches, the bytes one step
+    moves). record() launches one update per slot group."""
     s_bytes = dtype_bytes(state_dtype)
     k = s.groups(s.state_elems * s_bytes)
     state = (torch.randn(k * s.batch, s.HV, s.V, s.K, device=DEVICE) * 0.1).to(state_dtype)
@@ -184,21 +214,22 @@ def conventional_steps(s: Setup, state_dtype=torch.float32):
     inputs = make_inputs(s, k)
     slots = _slot_groups(s, k)
     out = torch.empty(s.batch, s.HV, s.V, device=DEVICE, dtype=s.act)
+    update = s.op("update")
 
     def steps():
         for g in range(k):
             q, kk, v, a, b = inputs[g]
-            torch.ops.replayssm.gdn_update(state, q, kk, v, a, b, A_log, dt_bias, out, None, True, slots[g], -1)
+            update(state, q, kk, v, a, b, A_log, dt_bias, out, None, True, slots[g], -1)
 
     return steps, k, update_bytes(s, s_bytes)
 
 
 class ReplayPool:
-    """A rotating pool of GDN replay caches for one setup: k slot groups of `batch` slots, random
-    checkpoints (fp32 unless given), an optional read copy (make_read_copy's of the checkpoint), full
-    buffers of plausible entries (log decays g < 0, beta in (0, 1)), cursors at 0 (stagger() spreads
-    them), and the step launch (`staggered_flush`: the op's hint that the slots fold at different steps,
-    as GDNCache(staggered_flush=True) passes it).
+    """A rotating pool of GDN (or KDA: s.family) replay caches for one setup: k slot groups of `batch`
+    slots, random checkpoints (fp32 unless given), an optional read copy (make_read_copy's of the
+    checkpoint), full buffers of plausible entries (log decays g < 0, per key channel for KDA, beta in
+    (0, 1)), cursors at 0 (stagger() spreads them), and the step launch (`staggered_flush`: the op's hint
+    that the slots fold at different steps, as GDNCache(staggered_flush=True) passes it).
 
     The groups are counted on what a replay step reads of a row (the read copy, or the checkpoint), the
     bytes every step touches: counted on the checkpoint, an fp8 copy would rotate over only a quarter of
@@ -220,7 +251,7 @@ class ReplayPool:
             ops.make_read_copy(self.ck, self.rc, self.rs, backend="cuda")
         self.k_buf = torch.randn(S, s.H, s.L, s.K, device=DEVICE).to(s.act)
         self.v_buf = torch.randn(S, s.HV, s.L, s.V, device=DEVICE).to(s.act)
-        self.g_buf = -(0.02 + 0.5 * torch.rand(S, s.HV, s.L, device=DEVICE))
+        self.g_buf = -(0.02 + 0.5 * torch.rand(S, s.HV, s.L, *s.gate, device=DEVICE))
         self.beta_buf = torch.rand(S, s.HV, s.L, device=DEVICE)
         self.u_buf = torch.randn(S, s.HV, s.L, s.V, device=DEVICE) * 0.1
         self.cursors = torch.zeros(S, dtype=torch.int32, device=DEVICE)
@@ -244,10 +275,11 @@ class ReplayPool:
         ops.stagger_cursors([], self.cursors if cursors is None else cursors, self.s.L, backend="cuda")
 
     def record_steps(self, inputs, out):
-        """One gdn_step per input set, slot group i % k for the i-th."""
+        """One step (<family>_step) per input set, slot group i % k for the i-th."""
+        step = self.s.op("step")
         for i, (q, k, v, a, b) in enumerate(inputs):
-            torch.ops.replayssm.gdn_step(*self.cache, q, k, v, a, b, self.A_log, self.dt_bias, out, None, True, 1,
-                                         self.slots[i % self.k], -1, self.staggered_flush)
+            step(*self.cache, q, k, v, a, b, self.A_log, self.dt_bias, out, None, True, 1, self.slots[i % self.k], -1,
+                 self.staggered_flush)
 
     def step_bytes(self, w: int) -> int:
         """Bytes one step at cursor w moves for the whole batch (the byte model in the module doc)."""
@@ -347,14 +379,14 @@ def fla_rows(checkpoint_names) -> tuple[list, list]:
 # ---- measurements -----------------------------------------------------------------------------------
 
 def measure_update(s: Setup, state_dtype=torch.float32) -> Measurement:
-    """Seconds per step of gdn_update and the bytes it moves per step."""
+    """Seconds per step of the update (<family>_update) and the bytes it moves per step."""
     record, k, nbytes = conventional_steps(s, state_dtype)
     seconds, kernels = timing.timed(record, k)
     return Measurement(seconds, nbytes, kernels=kernels)
 
 
 def measure_cycle(s: Setup, read_copy_dtype, checkpoint_dtype=torch.float32, staggered=False) -> Measurement:
-    """Seconds per step of gdn_step over whole L-step cycles: a graph steps every slot group L times, and
+    """Seconds per step of <family>_step over whole L-step cycles: a graph steps every slot group L times, and
     replays go on from where the previous one left the cursors. Lock-step: every cursor starts at 0, so
     all rows fold in the same step; staggered: the cursors start at slot % L and the steps pass the
     staggered_flush hint, so about batch / L rows fold in every step."""
@@ -369,7 +401,7 @@ def measure_cycle(s: Setup, read_copy_dtype, checkpoint_dtype=torch.float32, sta
 
 
 def measure_phase(s: Setup, read_copy_dtype, w: int, checkpoint_dtype=torch.float32) -> Measurement:
-    """Seconds per step of gdn_step with every cursor at w (reset before every replay): w < L - 1 is a
+    """Seconds per step of <family>_step with every cursor at w (reset before every replay): w < L - 1 is a
     replay step, w = L - 1 the step in which every row folds."""
     pool = ReplayPool(s, read_copy_dtype, checkpoint_dtype)
     inputs = make_inputs(s, pool.k)
@@ -404,7 +436,7 @@ def measure_cycle_steps(s: Setup, read_copy_dtype, staggered: bool, checkpoint_d
 
 
 def measure_snapshots(s: Setup) -> Measurement:
-    """Seconds per round of gdn_update_snapshots (fp32 state, T tokens, one snapshot per token) and the
+    """Seconds per round of <family>_update_snapshots (fp32 state, T tokens, one snapshot per token) and the
     bytes it moves per round."""
     k = s.groups((1 + s.T) * s.state_elems * 4)
     state = torch.randn(k * s.batch, s.HV, s.V, s.K, device=DEVICE) * 0.1
@@ -414,16 +446,16 @@ def measure_snapshots(s: Setup) -> Measurement:
     # One snapshot buffer per group, poisoned: the kernel must overwrite every element it reports.
     snaps = [torch.full((s.batch, s.T, s.HV, s.V, s.K), float("nan"), device=DEVICE) for _ in range(k)]
     out = torch.empty(s.batch, s.T, s.HV, s.V, device=DEVICE, dtype=s.act)
+    update_snapshots = s.op("update_snapshots")
 
     def rounds():
         for g in range(k):
             q, kk, v, a, b = inputs[g]
-            torch.ops.replayssm.gdn_update_snapshots(state, q, kk, v, a, b, A_log, dt_bias, out, snaps[g], None, True,
-                                                     slots[g], -1)
+            update_snapshots(state, q, kk, v, a, b, A_log, dt_bias, out, snaps[g], None, True, slots[g], -1)
 
     seconds, kernels = timing.timed(rounds, k)
     if torch.isnan(snaps[0][0, -1, 0, 0, 0]).item():
-        raise RuntimeError("gdn_update_snapshots left its output unwritten")
+        raise RuntimeError(f"{s.family}_update_snapshots left its output unwritten")
     return Measurement(seconds, snapshot_bytes(s), extra={"tokens/s": s.tokens_per_round() / seconds}, kernels=kernels)
 
 
@@ -439,14 +471,14 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
     inputs = make_inputs(s, k, tokens=s.T)
     accepted = [torch.ones(s.batch, dtype=torch.int32, device=DEVICE) for _ in range(k)]
     out = torch.empty(s.batch, s.T, s.HV, s.V, device=DEVICE, dtype=s.act)
-    rep = torch.ops.replayssm
+    verify_op, commit_op = s.op("verify"), s.op("commit")
 
     def verify(g):
         q, kk, v, a, b = inputs[g]
-        rep.gdn_verify(*pool.spec_cache, q, kk, v, a, b, pool.A_log, pool.dt_bias, out, None, True, pool.slots[g], -1)
+        verify_op(*pool.spec_cache, q, kk, v, a, b, pool.A_log, pool.dt_bias, out, None, True, pool.slots[g], -1)
 
     def commit(g):
-        rep.gdn_commit(*pool.spec_cache, accepted[g], s.T, True, pool.slots[g], -1)
+        commit_op(*pool.spec_cache, accepted[g], s.T, True, pool.slots[g], -1)
 
     def rounds():
         for g in range(k):
@@ -477,11 +509,27 @@ def measure_verify_commit(s: Setup, read_copy_dtype, breakdown=False) -> Measure
 
 # ---- plans ------------------------------------------------------------------------------------------
 
-def _kernel_limit(d, checkpoint_dtype, copy_dtype, act, update=False) -> str | None:
-    """Why this build has no kernel for these dims and dtypes, or None (the capabilities table, asked
-    without a GPU)."""
+def _kernel_limit(d, checkpoint_dtype, copy_dtype, act, update=False, family="gdn", L=None, T=None) -> str | None:
+    """Why this build has no kernel for these dims and dtypes (and, for the replay ops, this buffer length
+    L; T: verify's drafts or the snapshot op's tokens), or None. The ops' own rule (ops.gdn_kernel_limit,
+    which sends what it names to the reference), asked of tensors on the meta device: no GPU, nothing
+    allocated. The cases it refuses are noted, never timed (the set-ups call the CUDA kernels directly)."""
     from .. import ops
-    return ops.gdn_limit(d.V, d.K, checkpoint_dtype, copy_dtype, act, update=update)
+
+    def meta(*shape, dtype=torch.float32):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    gate = (d.K,) if family == "kda" else ()
+    checkpoint = meta(1, d.HV, d.V, d.K, dtype=checkpoint_dtype)
+    weights = (meta(d.HV), meta(d.HV, *gate))
+    if update:
+        snapshots = None if T is None else meta(1, T, d.HV, d.V, d.K, dtype=checkpoint_dtype)
+        return ops.gdn_kernel_limit(checkpoint, None, meta(1, d.H, d.K, dtype=act), weights=weights, T=T,
+                                    snapshots=snapshots, family=family)
+    read_copy = None if copy_dtype is None else meta(1, d.HV, d.V, d.K, dtype=copy_dtype)
+    buffers = (meta(1, d.HV, L, *gate), meta(1, d.HV, L), meta(1, d.HV, L, d.V))
+    return ops.gdn_kernel_limit(checkpoint, read_copy, meta(1, d.H, L, d.K, dtype=act), buffers=buffers,
+                                weights=weights, T=T, family=family)
 
 
 def _note(notes: list, text: str) -> None:
@@ -495,24 +543,29 @@ CYCLE_ROWS = {"update": "update", "fla": None, "lockstep": "lock-step cycle", "s
 DEFAULT_CYCLE_ROWS = ("update", "fla", "lockstep", "staggered")
 
 
-def plan_cycle(args, dims_list):
+def cycle_rows(family: str) -> dict:
+    """The cycle rows a family offers: fla's rows are GDN's only."""
+    return CYCLE_ROWS if family == "gdn" else {k: v for k, v in CYCLE_ROWS.items() if k != "fla"}
+
+
+def plan_cycle(args, dims_list, family="gdn"):
     act = ACTIVATION_DTYPES[args.activation_dtype]
-    chosen = args.rows or DEFAULT_CYCLE_ROWS
+    chosen = args.rows or [k for k in DEFAULT_CYCLE_ROWS if k in cycle_rows(family)]
     kinds = [k for k in CYCLE_ROWS if k in chosen and k not in ("update", "fla")]
     cases, notes = [], []
     fla_kinds = []
-    if "fla" in chosen:
+    if "fla" in chosen and family == "gdn":
         fla_kinds, fla_notes = fla_rows(args.checkpoint_dtype)
         notes += fla_notes
     for ck_name in args.checkpoint_dtype:
         ck = STATE_DTYPES[ck_name]
         for d in dims_list:
-            limit = _kernel_limit(d, ck, None, act, update=True)
+            limit = _kernel_limit(d, ck, None, act, update=True, family=family)
             if limit is not None:
                 _note(notes, f"{d.label} with a {ck_name} state skipped: {limit}")
                 continue
             for batch in args.batches:
-                s = Setup.of(d, batch, args.buffer_len, act)
+                s = Setup.of(d, batch, args.buffer_len, act, family=family)
                 common = {"checkpoint": ck_name, "L": s.L, "activations": args.activation_dtype}
                 meta = {"dims": d.text()}
                 base = {"dims": d.label, "batch": batch, "row": "update", "copy": "-", **common}
@@ -524,7 +577,7 @@ def plan_cycle(args, dims_list):
                                           overridable=False, meta=dict(meta, fla=load_fla().version)))
                 for copy in args.copies:
                     rc = COPIES[copy]
-                    limit = _kernel_limit(d, ck, rc, act)
+                    limit = _kernel_limit(d, ck, rc, act, family=family, L=s.L)
                     if limit is not None:
                         _note(notes, f"{copy} copy with a {ck_name} checkpoint skipped at {d.label}: {limit}")
                         continue
@@ -544,23 +597,23 @@ def plan_cycle(args, dims_list):
     return cases, notes
 
 
-def plan_spec(args, dims_list):
+def plan_spec(args, dims_list, family="gdn"):
     act = ACTIVATION_DTYPES[args.activation_dtype]
     cases, notes = [], []
     for d in dims_list:
-        limit = _kernel_limit(d, torch.float32, None, act, update=True)
+        limit = _kernel_limit(d, torch.float32, None, act, update=True, family=family, T=args.tokens)
         if limit is not None:
             _note(notes, f"{d.label} skipped: {limit}")
             continue
         for batch in args.batches:
-            s = Setup.of(d, batch, args.buffer_len, act, T=args.tokens)
+            s = Setup.of(d, batch, args.buffer_len, act, T=args.tokens, family=family)
             common = {"T": s.T, "L": s.L, "activations": args.activation_dtype}
             base = {"dims": d.label, "batch": batch, "row": "snapshots (conventional)", "copy": "-", **common}
             cases.append(Case(base, functools.partial(measure_snapshots, s), baseline=base, extras=("tokens/s",),
                               meta={"dims": d.text()}))
             for copy in args.copies:
                 rc = COPIES[copy]
-                limit = _kernel_limit(d, torch.float32, rc, act)
+                limit = _kernel_limit(d, torch.float32, rc, act, family=family, L=s.L, T=s.T)
                 if limit is not None:
                     _note(notes, f"{copy} copy skipped at {d.label}: {limit}")
                     continue
@@ -578,18 +631,20 @@ def _add_activation(parser):
                         help=f"q, k, v, a, b and out: {', '.join(ACTIVATION_DTYPES)} (default bfloat16)")
 
 
-def _cycle_arguments(parser):
+def _cycle_arguments(parser, family="gdn"):
     _add_activation(parser)
     parser.add_argument("--checkpoint-dtype", nargs="+", choices=list(STATE_DTYPES), default=["float32"],
                         metavar="DTYPE", help=f"checkpoint dtype of the replay rows and state dtype of the update: "
                                               f"{', '.join(STATE_DTYPES)} (default float32)")
-    parser.add_argument("--rows", nargs="+", choices=list(CYCLE_ROWS), default=None, metavar="ROW",
-                        help=f"rows per (dims, batch, copy), of {', '.join(CYCLE_ROWS)}: fla = flash-linear-"
-                             "attention's fused_recurrent with a [V, K] and a [K, V] state (where fla imports; "
-                             "fp32 state); lockstep / staggered = whole L-step cycles (mean step); step = every "
-                             "row at w = L/2; fold = every row folds; lockstep-steps / staggered-steps = each step "
-                             "of a cycle timed alone (mean and slowest). The update (the baseline) is always "
-                             "measured. Default: update fla lockstep staggered")
+    rows = cycle_rows(family)
+    fla = ("fla = flash-linear-attention's fused_recurrent with a [V, K] and a [K, V] state (where fla imports; "
+           "fp32 state); " if "fla" in rows else "")
+    default = " ".join(k for k in DEFAULT_CYCLE_ROWS if k in rows)
+    parser.add_argument("--rows", nargs="+", choices=list(rows), default=None, metavar="ROW",
+                        help=f"rows per (dims, batch, copy), of {', '.join(rows)}: {fla}lockstep / staggered = "
+                             "whole L-step cycles (mean step); step = every row at w = L/2; fold = every row "
+                             "folds; lockstep-steps / staggered-steps = each step of a cycle timed alone (mean "
+                             f"and slowest). The update (the baseline) is always measured. Default: {default}")
 
 
 def _spec_arguments(parser):
