@@ -166,7 +166,7 @@ def test_cross_option_checks_name_the_option(argv, message):
     ("mamba2", "cycle", "--hold-us", "-5"),
     ("mamba2", "cycle", "--rows", "everything"),
     ("mamba2", "nothing"),
-    ("kda", "cycle"),
+    ("rwkv7", "cycle"),
 ])
 def test_bad_arguments_are_rejected(argv):
     with pytest.raises(SystemExit):
