@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck and racecheck over every compiled op on small configs (GPU machine, after the
 # in-place build of tools/gpu_check.sh). Exits non-zero on any finding.
-#   bash tools/sanitize.sh [mamba2] [gdn]            # both families by default (tools/sanitize_ops.py)
+#   bash tools/sanitize.sh [mamba2] [gdn] [kda]      # every family by default (tools/sanitize_ops.py)
 #   SANITIZE_TOOLS=racecheck bash tools/sanitize.sh gdn
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,9 +11,10 @@ rows; on 24 rows, where the hint takes the fold split; and in CTAs of two whole 
 folds and verify + commit rounds with random acceptance, materialize and flush, the conventional update
 and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
 v-head a CTA and with all of a row's; the fold over 1,030 rows. The CTA shapes are forced through
-replayssm_cuda.launch_overrides.
+replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per key channel) as
+GDN's.
 
-    python3 tools/sanitize_ops.py [mamba2] [gdn]      # both by default"""
+    python3 tools/sanitize_ops.py [mamba2] [gdn] [kda]      # all by default"""
 
 import sys
 
@@ -178,10 +179,13 @@ GDN_K64, GDN_K128 = (2, 4, 64, 64), (2, 4, 128, 128)
 
 class GdnLayer:
     """One GDN layer's cache on S slots (fp32 or bf16 checkpoint, optional read copy, zero buffers), its
-    weights and random bf16 tokens."""
+    weights and random bf16 tokens; family "kda": a KDA layer (the gate input a, dt_bias and the buffered
+    g per key channel)."""
 
-    def __init__(self, dims, num_slots, ck_dtype=torch.float32, copy_dtype=None):
+    def __init__(self, dims, num_slots, ck_dtype=torch.float32, copy_dtype=None, family="gdn"):
         self.H, self.HV, self.K, self.V = H, HV, K, V = dims
+        self.family = family
+        self.gate = (K,) if family == "kda" else ()     # the gate's trailing dims: per key channel for KDA
         self.checkpoint = (0.1 * torch.randn(num_slots, HV, V, K, device=dev)).to(ck_dtype)
         self.read_copy = self.read_scale = None
         if copy_dtype is not None:
@@ -190,11 +194,14 @@ class GdnLayer:
             ops.make_read_copy(self.checkpoint, self.read_copy, self.read_scale, backend="cuda")
         self.buffers = (torch.zeros(num_slots, H, L, K, device=dev, dtype=torch.bfloat16),
                         torch.zeros(num_slots, HV, L, V, device=dev, dtype=torch.bfloat16),
-                        torch.zeros(num_slots, HV, L, device=dev), torch.zeros(num_slots, HV, L, device=dev),
+                        torch.zeros(num_slots, HV, L, *self.gate, device=dev), torch.zeros(num_slots, HV, L, device=dev),
                         torch.zeros(num_slots, HV, L, V, device=dev))       # k, v, g, beta, u
         self.num_committed = (torch.arange(num_slots, device=dev) % L).int()  # folding beside replaying rows
         self.num_verified = torch.zeros(num_slots, dtype=torch.int32, device=dev)
-        self.weights = (torch.log(0.05 + 0.45 * torch.rand(HV, device=dev)), 0.5 * torch.randn(HV, device=dev))
+        self.weights = (torch.log(0.05 + 0.45 * torch.rand(HV, device=dev)), 0.5 * torch.randn(HV, *self.gate, device=dev))
+
+    def op(self, name):
+        return getattr(ops, f"{self.family}_{name}")
 
     def cache(self):
         return (self.checkpoint, self.read_copy, self.read_scale, *self.buffers, self.num_committed)
@@ -203,21 +210,23 @@ class GdnLayer:
         """q, k, v, a, b, A_log, dt_bias, out."""
         q, k = (torch.randn(batch, *T, self.H, self.K, device=dev).bfloat16() for _ in range(2))
         v = torch.randn(batch, *T, self.HV, self.V, device=dev).bfloat16()
-        a, b = (torch.randn(batch, *T, self.HV, device=dev).bfloat16() for _ in range(2))
+        a = torch.randn(batch, *T, self.HV, *self.gate, device=dev).bfloat16()
+        b = torch.randn(batch, *T, self.HV, device=dev).bfloat16()
         return (q, k, v, a, b, *self.weights, torch.empty_like(v))
 
     def step(self, rows):
-        ops.gdn_step(*self.cache(), *self.tokens(rows.numel()), None, True, 1, rows, -1, backend="cuda")
+        self.op("step")(*self.cache(), *self.tokens(rows.numel()), None, True, 1, rows, -1, backend="cuda")
 
     def spec_round(self, rows, T, max_draft_tokens):
         """verify T drafts, then commit 0 to T of them (the slots whose next verify would not fit fold)."""
-        ops.gdn_verify(*self.cache(), self.num_verified, *self.tokens(rows.numel(), T), None, True, rows, -1, backend="cuda")
+        self.op("verify")(*self.cache(), self.num_verified, *self.tokens(rows.numel(), T), None, True, rows, -1,
+                          backend="cuda")
         accepted = torch.randint(0, T + 1, (rows.numel(),), device=dev, dtype=torch.int32)
-        ops.gdn_commit(*self.cache(), self.num_verified, accepted, max_draft_tokens, True, rows, -1, backend="cuda")
+        self.op("commit")(*self.cache(), self.num_verified, accepted, max_draft_tokens, True, rows, -1, backend="cuda")
 
 
-def gdn():
-    """Every GDN op (the list at the top)."""
+def gdn(family="gdn"):
+    """Every GDN op (the list at the top); family "kda": every KDA op the same way."""
     # Every GDN op on 4 rows with a pad row and an out-of-range slot: the steps across a fold (cursors
     # staggered over the slots, so folding and replaying CTAs share each launch), verify + commit rounds with
     # random acceptance (T = 1, 3, 2 under max_draft_tokens 3: some rows have no room, some fold), materialize,
@@ -228,7 +237,7 @@ def gdn():
             (GDN_K64, torch.float32, None, 1), (GDN_K64, torch.float32, torch.bfloat16, 64),
             (GDN_K64, torch.float32, torch.float8_e4m3fn, 1), (GDN_K64, torch.bfloat16, torch.float8_e4m3fn, 64),
             (GDN_K128, torch.float32, None, 64), (GDN_K128, torch.float32, torch.float8_e4m3fn, 1)]:
-        layer = GdnLayer(dims, S, ck_dtype, copy_dtype)
+        layer = GdnLayer(dims, S, ck_dtype, copy_dtype, family)
         if copy_dtype is not None:
             ops.make_read_copy(layer.checkpoint, layer.read_copy, layer.read_scale, slots, -1, backend="cuda")
         for _ in range(L + 1):
@@ -236,29 +245,29 @@ def gdn():
         with launch_overrides(verify_heads_per_cta=verify_heads):
             for T in (1, 3, 2):
                 layer.spec_round(slots, T, 3)
-        ops.gdn_materialize(layer.checkpoint, *layer.buffers, layer.num_committed,
+        layer.op("materialize")(layer.checkpoint, *layer.buffers, layer.num_committed,
                             torch.empty(4, layer.HV, layer.V, layer.K, device=dev), True, slots, -1, backend="cuda")
-        ops.gdn_flush(*layer.cache(), True, slots, -1, backend="cuda")
-        ops.gdn_flush(*layer.cache(), True, backend="cuda")
+        layer.op("flush")(*layer.cache(), True, slots, -1, backend="cuda")
+        layer.op("flush")(*layer.cache(), True, backend="cuda")
         state = layer.checkpoint.clone()
-        ops.gdn_update(state, *layer.tokens(4), None, True, slots, -1, backend="cuda")
+        layer.op("update")(state, *layer.tokens(4), None, True, slots, -1, backend="cuda")
         q, k, v, a, b, A_log, dt_bias, out = layer.tokens(4, 3)
         snapshots = torch.empty(4, 3, layer.HV, layer.V, layer.K, device=dev, dtype=ck_dtype)
-        ops.gdn_update_snapshots(state, q, k, v, a, b, A_log, dt_bias, out, snapshots, None, True, slots, -1,
-                                 backend="cuda")
+        layer.op("update_snapshots")(state, q, k, v, a, b, A_log, dt_bias, out, snapshots, None, True, slots, -1,
+                                     backend="cuda")
     # Many rows: 1,030 of 1,100 slots in a random order with a pad row, an fp8 copy, cursors staggered. The
     # fold kernel (commit: the folding rows' (row, v-head) items of 4,120; flush: those of all 4,400) then
     # has more items than its grid of 2 CTAs an SM has ring stages (4 each), so the ring wraps, over rows
     # in several chunks of 256.
-    layer = GdnLayer(GDN_K64, 1100, copy_dtype=torch.float8_e4m3fn)
+    layer = GdnLayer(GDN_K64, 1100, copy_dtype=torch.float8_e4m3fn, family=family)
     rows = torch.randperm(1100, device=dev)[:1030].int()
     rows[5] = -1
     layer.step(rows)
     layer.spec_round(rows, 2, 2)
-    ops.gdn_flush(*layer.cache(), True, backend="cuda")
+    layer.op("flush")(*layer.cache(), True, backend="cuda")
 
 
-FAMILIES = {"mamba2": mamba2, "gdn": gdn}
+FAMILIES = {"mamba2": mamba2, "gdn": gdn, "kda": lambda: gdn("kda")}
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(FAMILIES)
