@@ -4,6 +4,7 @@ the H200, where the rules were measured; 114: the H100 PCIe; 148: the B200), wit
 same hook as the Python one. The rules and their measurements: docs/TUNING.md."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -538,7 +539,7 @@ def test_pdl_from_environment(probe):
 def test_pdl_launches_go_through_one_helper():
     """With PDL a kernel must wait before it touches global memory: launch_grid (common/
     programmatic_launch.cuh) is the only caller of cudaLaunchKernelEx, and every kernel launched through
-    it calls wait_for_prior_grids."""
+    it calls wait_for_prior_grids with its pdl flag."""
     launchers = {os.path.join("families", "mamba2", "update.cu"): ["update_kernel"],
                  os.path.join("families", "mamba2", "step_order.cu"): ["step_row_order_kernel"],
                  os.path.join("families", "mamba2", "step_kernel.cuh"): ["step_kernel"],
@@ -557,7 +558,7 @@ def test_pdl_launches_go_through_one_helper():
             text = f.read()
         for kernel in kernels:
             body = text[text.index(f" {kernel}("):]
-            assert "wait_for_prior_grids();" in body, (path, kernel)
+            assert re.search(r"wait_for_prior_grids\((launch\.)?pdl\);", body), (path, kernel)
 
 
 # ---- the overrides: the environment (read once) and the hook ----

@@ -4,10 +4,10 @@
 // A kernel launched with the attribute may start before the kernel ahead of it in the stream has
 // finished; griddepcontrol.wait then blocks the calling thread until every prerequisite grid has
 // completed and its memory operations are visible. So in every kernel that takes the attribute, each
-// thread calls wait_for_prior_grids() before its first access to global memory (a read of anything, or a
+// thread calls wait_for_prior_grids(pdl) before its first access to global memory (a read of anything, or a
 // write: the kernel before may still read what we would overwrite); before it, only shared memory and
 // registers (barrier set-up, the CTA's parameter arithmetic). In a kernel launched without the
-// attribute the wait returns at once: every grid before it has completed.
+// attribute the wait is skipped: every grid before it has completed.
 //
 // launch_dependent_grids() lets the kernel after this one in the stream start early, if that kernel was
 // launched with the attribute (it then waits as above before it reads anything we write); without one,
@@ -19,9 +19,12 @@
 
 namespace replayssm {
 
-__device__ __forceinline__ void wait_for_prior_grids() {
+// launched_with_pdl: the kernel's own flag, the one its launch_grid call took. Without the attribute no
+// instruction is issued (every grid ahead has completed when the CTA starts), so a kernel launched
+// the plain way pays nothing for being PDL-capable.
+__device__ __forceinline__ void wait_for_prior_grids(bool launched_with_pdl) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (launched_with_pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 

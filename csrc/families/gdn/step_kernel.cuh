@@ -155,13 +155,9 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int L = c.buffer_len;
 
-  // ---- 0. the tile's barrier; with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead,
-  // before anything global (the CTA may have started while that kernel ended) ----
-  if (tid == 0) {
-    mbarrier_init(&sh.tile_full, 1);
-    fence_barrier_init();
-  }
-  wait_for_prior_grids();
+  // ---- 0. with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead, before anything
+  // global (the CTA may have started while that kernel ended) ----
+  wait_for_prior_grids(pdl);
   if (pdl && tid == 0) launch_dependent_grids();
 
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
@@ -170,6 +166,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     const int64_t slot = resolve_slot(p, row);
     int32_t w = -1;
     if (slot >= 0) {
+      // The tile's barrier, set up by the thread that arms it and issues its copy, right before them
+      // (only a CTA with a slot waits on it, after the CTA barrier below). Initialised at the top of the
+      // kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the arm.
+      mbarrier_init(&sh.tile_full, 1);
+      fence_barrier_init();
       // The tile's bulk copy first: its address needs only the slot, so the tile is in flight during
       // the cursor's round trip instead of after it (one DRAM round trip less before the rows).
       const int64_t tile = kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride;

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
 
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended: nothing global is read or written before the wait.
-  wait_for_prior_grids();
+  wait_for_prior_grids(pdl);
   if (pdl && threadIdx.x == 0) launch_dependent_grids();
   // The token's inputs do not depend on the slot: in flight while slots[row] comes back.
   const int64_t slot = resolve_slot(p, row);

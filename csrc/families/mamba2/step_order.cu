@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kOrderThreads) step_row_order_kernel(const Mam
   int32_t* const order_slots = p.row_order + p.batch;
   // Launched with PDL (launch.pdl): the slots and cursors are read only once the kernel ahead has ended;
   // the step after this pass waits for it in turn.
-  wait_for_prior_grids();
+  wait_for_prior_grids(launch.pdl);
   if (launch.pdl && threadIdx.x == 0) launch_dependent_grids();
 
   // Pass 1: which rows fold (slot and cursor), and how many.

@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kTileP, kN, kState
   }
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended: the barriers above are shared memory only; every global access (the slots, operands,
-  // state, counter, the time line) comes after the wait, which returns at once without PDL.
-  wait_for_prior_grids();
+  // state, counter, the time line) comes after the wait (none without PDL).
+  wait_for_prior_grids(launch.pdl);
   if (tid == 0) {
     if (launch.pdl) launch_dependent_grids();
     REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
