@@ -153,6 +153,10 @@ class LayerCaches:
         self.one_launch_fold = self._fold is not None and self._can_fold_once()
         if self.one_launch_fold:
             self._layer_table = getattr(_extension._C, self._fold.table_builder)(*self._layer_lists)
+            # The ops and the per-family arguments, resolved once: commit, flush and materialize are on the
+            # decode step's hot path.
+            self._commit_op, self._flush_op, self._materialize_op = (ops.KERNELS[op] for op in self._fold.layer_ops)
+            self._flags = self._fold.flags(first)
 
     @property
     def fold_family(self) -> str | None:
@@ -255,10 +259,6 @@ class LayerCaches:
                 if cache.validate:
                     cache.check()
 
-    def _layer_op(self, kind: str):
-        """The group's {family}_{kind}_layers op (kind: commit, flush, materialize)."""
-        return ops.KERNELS[self._fold.layer_ops[("commit", "flush", "materialize").index(kind)]]
-
     def commit(self, num_accepted, slots=None):
         """Every layer's commit(num_accepted, slots): one num_accepted (batch,) for all layers (an engine
         accepts the same tokens in every layer of a sequence); device tensors, no host sync."""
@@ -267,9 +267,8 @@ class LayerCaches:
             for cache in self.caches:
                 cache.commit(num_accepted, slots)
             return
-        first = self.caches[0]
-        self._layer_op("commit")(self._layer_table, *self._layer_lists, num_accepted, first.max_draft_tokens,
-                                 *self._fold.flags(first), slots, self.pad_slot_id)
+        self._commit_op(self._layer_table, *self._layer_lists, num_accepted, self.caches[0].max_draft_tokens,
+                        *self._flags, slots, self.pad_slot_id)
         self._checked()
 
     def flush(self, slots=None):
@@ -279,8 +278,7 @@ class LayerCaches:
             for cache in self.caches:
                 cache.flush(slots)
             return
-        self._layer_op("flush")(self._layer_table, *self._layer_lists, *self._fold.flags(self.caches[0]), slots,
-                                self.pad_slot_id)
+        self._flush_op(self._layer_table, *self._layer_lists, *self._flags, slots, self.pad_slot_id)
 
     def materialize(self, slots=None, out=None):
         """Every layer's materialize(slots): for a group of one family with a layer table one (layers,
@@ -305,8 +303,7 @@ class LayerCaches:
             for i, cache in enumerate(self.caches):
                 cache.materialize(slots, out=out[i])
             return out
-        self._layer_op("materialize")(self._layer_table, *self._layer_lists, out, *self._fold.flags(first), slots,
-                                      self.pad_slot_id)
+        self._materialize_op(self._layer_table, *self._layer_lists, out, *self._flags, slots, self.pad_slot_id)
         return out
 
     def load(self, states, slots=None):
