@@ -273,6 +273,10 @@ class _ReplayCache:
             ops.KERNELS[op](*args)
         else:
             REFERENCE[op](*args)
+        self._check_if_validating()
+
+    def _check_if_validating(self) -> None:
+        """validate=True: check() now, eagerly (not under torch.compile, not during CUDA-graph capture)."""
         if self.validate and not _is_compiling() and not (self.device.type == "cuda"
                                                            and torch.cuda.is_current_stream_capturing()):
             self.check()

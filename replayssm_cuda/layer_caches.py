@@ -251,14 +251,6 @@ class LayerCaches:
 
     # ---- the fold ops: one launch each for a group of one family with a layer table; load: the loop ------
 
-    def _checked(self):
-        """validate=True on a layer: check() it after the call, as its own methods do (eagerly)."""
-        if any(cache.validate for cache in self.caches) and not torch.compiler.is_compiling() and not (
-                self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
-            for cache in self.caches:
-                if cache.validate:
-                    cache.check()
-
     def commit(self, num_accepted, slots=None):
         """Every layer's commit(num_accepted, slots): one num_accepted (batch,) for all layers (an engine
         accepts the same tokens in every layer of a sequence); device tensors, no host sync."""
@@ -269,7 +261,8 @@ class LayerCaches:
             return
         self._commit_op(self._layer_table, *self._layer_lists, num_accepted, self.caches[0].max_draft_tokens,
                         *self._flags, slots, self.pad_slot_id)
-        self._checked()
+        for cache in self.caches:   # validate=True on a layer: check() it after the call, as its commit() does
+            cache._check_if_validating()
 
     def flush(self, slots=None):
         """Every layer's flush(slots): fold all committed tokens of the slots (all when None)."""
