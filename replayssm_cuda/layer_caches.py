@@ -54,13 +54,13 @@ from typing import Callable
 import torch
 
 from . import _checks, _extension, _schemas, ops
-from .cache import GDNCache, Mamba2Cache, _ReplayCache
+from .cache import _ReplayCache
 
 
 @dataclass(frozen=True)
 class _FoldFamily:
     """What the one-launch commit, flush and materialize of a group of one family need."""
-    cache_type: type
+    family: str
     shared: tuple[str, ...]          # the fields every layer shares (the kernels take layer 0's)
     table_builder: str               # replayssm_cuda._C.<table_builder>(*lists)
     lists: Callable                  # caches -> the *_layers ops' lists (their schema's order)
@@ -68,7 +68,7 @@ class _FoldFamily:
 
     @property
     def layer_ops(self) -> tuple[str, str, str]:
-        return _schemas.LAYER_OPS_OF[self.cache_type.family]
+        return _schemas.LAYER_OPS_OF[self.family]
 
 
 def _every(caches, attr):
@@ -79,7 +79,7 @@ def _every(caches, attr):
 
 _FOLD_FAMILIES = {
     "mamba2": _FoldFamily(
-        Mamba2Cache,
+        "mamba2",
         ("num_heads", "head_dim", "state_dim", "num_groups", "buffer_len", "max_draft_tokens", "activation_dtype",
          "aux_dtype", "staggered_flush", "backend"),
         "mamba2_layer_table",
@@ -89,7 +89,7 @@ _FOLD_FAMILIES = {
                         _every(caches, "error_word")],
         lambda first: ()),
     "gdn": _FoldFamily(
-        GDNCache,
+        "gdn",
         ("num_heads", "num_v_heads", "head_k_dim", "head_v_dim", "buffer_len", "max_draft_tokens",
          "activation_dtype", "aux_dtype", "staggered_flush", "backend", "weights.use_qk_l2norm"),
         "gdn_layer_table",
@@ -163,7 +163,7 @@ class LayerCaches:
         """The family whose layers share one layer table ("mamba2" or "gdn": commit, flush and materialize
         run as one launch each where one_launch_fold, and materialize returns one (layers, batch, ...)
         tensor), or None where these ops loop over the layers (several families, KDA, layers that differ)."""
-        return None if self._fold is None else self._fold.cache_type.family
+        return None if self._fold is None else self._fold.family
 
     def _mismatch(self) -> str | None:
         """Why the layers cannot share one layer table (None when every layer has caches[0]'s shapes, dtypes,
