@@ -412,7 +412,7 @@ def _delta_ops(family: str):
                slots=None, pad_slot_id: int = -1, *, backend="auto"):
         op = names["update"]
         _checks.slots_type(op, slots)
-        _call(op, backend, state, (lambda: limit(state, None, q, weights=(A_log, dt_bias))), (),
+        _call(op, backend, state, lambda: limit(state, None, q, weights=(A_log, dt_bias)), (),
               (state, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id))
         return out
 
@@ -421,7 +421,7 @@ def _delta_ops(family: str):
         op = names["update_snapshots"]
         _checks.slots_type(op, slots)
         _call(op, backend, state,
-              (lambda: limit(state, None, q, weights=(A_log, dt_bias), T=q.shape[1], snapshots=snapshots)),
+              lambda: limit(state, None, q, weights=(A_log, dt_bias), T=q.shape[1], snapshots=snapshots),
               (), (state, q, k, v, a, b, A_log, dt_bias, out, snapshots, scale, bool(use_qk_l2norm), slots,
                    pad_slot_id))
         return out
@@ -432,8 +432,8 @@ def _delta_ops(family: str):
         op = names["verify"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
-                                       weights=(A_log, dt_bias), T=q.shape[1])), (),
+              lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf), weights=(A_log, dt_bias),
+                            T=q.shape[1]), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                num_verified, q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), slots, pad_slot_id,
                error_word))
@@ -445,8 +445,8 @@ def _delta_ops(family: str):
         op = names["step"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf),
-                                       weights=(A_log, dt_bias))), (),
+              lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf), weights=(A_log, dt_bias)),
+              (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                q, k, v, a, b, A_log, dt_bias, out, scale, bool(use_qk_l2norm), max_draft_tokens, slots, pad_slot_id,
                staggered_flush))
@@ -458,7 +458,7 @@ def _delta_ops(family: str):
         op = names["commit"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
+              lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf)), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                num_verified, num_accepted, max_draft_tokens, bool(use_qk_l2norm), slots, pad_slot_id, error_word))
 
@@ -467,7 +467,7 @@ def _delta_ops(family: str):
         op = names["flush"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              (lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf))), (),
+              lambda: limit(checkpoint, read_copy, k_buf, buffers=(g_buf, beta_buf, u_buf)), (),
               (checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
                bool(use_qk_l2norm), slots, pad_slot_id))
 
@@ -476,7 +476,7 @@ def _delta_ops(family: str):
         op = names["materialize"]
         _checks.slots_type(op, slots)
         _call(op, backend, checkpoint,
-              (lambda: limit(checkpoint, None, k_buf, buffers=(g_buf, beta_buf, u_buf), out=out)), (),
+              lambda: limit(checkpoint, None, k_buf, buffers=(g_buf, beta_buf, u_buf), out=out), (),
               (checkpoint, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed, out, bool(use_qk_l2norm),
                slots, pad_slot_id))
         return out
