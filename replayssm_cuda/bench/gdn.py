@@ -43,7 +43,7 @@ import torch
 
 from . import timing
 from .dims import DimsTable
-from .mamba2 import ACTIVATION_DTYPES, COPIES, STATE_DTYPES, dtype_bytes
+from .mamba2 import ACTIVATION_DTYPES, COPIES, STATE_DTYPES, check_tokens, dtype_bytes
 from .registry import Bench, Case, Family, Measurement, register
 
 # The GDN layers the GPU tests name qwen4b and qwen122b (tests/gpu/test_gdn_cuda.py).
@@ -656,8 +656,8 @@ def _spec_arguments(parser):
 
 def check_args(bench_name: str, args) -> None:
     """Cross-option checks (ValueError naming the option)."""
-    if bench_name == "spec" and not 1 <= args.tokens <= min(16, args.buffer_len):
-        raise ValueError(f"--tokens must be in [1, min(16, --buffer-len={args.buffer_len})], got {args.tokens}")
+    if bench_name == "spec":
+        check_tokens(args)
 
 
 CYCLE_DOC = ("µs per step: the conventional update (the baseline: our gdn_update, state read and written every "

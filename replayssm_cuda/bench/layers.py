@@ -144,8 +144,7 @@ def _arguments(parser):
 def check_args(args) -> None:
     if args.layers < 1 or args.slots < 1:
         raise ValueError(f"--layers and --slots must be >= 1, got {args.layers} and {args.slots}")
-    if not 1 <= args.tokens <= min(16, args.buffer_len):
-        raise ValueError(f"--tokens must be in [1, min(16, --buffer-len={args.buffer_len})], got {args.tokens}")
+    mamba2.check_tokens(args)
 
 
 LAYERS_DOC = ("µs per call over all layers: each op as the per-layer loop (the baseline) and as LayerCaches' "
