@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from dataclasses import dataclass
 
 import torch
@@ -65,6 +66,11 @@ DEVICE = "cuda"
 FAMILIES = ("gdn", "kda")
 
 
+def gate_shape(family: str, K: int) -> tuple:
+    """The trailing shape of a v-head's gate input a, dt_bias and log decay g: () GDN, (K,) KDA."""
+    return (K,) if family == "kda" else ()
+
+
 @dataclass
 class Setup:
     """One benchmark shape: dims, batch rows, buffer length L, activation dtype, T tokens a round, and the
@@ -89,13 +95,13 @@ class Setup:
 
     @property
     def gate(self) -> tuple:
-        """The trailing shape of a v-head's gate input a, dt_bias and log decay g: () GDN, (K,) KDA."""
-        return (self.K,) if self.family == "kda" else ()
+        """gate_shape of this family and K."""
+        return gate_shape(self.family, self.K)
 
     @property
     def gate_channels(self) -> int:
         """Log decays a v-head has per token (c in the module doc): 1 GDN, K KDA."""
-        return self.K if self.family == "kda" else 1
+        return math.prod(self.gate)
 
     def op(self, name: str):
         """torch.ops.replayssm.<family>_<name>."""
@@ -519,7 +525,7 @@ def _kernel_limit(d, checkpoint_dtype, copy_dtype, act, update=False, family="gd
     def meta(*shape, dtype=torch.float32):
         return torch.empty(shape, dtype=dtype, device="meta")
 
-    gate = (d.K,) if family == "kda" else ()
+    gate = gate_shape(family, d.K)
     checkpoint = meta(1, d.HV, d.V, d.K, dtype=checkpoint_dtype)
     weights = (meta(d.HV), meta(d.HV, *gate))
     if update:
