@@ -554,9 +554,14 @@ def cycle_rows(family: str) -> dict:
     return CYCLE_ROWS if family == "gdn" else {k: v for k, v in CYCLE_ROWS.items() if k != "fla"}
 
 
+def default_cycle_rows(family: str) -> list:
+    """The rows a family's cycle plan takes without --rows: DEFAULT_CYCLE_ROWS it offers."""
+    return [k for k in DEFAULT_CYCLE_ROWS if k in cycle_rows(family)]
+
+
 def plan_cycle(args, dims_list, family="gdn"):
     act = ACTIVATION_DTYPES[args.activation_dtype]
-    chosen = args.rows or [k for k in DEFAULT_CYCLE_ROWS if k in cycle_rows(family)]
+    chosen = args.rows or default_cycle_rows(family)
     kinds = [k for k in CYCLE_ROWS if k in chosen and k not in ("update", "fla")]
     cases, notes = [], []
     fla_kinds = []
@@ -645,7 +650,7 @@ def _cycle_arguments(parser, family="gdn"):
     rows = cycle_rows(family)
     fla = ("fla = flash-linear-attention's fused_recurrent with a [V, K] and a [K, V] state (where fla imports; "
            "fp32 state); " if "fla" in rows else "")
-    default = " ".join(k for k in DEFAULT_CYCLE_ROWS if k in rows)
+    default = " ".join(default_cycle_rows(family))
     parser.add_argument("--rows", nargs="+", choices=list(rows), default=None, metavar="ROW",
                         help=f"rows per (dims, batch, copy), of {', '.join(rows)}: {fla}lockstep / staggered = "
                              "whole L-step cycles (mean step); step = every row at w = L/2; fold = every row "
