@@ -585,6 +585,14 @@ def test_overrides_hook_checks(probe):
     assert out[3] == "error unknown field step_orders"
 
 
+def test_the_benchmarks_fallback_list_names_every_override(probe):
+    # bench/runner.py lists the fields for when the package cannot (no _C) to report REPLAYSSM_* variables:
+    # the same fields, in the same order, as the table the launcher compiles (csrc/launch/overrides.h).
+    from replayssm_cuda.bench import runner
+    out, _ = probe(["env REPLAYSSM_PDL -"])
+    assert tuple(kv.split("=")[0] for kv in out[0].split()) == runner.LAUNCH_FIELDS
+
+
 def test_no_getenv_outside_overrides():
     """The environment is read in csrc/launch/overrides.cpp only: kernels, device headers and launchers
     take their launch from the plan."""

@@ -246,7 +246,7 @@ def gdn(family="gdn"):
             for T in (1, 3, 2):
                 layer.spec_round(slots, T, 3)
         layer.op("materialize")(layer.checkpoint, *layer.buffers, layer.num_committed,
-                            torch.empty(4, layer.HV, layer.V, layer.K, device=dev), True, slots, -1, backend="cuda")
+                                torch.empty(4, layer.HV, layer.V, layer.K, device=dev), True, slots, -1, backend="cuda")
         layer.op("flush")(*layer.cache(), True, slots, -1, backend="cuda")
         layer.op("flush")(*layer.cache(), True, backend="cuda")
         state = layer.checkpoint.clone()

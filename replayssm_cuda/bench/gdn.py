@@ -37,13 +37,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from dataclasses import dataclass
 
 import torch
 
 from . import timing
 from .dims import DimsTable
-from .mamba2 import ACTIVATION_DTYPES, COPIES, STATE_DTYPES, dtype_bytes
+from .mamba2 import ACTIVATION_DTYPES, COPIES, STATE_DTYPES, check_tokens, dtype_bytes
 from .registry import Bench, Case, Family, Measurement, register
 
 # The GDN layers the GPU tests name qwen4b and qwen122b (tests/gpu/test_gdn_cuda.py).
@@ -63,6 +64,11 @@ DEVICE = "cuda"
 # The delta-rule families these set-ups run: GDN (the decay per v-head) and KDA (bench/kda.py: the decay per
 # v-head and key channel, so the gate input a, dt_bias and g_buf have a trailing K dim).
 FAMILIES = ("gdn", "kda")
+
+
+def gate_shape(family: str, K: int) -> tuple:
+    """The trailing shape of a v-head's gate input a, dt_bias and log decay g: () GDN, (K,) KDA."""
+    return (K,) if family == "kda" else ()
 
 
 @dataclass
@@ -89,13 +95,13 @@ class Setup:
 
     @property
     def gate(self) -> tuple:
-        """The trailing shape of a v-head's gate input a, dt_bias and log decay g: () GDN, (K,) KDA."""
-        return (self.K,) if self.family == "kda" else ()
+        """gate_shape of this family and K."""
+        return gate_shape(self.family, self.K)
 
     @property
     def gate_channels(self) -> int:
         """Log decays a v-head has per token (c in the module doc): 1 GDN, K KDA."""
-        return self.K if self.family == "kda" else 1
+        return math.prod(self.gate)
 
     def op(self, name: str):
         """torch.ops.replayssm.<family>_<name>."""
@@ -519,7 +525,7 @@ def _kernel_limit(d, checkpoint_dtype, copy_dtype, act, update=False, family="gd
     def meta(*shape, dtype=torch.float32):
         return torch.empty(shape, dtype=dtype, device="meta")
 
-    gate = (d.K,) if family == "kda" else ()
+    gate = gate_shape(family, d.K)
     checkpoint = meta(1, d.HV, d.V, d.K, dtype=checkpoint_dtype)
     weights = (meta(d.HV), meta(d.HV, *gate))
     if update:
@@ -548,9 +554,14 @@ def cycle_rows(family: str) -> dict:
     return CYCLE_ROWS if family == "gdn" else {k: v for k, v in CYCLE_ROWS.items() if k != "fla"}
 
 
+def default_cycle_rows(family: str) -> list:
+    """The rows a family's cycle plan takes without --rows: DEFAULT_CYCLE_ROWS it offers."""
+    return [k for k in DEFAULT_CYCLE_ROWS if k in cycle_rows(family)]
+
+
 def plan_cycle(args, dims_list, family="gdn"):
     act = ACTIVATION_DTYPES[args.activation_dtype]
-    chosen = args.rows or [k for k in DEFAULT_CYCLE_ROWS if k in cycle_rows(family)]
+    chosen = args.rows or default_cycle_rows(family)
     kinds = [k for k in CYCLE_ROWS if k in chosen and k not in ("update", "fla")]
     cases, notes = [], []
     fla_kinds = []
@@ -639,7 +650,7 @@ def _cycle_arguments(parser, family="gdn"):
     rows = cycle_rows(family)
     fla = ("fla = flash-linear-attention's fused_recurrent with a [V, K] and a [K, V] state (where fla imports; "
            "fp32 state); " if "fla" in rows else "")
-    default = " ".join(k for k in DEFAULT_CYCLE_ROWS if k in rows)
+    default = " ".join(default_cycle_rows(family))
     parser.add_argument("--rows", nargs="+", choices=list(rows), default=None, metavar="ROW",
                         help=f"rows per (dims, batch, copy), of {', '.join(rows)}: {fla}lockstep / staggered = "
                              "whole L-step cycles (mean step); step = every row at w = L/2; fold = every row "
@@ -656,8 +667,8 @@ def _spec_arguments(parser):
 
 def check_args(bench_name: str, args) -> None:
     """Cross-option checks (ValueError naming the option)."""
-    if bench_name == "spec" and not 1 <= args.tokens <= min(16, args.buffer_len):
-        raise ValueError(f"--tokens must be in [1, min(16, --buffer-len={args.buffer_len})], got {args.tokens}")
+    if bench_name == "spec":
+        check_tokens(args)
 
 
 CYCLE_DOC = ("µs per step: the conventional update (the baseline: our gdn_update, state read and written every "

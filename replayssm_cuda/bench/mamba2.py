@@ -602,6 +602,13 @@ def _overhead_arguments(parser):
     parser.add_argument("--loops", type=int, default=21, help="timed loops; the median is reported (default 21)")
 
 
+def check_tokens(args) -> None:
+    """--tokens (draft tokens T) within what the kernels and the buffer take (the spec, overhead and layers
+    benchmarks of every family)."""
+    if not 1 <= args.tokens <= min(16, args.buffer_len):
+        raise ValueError(f"--tokens must be in [1, min(16, --buffer-len={args.buffer_len})], got {args.tokens}")
+
+
 def check_args(bench_name: str, args) -> None:
     """Cross-option checks (ValueError naming the option)."""
     if bench_name == "cycle" and args.stochastic_rounding:
@@ -609,8 +616,7 @@ def check_args(bench_name: str, args) -> None:
         if bad:
             raise ValueError("--stochastic-rounding needs --checkpoint-dtype bfloat16 or float16, got float32")
     if bench_name in ("spec", "overhead"):
-        if not 1 <= args.tokens <= min(16, args.buffer_len):
-            raise ValueError(f"--tokens must be in [1, min(16, --buffer-len={args.buffer_len})], got {args.tokens}")
+        check_tokens(args)
     if bench_name == "overhead" and (args.calls < 1 or args.loops < 1):
         raise ValueError(f"--calls and --loops must be >= 1, got {args.calls} and {args.loops}")
 
