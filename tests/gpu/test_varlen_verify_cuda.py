@@ -1,4 +1,4 @@
-"""verify_varlen on the compiled path (Mamba2Cache and GDNCache with backend="cuda"): flattened drafts
+"""verify_varlen on the compiled path (Mamba2Cache, GDNCache and KDACache with backend="cuda"): flattened drafts
 with cu_seqlens, random per-row counts (a 0 and a max_draft_tokens in every round) and pads in the slot
 list, against the fp64 reference over spec rounds that cross folds; bitwise the compiled dense verify
 of the block it packs; captured once in a CUDA graph and replayed with other cu_seqlens contents,
@@ -11,13 +11,13 @@ that name a slot); the fp32 checkpoint at fp32 rounding after the folds."""
 import pytest
 import torch
 
-from replayssm_cuda import DeltaRuleWeights, GDNCache, Mamba2Cache, Mamba2Weights
+from replayssm_cuda import DeltaRuleWeights, GDNCache, KDACache, Mamba2Cache, Mamba2Weights
 
 DEVICE = "cuda"
 T_MAX = 4
 L = 9            # folds every L - T_MAX + 1 = 6 committed tokens
 OUT_TOL = 8e-3
-STATE_TOL = {"mamba2": 5e-6, "gdn": 1e-5}
+STATE_TOL = {"mamba2": 5e-6, "gdn": 1e-5, "kda": 1e-5}
 
 
 def rel_err(a, b):
@@ -62,6 +62,7 @@ class Mamba2:
 class GDN:
     """One Gated DeltaNet layer (H=2, HV=4, K=V=64): weights, fp64 states, bf16 flattened inputs."""
     name = "gdn"
+    cache_class = GDNCache
     H, HV, K, V = 2, 4, 64, 64
 
     def __init__(self, seed):
@@ -71,7 +72,7 @@ class GDN:
 
     def cache(self, num_slots, backend, dtype=torch.float32, act=torch.bfloat16):
         w = DeltaRuleWeights(A_log=self.A_log.to(DEVICE, dtype), dt_bias=self.dt_bias.to(DEVICE, dtype))
-        return GDNCache(num_slots, self.H, self.HV, self.K, self.V, w, buffer_len=L, max_draft_tokens=T_MAX,
+        return self.cache_class(num_slots, self.H, self.HV, self.K, self.V, w, buffer_len=L, max_draft_tokens=T_MAX,
                         checkpoint_dtype=dtype, activation_dtype=act, device=DEVICE, backend=backend)
 
     def states(self, num_slots):
@@ -91,7 +92,23 @@ class GDN:
         return torch.empty_like(inputs[2])
 
 
-FAMILIES = {"mamba2": Mamba2, "gdn": GDN}
+class KDA(GDN):
+    """One Kimi Delta Attention layer (GDN's dims): the decay per v-head and key channel, so dt_bias (HV, K)
+    and a (total, HV, K)."""
+    name = "kda"
+    cache_class = KDACache
+
+    def __init__(self, seed):
+        super().__init__(seed)
+        self.dt_bias = 0.5 * torch.randn(self.HV, self.K, generator=self.gen)
+
+    def inputs(self, total):
+        q, k, v, _, b = super().inputs(total)
+        a = torch.randn(total, self.HV, self.K, generator=self.gen).to(DEVICE, torch.bfloat16)
+        return [q, k, v, a, b]
+
+
+FAMILIES = {"mamba2": Mamba2, "gdn": GDN, "kda": KDA}
 
 
 def cu_of(counts, dtype=torch.int32):
