@@ -66,8 +66,13 @@ case "$mode" in
     profile "$OUT/ncu_ops_log.txt" "${sections[@]/#/--section=}" --metrics "$metrics" -f -o "$OUT/ncu_ops" \
       -- --calls-out "$OUT/ncu_ops_calls.tsv" "$@"
     ncu -i "$OUT/ncu_ops.ncu-rep" --page raw --csv --print-units base > "$OUT/ncu_ops_raw.csv"
-    ncu -i "$OUT/ncu_ops.ncu-rep" --page raw --csv --print-units base --print-nvtx-rename kernel \
-      > "$OUT/ncu_ops_nvtx.csv"
+    # Each kernel's op: its innermost replayssm range, read from the report with ncu's ncu_report module
+    # (profile_ops.py --report-ranges); where that module is missing, ncu's own renaming export.
+    if ! python3 tools/profile_ops.py --report-ranges "$OUT/ncu_ops.ncu-rep" > "$OUT/ncu_ops_nvtx.csv"; then
+      echo "profile.sh: no ncu_report module: the op names from ncu --print-nvtx-rename kernel" >&2
+      ncu -i "$OUT/ncu_ops.ncu-rep" --page raw --csv --print-units base --print-nvtx-rename kernel \
+        > "$OUT/ncu_ops_nvtx.csv"
+    fi
     if [[ $mode == memory ]]; then
       ncu -i "$OUT/ncu_ops.ncu-rep" --page details > "$OUT/ncu_ops_details.txt"
     fi

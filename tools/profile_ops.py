@@ -29,10 +29,10 @@ the CPU tests check the argument lists).
                                  [--copies none,bf16,fp8]
                                  [--only 'mamba2_step.*fold'] [--calls-out calls.tsv] [--list]
 
-Table: `python3 tools/profile_ops.py --table RAW.csv NVTX.csv [--calls calls.tsv]` reads two exports of
-one report, `ncu -i REPORT --page raw --csv --print-units base` and the same with
-`--print-nvtx-rename kernel` (each kernel then carries its innermost NVTX push/pop range:
-"replayssm::<op>"), joins them on the ID column, names each kernel's call from the launcher's list
+Table: `python3 tools/profile_ops.py --table RAW.csv NVTX.csv [--calls calls.tsv]` reads the report's raw
+export (`ncu -i REPORT --page raw --csv --print-units base`) and its kernels' ranges (NVTX.csv: `--report-ranges
+REPORT`, each kernel named after its innermost push/pop range of the replayssm domain, "replayssm::<op>",
+read with ncu's ncu_report module; or ncu's own `--print-nvtx-rename kernel` export), joins them on the ID column, names each kernel's call from the launcher's list
 (--calls-out) and prints one row per kernel: op, call, kernel, grid, block, time, DRAM bytes, DRAM % of
 peak and GB/s, achieved occupancy, registers per thread, shared memory per CTA (METRICS below).
 """
@@ -297,6 +297,8 @@ def parse_args(argv=None):
     p.add_argument("--list", action="store_true", help="print the calls (op and what) and exit; allocates nothing")
     p.add_argument("--table", nargs=2, metavar=("RAW_CSV", "NVTX_CSV"), help="print the table of two ncu exports")
     p.add_argument("--calls", help="with --table: the launcher's --calls-out file")
+    p.add_argument("--report-ranges", metavar="REPORT", help="print REPORT's kernels named after their replayssm "
+                   "NVTX range, as the CSV --table takes for its names (needs ncu's ncu_report module)")
     args = p.parse_args(argv)
     args.copies = [c.strip() for c in args.copies.split(",") if c.strip()]
     bad = [c for c in args.copies if c not in COPIES]
@@ -425,6 +427,50 @@ def label_calls(ops: list[str], calls: list[tuple[str, str]]) -> list[str]:
     return labels
 
 
+def _import_ncu_report():
+    """Nsight Compute's own Python module for reports (ncu_report, in the install's extras/python)."""
+    import glob
+    import importlib
+    import os
+    import shutil
+
+    ncu = shutil.which("ncu")
+    roots = [os.path.dirname(os.path.realpath(ncu))] if ncu else []
+    roots += sorted(glob.glob("/usr/local/cuda*/nsight-compute*")) + sorted(glob.glob("/opt/nvidia/nsight-compute/*"))
+    for root in roots:
+        path = os.path.join(root, "extras", "python")
+        if os.path.isfile(os.path.join(path, "ncu_report.py")):
+            sys.path.insert(0, path)
+            return importlib.import_module("ncu_report")
+    raise ImportError(f"no ncu_report.py under <ncu install>/extras/python (looked in {roots})")
+
+
+def report_ranges(report_path: str) -> str:
+    """The report's kernels as the CSV that kernel_table takes for its names ("ID", "Kernel Name"): each
+    kernel named after its innermost push/pop range of the replayssm domain ("replayssm::<op>"), or its
+    own name outside one, in the report's order (the ID column of its raw export). Read with ncu_report:
+    ncu's --print-nvtx-rename gave every kernel its own name back for our domain's registered strings."""
+    ncu_report = _import_ncu_report()
+    context = ncu_report.load_report(report_path)
+    out = io.StringIO()
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(["ID", "Kernel Name"])
+    index = 0
+    for r in range(context.num_ranges()):
+        workloads = context.range_by_idx(r)
+        for a in range(workloads.num_actions()):
+            action = workloads.action_by_idx(a)
+            name, state = action.name(), action.nvtx_state()
+            for domain_id in state.domains():
+                domain = state.domain_by_id(domain_id)
+                ranges = list(domain.push_pop_ranges()) if domain.name() == "replayssm" else []
+                if ranges:
+                    name = ranges[-1]   # the list runs from the outermost range in
+            writer.writerow([str(index), name])
+            index += 1
+    return out.getvalue()
+
+
 def kernel_table(raw_text: str, nvtx_text: str, calls: list[tuple[str, str]] | None = None) -> list[dict]:
     raw = read_ncu_csv(raw_text)
     renamed = {r["ID"][0]: r["Kernel Name"][0] for r in read_ncu_csv(nvtx_text)}
@@ -474,6 +520,9 @@ def format_table(table: list[dict]) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.report_ranges:
+        sys.stdout.write(report_ranges(args.report_ranges))
+        return 0
     if args.table:
         calls = None
         if args.calls:
@@ -483,8 +532,8 @@ def main(argv=None) -> int:
         table = kernel_table(raw, nvtx, calls)
         print(format_table(table))
         if table and all(row["op"] == "-" for row in table):
-            print("no kernel carries a replayssm:: NVTX range: was the report taken with --nvtx and the "
-                  "second export made with --print-nvtx-rename kernel?", file=sys.stderr)
+            print("no kernel carries a replayssm:: NVTX range: was the report taken with --nvtx, and the names "
+                  "made with --report-ranges?", file=sys.stderr)
         return 0
     return launch(args)
 
