@@ -88,6 +88,7 @@ _FALLBACK_CAPABILITIES = {
         "checkpoint_read_copy": _REPLAY_PAIRS,
         "max_buffer_len": 64,
         "max_draft_tokens": 16,
+        "fold_max_buffer_len": [],
     },
     "kda": {
         "ops": [],
@@ -97,6 +98,8 @@ _FALLBACK_CAPABILITIES = {
         "checkpoint_read_copy": _REPLAY_PAIRS,
         "max_buffer_len": 64,
         "max_draft_tokens": 16,
+        # [V, K, checkpoint dtype, L]: the fold takes at most L entries there (its per-channel decays).
+        "fold_max_buffer_len": [[128, 128, "float32", 63]],
     },
     "cache": {"ops": [], "checkpoint_dtypes": ["float32", "bfloat16", "float16"],
               "read_copy_dtypes": ["bfloat16", "float16", "float8_e4m3fn"], "read_copy_max_cols": 256,
@@ -135,9 +138,10 @@ def capabilities() -> dict:
     checkpoint's two last dims: [P, N] for Mamba-2, [V, K] for GDN and KDA), "activation_dtypes",
     "update_checkpoint_dtypes", "checkpoint_read_copy", "max_buffer_len", "max_draft_tokens"}, "cache":
     {"ops", "checkpoint_dtypes" (make_read_copy's and load's), "read_copy_dtypes", "read_copy_max_cols",
-    "copy_slots_max_pairs"}}. KDA runs GDN's kernels (the decay per key channel): the same shapes and
-    dtypes, its own op list. Every "ops" list is empty without the compiled extension. A fresh copy on
-    each call."""
+    "copy_slots_max_pairs"}}; "gdn" and "kda" add "fold_max_buffer_len", [V, K, checkpoint dtype, L] rows
+    where commit, flush and materialize take at most L < max_buffer_len entries. KDA runs GDN's kernels
+    (the decay per key channel): the same shapes and dtypes, its own op list and fold limits. Every "ops"
+    list is empty without the compiled extension. A fresh copy on each call."""
     return copy.deepcopy(_CAPABILITIES)
 
 

@@ -52,6 +52,9 @@ class KernelTable:
         self.checkpoint_dtypes = frozenset(ck for ck, _ in self.checkpoint_read_copy)
         self.max_buffer_len = entry.get("max_buffer_len", 0)
         self.max_draft_tokens = entry.get("max_draft_tokens", 0)   # verify's T and the snapshot ops' tokens
+        # GDN / KDA: {(V, K, checkpoint dtype): L} where the fold takes fewer than max_buffer_len entries.
+        self.fold_max_buffer_len = {(V, K, getattr(torch, ck)): L
+                                    for V, K, ck, L in entry.get("fold_max_buffer_len", ())}
 
     def limit(self, dims_text: str, dims: tuple, checkpoint_dtype, read_copy_dtype, activation_dtype, *,
               update=False) -> str | None:
@@ -349,11 +352,6 @@ def _materialize_limit(checkpoint, x_buf, dt_buf, out):
 # Gated DeltaNet (family "gdn") and KDA (family "kda")
 # --------------------------------------------------------------------------------------------------
 
-# KDA's fold CTA (families/gdn/fold.cuh, kVectorGate) holds a float32 128 x 128 checkpoint tile and the
-# workspace with the window's (L, K) log decays: at L = 64 that is more than an SM's 227 KB.
-_KDA_FP32_FOLD_MAX_BUFFER_LEN = 63
-
-
 def gdn_limit(V, K, checkpoint_dtype, read_copy_dtype, activation_dtype, *, update=False,
               family: str = "gdn") -> str | None:
     """Why the compiled GDN kernels (family "kda": KDA's, the same kernels with the decay per key
@@ -380,11 +378,15 @@ def gdn_kernel_limit(checkpoint, read_copy, activations, *, buffers=(), weights=
             return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"
     if buffers and buffers[0].shape[2] > kernels.max_buffer_len:
         return f"buffer_len = {buffers[0].shape[2]} exceeds the compiled kernels' {kernels.max_buffer_len}"
-    if (family == "kda" and buffers and checkpoint.dtype == torch.float32 and tuple(checkpoint.shape[2:]) == (128, 128)
-            and buffers[0].shape[2] > _KDA_FP32_FOLD_MAX_BUFFER_LEN):
-        return (f"KDA's fold keeps the window's per-channel decays in shared memory: with a float32 checkpoint of "
-                f"(head_v_dim, head_k_dim) = (128, 128) buffer_len must be <= {_KDA_FP32_FOLD_MAX_BUFFER_LEN}, got "
-                f"{buffers[0].shape[2]}")
+    # KDA's fold keeps the window's (L, K) log decays beside a checkpoint tile in a CTA's shared memory
+    # (capabilities()["kda"]["fold_max_buffer_len"]). The C++ refuses only the fold's ops (commit, flush,
+    # materialize); the step and verify of such a cache go to the reference too, so that its ops run on one path.
+    fold_max = kernels.fold_max_buffer_len.get((*checkpoint.shape[2:], checkpoint.dtype))
+    if buffers and fold_max is not None and buffers[0].shape[2] > fold_max:
+        V, K = checkpoint.shape[2:]
+        return (f"KDA's fold keeps the window's per-channel decays in shared memory: with a "
+                f"{_dtype_text(checkpoint.dtype)} checkpoint of (head_v_dim, head_k_dim) = ({V}, {K}) buffer_len "
+                f"must be <= {fold_max}, got {buffers[0].shape[2]}")
     for name, t in zip(("A_log", "dt_bias"), weights):
         if t.dtype != torch.float32:
             return f"a {_dtype_text(t.dtype)} {name} has no compiled kernel (float32)"

@@ -55,6 +55,8 @@ def test_capabilities_without_the_extension_list_no_op():
         assert all(entry["ops"] == [] for entry in caps.values())
     assert [80, 128] in caps["mamba2"]["shapes"] and caps["cache"]["copy_slots_max_pairs"] > 0
     assert [128, 64] in caps["gdn"]["shapes"] and "float32" in caps["cache"]["checkpoint_dtypes"]
+    # KDA's fold keeps the window's decays per key channel: a float32 128 x 128 checkpoint folds L <= 63.
+    assert caps["kda"]["fold_max_buffer_len"] == [[128, 128, "float32", 63]] and caps["gdn"]["fold_max_buffer_len"] == []
     caps["mamba2"]["shapes"].clear()                       # a copy: the table inside stays
     assert capabilities()["mamba2"]["shapes"]
 

@@ -45,6 +45,6 @@ inline pybind11::dict variants_capabilities(const VariantsTable& variants, bool 
 
 pybind11::dict mamba2_capabilities();
 pybind11::dict gdn_capabilities();
-pybind11::dict kda_capabilities();  // GDN's kernels with the decay per key channel: gdn's facts
+pybind11::dict kda_capabilities();  // GDN's kernels with the decay per key channel: gdn's facts, its own fold limits
 
 }  // namespace replayssm

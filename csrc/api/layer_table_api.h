@@ -38,7 +38,12 @@ inline uint64_t fnv(uint64_t h, uint64_t v) {
 
 // Checks that every list holds one tensor per layer (or none, for the optional ones) and that every
 // layer's tensors have layer 0's shapes, strides, dtypes and device; returns the fingerprint of all of
-// them (pointers included) and sets num_layers (the first list's length).
+// them and sets num_layers (the first list's length). The fingerprint hashes every tensor's pointer but
+// the dtype, shape and strides of layer 0's only: the checks above make every other layer's equal to
+// them, so these inputs still determine every tensor's pointer, dtype, shape and strides, and a table
+// built for other tensors still gets another fingerprint (its builder hashes the same way). It runs on
+// every layered call: hashing every layer's shapes and strides too took ~24 us of host time a call at
+// 40 layers x 11 lists, the pointers alone take under 1 us beside the checks' ~6.
 inline uint64_t check_layers(const char* op, const std::vector<LayerList>& lists, int64_t& num_layers) {
   num_layers = static_cast<int64_t>(lists.front().tensors.size());
   TORCH_CHECK(num_layers >= 1 && num_layers <= 65535, checks::cat(op, ": ", lists.front().name, " must hold one tensor per layer, 1 to 65535 layers, got ", num_layers));
@@ -58,6 +63,7 @@ inline uint64_t check_layers(const char* op, const std::vector<LayerList>& lists
         TORCH_CHECK(t.device() == t0.device(), checks::cat(op, ": layer ", i, "'s ", f.name, " must be on layer 0's device ", t0.device().str(), ", got ", t.device().str()));
       }
       h = fnv(h, reinterpret_cast<uint64_t>(t.data_ptr()));
+      if (i > 0) continue;
       h = fnv(h, static_cast<uint64_t>(t.scalar_type()));
       for (int64_t d = 0; d < t.dim(); ++d) h = fnv(fnv(h, static_cast<uint64_t>(t.size(d))), static_cast<uint64_t>(t.stride(d)));
     }

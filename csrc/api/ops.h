@@ -234,38 +234,6 @@ void mamba2_update_snapshots(const at::Tensor& state, const at::Tensor& x, const
                              const std::optional<at::Tensor>& z, const std::optional<at::Tensor>& dt_bias,
                              bool dt_softplus, const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
 
-void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
-                const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
-
-void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
-                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
-                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-                          int64_t pad_slot_id);
-
-// KDA's conventional ops (families/gdn/ops_api.cpp): gdn_update / gdn_update_snapshots with a
-// (batch, [T,] HV, K) and dt_bias (HV, K), the decay per key channel.
-void kda_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
-                const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
-
-void kda_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
-                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
-                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-                          int64_t pad_slot_id);
-
-void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
-              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush);
-
 void load(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
           const std::optional<at::Tensor>& read_scale, const at::Tensor& num_committed, const at::Tensor& states,
           const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
@@ -290,75 +258,57 @@ void fill_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table
 void copy_slots_table(at::TensorList cache_tensors, const at::Tensor& slot_table, const at::Tensor& src_slots,
                       const at::Tensor& dst_slots, int64_t pad_slot_id);
 
-// Gated DeltaNet speculative ops (families/gdn/spec_api.cpp). commit and flush read the buffers (the
-// fold recomputes u in registers and shared memory, never into u_buf) and write the checkpoint, the
-// read copy and the cursors.
-void gdn_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,
-                const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
-                const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale,
-                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
-                const std::optional<at::Tensor>& error_word);
-
-void gdn_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& num_accepted,
-                int64_t max_draft_tokens, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-                int64_t pad_slot_id, const std::optional<at::Tensor>& error_word);
-
-void gdn_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-               const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-               const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-               const at::Tensor& num_committed, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-               int64_t pad_slot_id);
-
-void gdn_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,
-                     const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                     const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
-                     const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
-
-// KDA's step: gdn_step's kernel with the decay per key channel (GdnGate::kVector); a (batch, HV, K),
-// dt_bias (HV, K), g_buf (slots, HV, L, K).
-void kda_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
-              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush);
-
-// KDA's verify: gdn_verify's kernel with the decay per key channel (GdnGate::kVector).
-void kda_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,
-                const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,
-                const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out, std::optional<double> scale,
-                bool use_qk_l2norm, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,
-                const std::optional<at::Tensor>& error_word);
-
-// KDA's fold ops: GDN's fold kernel with the decay per key channel (GdnGate::kVector); g_buf (slots, HV,
-// L, K). Arguments as gdn_commit / gdn_flush / gdn_materialize.
-void kda_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-                const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-                const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& num_accepted,
-                int64_t max_draft_tokens, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-                int64_t pad_slot_id, const std::optional<at::Tensor>& error_word);
-
-void kda_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-               const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-               const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-               const at::Tensor& num_committed, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-               int64_t pad_slot_id);
-
-void kda_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,
-                     const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-                     const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,
-                     const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+// Gated DeltaNet (gdn_*) and KDA (kda_*): one set of ops per family, with the same signatures
+// (families/gdn/ops_api.cpp: update, update_snapshots, step; families/gdn/spec_api.cpp: verify, commit,
+// flush, materialize). KDA runs GDN's kernels with the decay per key channel (GdnGate::kVector): its a is
+// (batch, [T,] HV, K), dt_bias (HV, K) and g_buf (slots, HV, L, K). commit and flush read the buffers (the
+// fold recomputes u in registers and shared memory, never into u_buf) and write the checkpoint, the read
+// copy and the cursors.
+#define REPLAYSSM_DELTA_OPS_DECLARE(family)                                                                           \
+  void family##_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,        \
+                       const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,   \
+                       const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,                         \
+                       const std::optional<at::Tensor>& slots, int64_t pad_slot_id);                                   \
+  void family##_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k,                   \
+                                 const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,                       \
+                                 const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out,           \
+                                 const at::Tensor& snapshots, std::optional<double> scale, bool use_qk_l2norm,        \
+                                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id);                        \
+  void family##_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                        \
+                     const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,   \
+                     const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,                    \
+                     const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,  \
+                     const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,    \
+                     const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,                          \
+                     int64_t max_draft_tokens, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,           \
+                     bool staggered_flush);                                                                           \
+  void family##_verify(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                      \
+                       const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf, \
+                       const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,                  \
+                       const at::Tensor& num_committed, const at::Tensor& num_verified, const at::Tensor& q,          \
+                       const at::Tensor& k, const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,            \
+                       const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out,                     \
+                       std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,       \
+                       int64_t pad_slot_id, const std::optional<at::Tensor>& error_word);                             \
+  void family##_commit(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                      \
+                       const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf, \
+                       const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,                  \
+                       const at::Tensor& num_committed, const at::Tensor& num_verified,                               \
+                       const at::Tensor& num_accepted, int64_t max_draft_tokens, bool use_qk_l2norm,                  \
+                       const std::optional<at::Tensor>& slots, int64_t pad_slot_id,                                   \
+                       const std::optional<at::Tensor>& error_word);                                                  \
+  void family##_flush(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                       \
+                      const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,  \
+                      const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,                   \
+                      const at::Tensor& num_committed, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,    \
+                      int64_t pad_slot_id);                                                                           \
+  void family##_materialize(const at::Tensor& checkpoint, const at::Tensor& k_buf, const at::Tensor& v_buf,           \
+                            const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,             \
+                            const at::Tensor& num_committed, const at::Tensor& out, bool use_qk_l2norm,               \
+                            const std::optional<at::Tensor>& slots, int64_t pad_slot_id);
+REPLAYSSM_DELTA_OPS_DECLARE(gdn)
+REPLAYSSM_DELTA_OPS_DECLARE(kda)
+#undef REPLAYSSM_DELTA_OPS_DECLARE
 
 // Every GDN layer of a model in one launch each (families/gdn/spec_api.cpp; replayssm_cuda.LayerCaches):
 // gdn_layer_table (not an op; _C.gdn_layer_table) builds, once, the device table of the layers' pointers

@@ -168,27 +168,37 @@ Mamba2UpdatePlan plan_mamba2_update(const Mamba2UpdateProblem& problem, int stag
   return plan;
 }
 
+// Under the staggered-flush hint a step lasts as long as its folding CTAs, which larger CTAs make
+// longer: the base rule at four waves and none of the refinements, whatever the replay.
+// step_staggered_heads_per_cta: the hint's block chosen by hand, the lock-step launches left to the rules.
+int mamba2_staggered_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, int sm_count,
+                                   const LaunchOverrides& overrides) {
+  if (overrides.step_staggered_heads_per_cta > 0 && overrides.step_heads_per_cta <= 0) {
+    return largest_divisor_at_most(heads / groups, overrides.step_staggered_heads_per_cta);
+  }
+  return mamba2_heads_per_cta(batch, heads, groups, ctas_per_sm, sm_count, HeadsRules{}, overrides.step_heads_per_cta);
+}
+
 // The step: the heads-per-CTA rules that fit its kernel, then two-group CTAs, the order pass and the
-// fold split. Waves: the tensor-core replay's set-up is the larger part of a CTA at batch 32-128, so two
-// waves of larger CTAs beat four of smaller ones; under the staggered-flush hint a step lasts as long as
-// its folding CTAs, which larger CTAs make longer, so four (as on CUDA cores).
+// fold split. Waves in lock-step: the tensor-core replay's set-up is the larger part of a CTA at batch
+// 32-128, so two waves of larger CTAs beat four of smaller ones (four on CUDA cores).
 Mamba2StepPlan plan_mamba2_step(const Mamba2StepProblem& problem, int ctas_per_sm, const DeviceInfo& device,
                                 const LaunchOverrides& overrides) {
   const bool hint = problem.staggered_flush;
   const bool copy = problem.read_copy != ReadCopyKind::kNone;
   const bool tf32_replay = problem.fp32_checkpoint && !copy;  // the fp32 checkpoint's tensor-core replay
   const bool copy16 = problem.read_copy == ReadCopyKind::k16Bit && problem.tensor_replay && problem.fp32_checkpoint;
-  HeadsRules rules;
-  rules.waves = problem.tensor_replay && !hint ? 2 : 4;
-  rules.one_wave = !hint;
-  rules.full_waves = !problem.tensor_replay && !hint;
-  rules.fill_last_wave = tf32_replay && !hint;
-  rules.half_below_four_waves = copy16 && !hint;
   Mamba2StepPlan plan;
-  // step_staggered_heads_per_cta: the hint's block chosen by hand, the lock-step launches left to the rules.
-  if (hint && overrides.step_staggered_heads_per_cta > 0 && overrides.step_heads_per_cta <= 0) {
-    plan.heads_per_cta = largest_divisor_at_most(problem.heads / problem.groups, overrides.step_staggered_heads_per_cta);
+  if (hint) {
+    plan.heads_per_cta = mamba2_staggered_heads_per_cta(problem.batch, problem.heads, problem.groups, ctas_per_sm,
+                                                        device.sm_count, overrides);
   } else {
+    HeadsRules rules;
+    rules.waves = problem.tensor_replay ? 2 : 4;
+    rules.one_wave = true;
+    rules.full_waves = !problem.tensor_replay;
+    rules.fill_last_wave = tf32_replay;
+    rules.half_below_four_waves = copy16;
     plan.heads_per_cta = mamba2_heads_per_cta(problem.batch, problem.heads, problem.groups, ctas_per_sm,
                                               device.sm_count, rules, overrides.step_heads_per_cta);
   }

@@ -33,6 +33,12 @@ struct HeadsRules {
 int mamba2_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, int sm_count,
                          const HeadsRules& rules, int forced);
 
+// Heads per CTA of the step under the staggered-flush hint (before any fold split): the base rule at four
+// waves, or step_staggered_heads_per_cta's block where that override is set (and step_heads_per_cta is
+// not). plan_mamba2_step takes it, and mamba2_fold_split starts from it.
+int mamba2_staggered_heads_per_cta(int64_t batch, int heads, int groups, int ctas_per_sm, int sm_count,
+                                   const LaunchOverrides& overrides);
+
 // Whether the tensor-core step with a read copy runs CTAs of two whole groups; `by_rule`: the copy is
 // fp8 (the only one the rule takes).
 bool mamba2_two_group_ctas(int64_t batch, int groups, int ctas_per_sm, int sm_count, bool by_rule,

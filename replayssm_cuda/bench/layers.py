@@ -6,12 +6,13 @@ and the cursor kernel).
 A model of --layers layers (default 40; Mamba-2 super120b@tp4: H=32 P=64 N=128 G=2, GDN qwen122b@tp4:
 H=4 HV=16 K=V=128), --slots slots (default 512), fp32 checkpoints with the --copies read copy, buffer_len
 L, T = --tokens draft tokens, staggered_flush. Each op runs on `batch` rows on distinct random slots,
-captured in a CUDA graph (µs per call, median of replays); before each replay, outside the timed region,
-the cursors are put back at random positions in [0, L - T] with a pending verify of T entries in every
-slot, so commit and flush fold what a serving step folds. GB/s: the bytes the op must move over all
-layers (reset: every byte of the rows' slots written; copy_slots: read and written; materialize: the
-checkpoint rows read and the fp32 states written); commit and flush have none (what they move follows
-the cursors). LayerCaches.load runs the per-layer loads on both paths, so it is not timed here.
+captured in a CUDA graph (µs per call, median of replays; --kernel-times: also each kernel's GPU time per
+call); before each replay, outside the timed region, the cursors are put back at random positions in
+[0, L - T] with a pending verify of T entries in every slot, so commit and flush fold what a serving step
+folds. GB/s: the bytes the op must move over all layers (reset: every byte of the rows' slots written;
+copy_slots: read and written; materialize: the checkpoint rows read and the fp32 states written); commit
+and flush have none (what they move follows the cursors). LayerCaches.load runs the per-layer loads on
+both paths, so it is not timed here.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class Model:
             raise RuntimeError(f"bench {family} layers: this build does not run LayerCaches in one launch "
                                f"({self.layers!r})")
         self.slots, self.L, self.T = slots, L, T
-        self.slot_bytes = sum(c.bytes_per_slot()["total"] for c in self.caches)
+        self.device = self.caches[0].device
 
     def restore(self, gen_cursors: torch.Tensor):
         """Cursors at the drawn positions and a pending verify of T entries in every slot, every layer."""
@@ -79,15 +80,29 @@ class Model:
             c.num_verified.fill_(self.T)
 
 
+def op_bytes(op: str, caches, batch: int) -> float | None:
+    """The bytes `op` must move on `batch` rows of every cache in `caches` (the byte model above); None for
+    commit and flush."""
+    slot_bytes = sum(c.bytes_per_slot()["total"] for c in caches)
+    ck = caches[0].checkpoint
+    if op == "reset":
+        return batch * slot_bytes
+    if op == "copy_slots":
+        return 2 * batch * slot_bytes
+    if op == "materialize":
+        return batch * len(caches) * ck[0].numel() * (ck.element_size() + 4)
+    return None
+
+
 def measure(model: Model, op: str, path: str, batch: int) -> Measurement:
-    m, caches, layers = model, model.caches, model.layers
-    perm = torch.randperm(m.slots, device="cuda")
+    m, caches, layers, dev = model, model.caches, model.layers, model.device
+    perm = torch.randperm(m.slots, device=dev)
     slots, dst = perm[:batch].clone(), perm[batch:2 * batch].clone() if 2 * batch <= m.slots else perm[:batch].clone()
-    accepted = torch.randint(1, m.T + 1, (batch,), device="cuda", dtype=torch.int32)
-    cursors = torch.randint(0, m.L - m.T + 1, (m.slots,), device="cuda", dtype=torch.int32)
+    accepted = torch.randint(1, m.T + 1, (batch,), device=dev, dtype=torch.int32)
+    cursors = torch.randint(0, m.L - m.T + 1, (m.slots,), device=dev, dtype=torch.int32)
     first = caches[0]
     # materialize's output only (fp32 states of every layer's rows: 10 GiB at 40 layers x 256 rows of 1 MiB).
-    states = (torch.zeros(len(caches), batch, *first.checkpoint.shape[1:], device="cuda") if op == "materialize"
+    states = (torch.zeros(len(caches), batch, *first.checkpoint.shape[1:], device=dev) if op == "materialize"
               else None)
     one = path == "one launch"
     calls = {
@@ -100,12 +115,8 @@ def measure(model: Model, op: str, path: str, batch: int) -> Measurement:
         "materialize": ((lambda: layers.materialize(slots, out=states)) if one
                         else (lambda: [c.materialize(slots, out=states[i]) for i, c in enumerate(caches)])),
     }
-    seconds = timing.time_graph(calls[op], before_replay=lambda: model.restore(cursors))
-    ck, state = first.checkpoint, first.checkpoint[0].numel()
-    per_layer = {"reset": m.slot_bytes / len(caches), "copy_slots": 2 * m.slot_bytes / len(caches),
-                 "materialize": state * (ck.element_size() + 4)}
-    nbytes = per_layer[op] * batch * len(caches) if op in per_layer else None
-    return Measurement(seconds, nbytes)
+    seconds, kernels = timing.timed(calls[op], 1, before_replay=lambda: model.restore(cursors))
+    return Measurement(seconds, op_bytes(op, caches, batch), kernels=kernels)
 
 
 @functools.lru_cache(maxsize=1)  # one model at a time: 40 layers of 512 slots are tens of GB

@@ -26,10 +26,15 @@ def test_capabilities_lists_every_compiled_op_once():
                                                                       "commit", "flush", "materialize",
                                                                       "commit_layers", "flush_layers",
                                                                       "materialize_layers"))
-    # KDA runs GDN's kernels: the same facts, its own ops (no layered ones: KDA has no layer table).
+    # KDA runs GDN's kernels: the same facts, its own ops (no layered ones: KDA has no layer table) and fold
+    # limits (its fold keeps the window's decays per key channel: a float32 128 x 128 checkpoint takes L <= 63).
     assert sorted(caps["kda"]["ops"]) == sorted(f"kda_{op}" for op in ("update", "update_snapshots", "step", "verify",
                                                                       "commit", "flush", "materialize"))
-    assert {k: v for k, v in caps["kda"].items() if k != "ops"} == {k: v for k, v in caps["gdn"].items() if k != "ops"}
+    own = ("ops", "fold_max_buffer_len")
+    facts = {family: {k: v for k, v in caps[family].items() if k not in own} for family in ("gdn", "kda")}
+    assert facts["kda"] == facts["gdn"]
+    assert caps["gdn"]["fold_max_buffer_len"] == []
+    assert caps["kda"]["fold_max_buffer_len"] == [[128, 128, "float32", 63]]
 
 
 def test_mamba2_capabilities():

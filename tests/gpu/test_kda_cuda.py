@@ -721,3 +721,38 @@ def test_replay_ops_name_a_gdn_shaped_g_buf():
         op("kda_step")(*args, *tok, A_log, dt_bias, out, None, True, 1, None, -1, False)
     with pytest.raises(RuntimeError, match=rf"kda_flush: g_buf must have shape {shape}"):
         op("kda_flush")(*args, True, None, -1)
+
+
+# The fold's ring stage (a 64 KB float32 tile) and its workspace with the window's (L, K) log decays pass a
+# CTA's 227 KB at L = 64 (gdn_fold_max_buffer_len, families/gdn/params.h): commit, flush and materialize
+# refuse that buffer by name, and capabilities() lists the limit. The step's fused fold keeps no tile
+# beside its workspace: it runs and folds at L = 64; at L = 63 the fold runs.
+def test_fold_refuses_a_buffer_a_float32_kimi_checkpoint_cannot_fold():
+    assert [128, 128, "float32", 63] in ops._extension.capabilities()["kda"]["fold_max_buffer_len"]
+    layer = Layer(KIMI, seed=17)
+    cache = Cache(layer, 4, 64)
+    want = (r"the buffer length L \(k_buf.size\(2\)\) must be <= 63 with a float32 checkpoint of "
+            r"\(head_v_dim, head_k_dim\) = \(128, 128\) .*got 64")
+    accepted = torch.zeros(4, dtype=torch.int32, device=DEV)
+    with pytest.raises(RuntimeError, match="kda_commit: " + want):
+        op("kda_commit")(*cache.args(), cache.num_verified, accepted, 1, True, None, -1, None)
+    with pytest.raises(RuntimeError, match="kda_flush: " + want):
+        op("kda_flush")(*cache.args(), True, None, -1)
+    state = torch.empty(4, layer.HV, layer.V, layer.K, device=DEV)
+    with pytest.raises(RuntimeError, match="kda_materialize: " + want):
+        op("kda_materialize")(cache.checkpoint, cache.k_buf, cache.v_buf, cache.g_buf, cache.beta_buf, cache.u_buf,
+                              cache.num_committed, state, True, None, -1)
+    start = torch.tensor([62, 63, 10, 0], dtype=torch.int32, device=DEV)   # neutral (zero) entries below
+    cache.num_committed.copy_(start)
+    cache.ref_nc.copy_(start)
+    slots = torch.arange(4, dtype=torch.int32, device=DEV)
+    for step in range(3):
+        step_and_compare(cache, layer.tokens(4), slots, [0, 1, 2, 3], f"at step {step} of L = 64")
+    assert int(cache.num_committed[0]) < 62 and int(cache.num_committed[1]) < 63, "rows 0 and 1 folded"
+    short = Cache(layer, 2, 63)
+    short.num_committed.fill_(5)
+    short.ref_nc.fill_(5)
+    op("kda_flush")(*short.args(), True, None, -1)
+    reference.delta_flush(*short.ref[:8], short.ref_nc, True, None, -1)
+    assert int(short.num_committed.abs().sum()) == 0
+    short.check_state("after a flush at L = 63")

@@ -40,7 +40,6 @@
 
 #include "launch/gdn_policy.h"
 #include "launch/mamba2_policy.h"
-#include "launch/waves.h"
 #include "launch/pdl.h"
 
 using namespace replayssm::launch;
@@ -122,12 +121,8 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     long long batch;
     int heads, groups, buffer_len, ctas;
     in >> batch >> heads >> groups >> buffer_len >> ctas;
-    // The hint's launch the split starts from: the base rule at 4 waves (plan_mamba2_step under the hint),
-    // or the block step_staggered_heads_per_cta sets.
-    const int hint_heads =
-        overrides.step_staggered_heads_per_cta > 0 && overrides.step_heads_per_cta <= 0
-            ? largest_divisor_at_most(heads / groups, overrides.step_staggered_heads_per_cta)
-            : mamba2_heads_per_cta(batch, heads, groups, ctas, device.sm_count, HeadsRules{}, overrides.step_heads_per_cta);
+    // The hint's launch the split starts from, as plan_mamba2_step takes it.
+    const int hint_heads = mamba2_staggered_heads_per_cta(batch, heads, groups, ctas, device.sm_count, overrides);
     const FoldSplit s = mamba2_fold_split(batch, heads, groups, buffer_len, ctas, device.sm_count, hint_heads, overrides);
     return std::to_string(s.heads_per_cta) + " " + std::to_string(s.split) + " " + std::to_string(s.rows);
   }

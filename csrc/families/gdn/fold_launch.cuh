@@ -21,6 +21,14 @@ cudaError_t launch_fold_kernel(const GdnParams& p, const LayerTableArgs* layers,
                     : reinterpret_cast<const void*>(fold_layers_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>);
   using Layout = FoldLayout<kK, kV, kCkpt, kVectorGate>;
   static_assert(Layout::kMaxStages <= launch::kMaxRingStages, "the plan's ring table holds the compiled depth");
+  // The API refuses a buffer longer than gdn_fold_max_buffer_len (params.h): one ring stage must fit
+  // the 227 KB a CTA may opt in to on sm_90 and sm_100 at that length and, where it is below
+  // kGdnMaxBufferLen, not at one entry more (else the limit would refuse buffers the kernel takes).
+  constexpr int kMaxL = gdn_fold_max_buffer_len(kVectorGate ? GdnGate::kVector : GdnGate::kScalar, kK, kV, kCkpt);
+  constexpr size_t kOptinBytes = 227 * 1024;
+  static_assert(Layout::bytes(1, kMaxL) + Layout::kStaticBytes <= kOptinBytes &&
+                    (kMaxL == kGdnMaxBufferLen || Layout::bytes(1, kMaxL + 1) + Layout::kStaticBytes > kOptinBytes),
+                "gdn_fold_max_buffer_len is the longest buffer one ring stage of the fold fits");
   launch::DeviceInfo device;
   cudaError_t err = current_device_info(&device);
   if (err != cudaSuccess) return err;

@@ -1,7 +1,7 @@
 // torch.ops.replayssm.gdn_update / gdn_update_snapshots / gdn_step and KDA's kda_update /
-// kda_update_snapshots (the same kernels with the decay per key channel, GdnGate::kVector): validate,
-// fill GdnParams, launch on the current stream. Tensor tables and math: families/gdn/params.h and the kernels (update.cu,
-// snapshots.cu, step_kernel.cuh). No allocation and no host synchronisation, so all are safe under
+// kda_update_snapshots / kda_step (the same kernels with the decay per key channel, GdnGate::kVector):
+// validate, fill GdnParams, launch on the current stream. Tensor tables and math: families/gdn/params.h
+// and the kernels (update.cu, snapshots.cu, step_kernel.cuh). No allocation and no host synchronisation, so all are safe under
 // CUDA-graph capture.
 #include <optional>
 #include <string>
@@ -96,51 +96,13 @@ void update_snapshots(const char* op, GdnGate gate, const at::Tensor& state, con
   launch_checked(op, state, launch_gdn_update_snapshots, p);
 }
 
-}  // namespace
-
-void gdn_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
-                const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
-  update("gdn_update", GdnGate::kScalar, state, q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, slots,
-         pad_slot_id);
-}
-
-void gdn_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
-                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
-                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-                          int64_t pad_slot_id) {
-  update_snapshots("gdn_update_snapshots", GdnGate::kScalar, state, q, k, v, a, b, A_log, dt_bias, out, snapshots,
-                   scale, use_qk_l2norm, slots, pad_slot_id);
-}
-
-void kda_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-                const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,
-                const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {
-  update("kda_update", GdnGate::kVector, state, q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, slots,
-         pad_slot_id);
-}
-
-void kda_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log,
-                          const at::Tensor& dt_bias, const at::Tensor& out, const at::Tensor& snapshots,
-                          std::optional<double> scale, bool use_qk_l2norm, const std::optional<at::Tensor>& slots,
-                          int64_t pad_slot_id) {
-  update_snapshots("kda_update_snapshots", GdnGate::kVector, state, q, k, v, a, b, A_log, dt_bias, out, snapshots,
-                   scale, use_qk_l2norm, slots, pad_slot_id);
-}
-
-namespace {
-
 void step(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
-              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush) {
+          const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
+          const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
+          const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+          const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
+          const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
+          const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush) {
   const Expect expect{op, checkpoint, "checkpoint"};
   GdnParams p{};
   const int64_t H = gdn_api::fill_cache(p.cache, expect, op, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf,
@@ -161,28 +123,38 @@ void step(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std:
 
 }  // namespace
 
-void gdn_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
-              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush) {
-  step("gdn_step", GdnGate::kScalar, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-       q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, max_draft_tokens, slots, pad_slot_id,
-       staggered_flush);
-}
+// The ops of one family (api/ops.h): GDN's scalar gate or KDA's vector gate, the op named in messages.
+#define REPLAYSSM_UPDATE_STEP_OPS(family, gate)                                                                      \
+  void family##_update(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,       \
+                       const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,  \
+                       const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,                        \
+                       const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {                                 \
+    update(#family "_update", gate, state, q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, slots,          \
+           pad_slot_id);                                                                                              \
+  }                                                                                                                   \
+  void family##_update_snapshots(const at::Tensor& state, const at::Tensor& q, const at::Tensor& k,                  \
+                                 const at::Tensor& v, const at::Tensor& a, const at::Tensor& b,                      \
+                                 const at::Tensor& A_log, const at::Tensor& dt_bias, const at::Tensor& out,          \
+                                 const at::Tensor& snapshots, std::optional<double> scale, bool use_qk_l2norm,       \
+                                 const std::optional<at::Tensor>& slots, int64_t pad_slot_id) {                      \
+    update_snapshots(#family "_update_snapshots", gate, state, q, k, v, a, b, A_log, dt_bias, out, snapshots, scale, \
+                     use_qk_l2norm, slots, pad_slot_id);                                                              \
+  }                                                                                                                   \
+  void family##_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,                       \
+                     const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,  \
+                     const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,                   \
+                     const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, \
+                     const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,   \
+                     const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm,                         \
+                     int64_t max_draft_tokens, const std::optional<at::Tensor>& slots, int64_t pad_slot_id,          \
+                     bool staggered_flush) {                                                                         \
+    step(#family "_step", gate, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf,             \
+         num_committed, q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, max_draft_tokens, slots,           \
+         pad_slot_id, staggered_flush);                                                                              \
+  }
 
-void kda_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& read_copy,
-              const std::optional<at::Tensor>& read_scale, const at::Tensor& k_buf, const at::Tensor& v_buf,
-              const at::Tensor& g_buf, const at::Tensor& beta_buf, const at::Tensor& u_buf,
-              const at::Tensor& num_committed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-              const at::Tensor& a, const at::Tensor& b, const at::Tensor& A_log, const at::Tensor& dt_bias,
-              const at::Tensor& out, std::optional<double> scale, bool use_qk_l2norm, int64_t max_draft_tokens,
-              const std::optional<at::Tensor>& slots, int64_t pad_slot_id, bool staggered_flush) {
-  step("kda_step", GdnGate::kVector, checkpoint, read_copy, read_scale, k_buf, v_buf, g_buf, beta_buf, u_buf, num_committed,
-       q, k, v, a, b, A_log, dt_bias, out, scale, use_qk_l2norm, max_draft_tokens, slots, pad_slot_id,
-       staggered_flush);
-}
+REPLAYSSM_UPDATE_STEP_OPS(gdn, GdnGate::kScalar)
+REPLAYSSM_UPDATE_STEP_OPS(kda, GdnGate::kVector)
+#undef REPLAYSSM_UPDATE_STEP_OPS
 
 }  // namespace replayssm

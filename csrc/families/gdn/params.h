@@ -102,6 +102,20 @@ enum class GdnGate : int32_t {
   kVector = 1,  // KDA
 };
 
+// KDA's fold (commit, flush, materialize: fold_kernel.cuh) keeps the window's per-channel log decays,
+// [L][K] fp32, in shared memory beside a ring stage of checkpoint tiles: with a float32 128 x 128
+// checkpoint (a 64 KB tile) one stage and the workspace pass a CTA's 227 KB at L = 64. The step and
+// verify keep no such tile beside their workspaces and take L = 64 there. fold_launch.cuh checks the
+// number against the fold's shared-memory layout for every compiled variant.
+constexpr int kKdaFloat32FoldMaxBufferLen = 63;
+
+// The longest buffer the fold takes for a (K, V) checkpoint of this dtype and gate (the API checks it
+// and _C.capabilities() lists the shapes where it is below kGdnMaxBufferLen).
+constexpr int gdn_fold_max_buffer_len(GdnGate gate, int K, int V, DType checkpoint) {
+  return gate == GdnGate::kVector && checkpoint == DType::kFloat32 && K == 128 && V == 128 ? kKdaFloat32FoldMaxBufferLen
+                                                                                          : kGdnMaxBufferLen;
+}
+
 // KDA's gate strides (GdnGate::kVector only; unused by GDN): the key channel of a, dt_bias's v-head,
 // g_buf's entry (its key channels are contiguous).
 struct KdaGateArgs {

@@ -48,6 +48,8 @@ GdnParams fold_params(const char* op, const Expect& expect, const at::Tensor& ch
                                         &p.kda.gb_entry_stride);
   p.gate = gate;
   fill_dims(p, checkpoint, k_buf, H);
+  const int max_L = gdn_fold_max_buffer_len(gate, p.head_k_dim, p.head_v_dim, p.cache.checkpoint_dtype);
+  TORCH_CHECK(p.cache.buffer_len <= max_L, checks::cat(op, ": the buffer length L (k_buf.size(2)) must be <= ", max_L, " with a ", checks::dtype_str(checkpoint.scalar_type()), " checkpoint of (head_v_dim, head_k_dim) = (", p.head_v_dim, ", ", p.head_k_dim, ") (the fold keeps the window's decay per key channel beside the checkpoint tile in a CTA's shared memory), got ", p.cache.buffer_len));
   TORCH_CHECK(batch * p.v_heads <= INT32_MAX, checks::cat(op, ": the number of rows times v-heads must be < 2^31, got ", batch, " x ", static_cast<int64_t>(p.v_heads)));
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, checkpoint.size(0));
   p.batch = static_cast<int32_t>(batch);
