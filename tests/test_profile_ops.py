@@ -115,3 +115,76 @@ def test_the_table_command(tmp_path, capsys):
     out = capsys.readouterr().out
     assert re.search(r"mamba2_step +replay w=8 \+ fold +step_kernel<StepTraits<80", out)
     assert "copy_slots_kernel" in out
+
+
+class FakeNcuReport:
+    """The part of ncu's ncu_report module that report_ranges reads (load_report, ranges of actions, each
+    action's name and NVTX state: domains by id, each with its push/pop range stack, outermost first)."""
+
+    class Domain:
+        def __init__(self, name, stack):
+            self._name, self._stack = name, stack
+
+        def name(self):
+            return self._name
+
+        def push_pop_ranges(self):
+            return list(self._stack)
+
+    class State:
+        def __init__(self, domains):
+            self._domains = domains
+
+        def domains(self):
+            return list(range(len(self._domains)))
+
+        def domain_by_id(self, i):
+            return self._domains[i]
+
+    class Action:
+        def __init__(self, name, domains):
+            self._name, self._state = name, FakeNcuReport.State(domains)
+
+        def name(self):
+            return self._name
+
+        def nvtx_state(self):
+            return self._state
+
+    class Range:
+        def __init__(self, actions):
+            self._actions = actions
+
+        def num_actions(self):
+            return len(self._actions)
+
+        def action_by_idx(self, i):
+            return self._actions[i]
+
+    def __init__(self, ranges):
+        self._ranges = ranges
+
+    def load_report(self, path):
+        assert path == "ops.ncu-rep"
+        return self
+
+    def num_ranges(self):
+        return len(self._ranges)
+
+    def range_by_idx(self, i):
+        return self._ranges[i]
+
+
+def test_report_ranges_names_each_kernel_after_its_innermost_replayssm_range(monkeypatch):
+    R, D, A = FakeNcuReport.Range, FakeNcuReport.Domain, FakeNcuReport.Action
+    fake = FakeNcuReport([
+        R([A("update_kernel", [D("replayssm", ["replayssm::mamba2_update"])]),
+           A("fill_kernel", [D("other", ["outer", "inner"])]),      # another domain's range: the kernel's own name
+           A("step_kernel", [D("other", ["x"]), D("replayssm", ["replayssm::outer", "replayssm::mamba2_step"])])]),
+        R([A("copy_slots_kernel", [])]),
+    ])
+    monkeypatch.setattr(profile_ops, "_import_ncu_report", lambda: fake)
+    text = profile_ops.report_ranges("ops.ncu-rep")
+    rows = [(r["ID"][0], r["Kernel Name"][0]) for r in profile_ops.read_ncu_csv(text)]
+    assert rows == [("0", "replayssm::mamba2_update"), ("1", "fill_kernel"), ("2", "replayssm::mamba2_step"),
+                    ("3", "copy_slots_kernel")]
