@@ -449,7 +449,8 @@ def report_ranges(report_path: str) -> str:
     """The report's kernels as the CSV that kernel_table takes for its names ("ID", "Kernel Name"): each
     kernel named after its innermost push/pop range of the replayssm domain ("replayssm::<op>"), or its
     own name outside one, in the report's order (the ID column of its raw export). Read with ncu_report:
-    ncu's --print-nvtx-rename gave every kernel its own name back for our domain's registered strings."""
+    ncu's own `--print-nvtx-rename kernel` export carried no replayssm name for our domain's ranges (H100,
+    ncu of CUDA 13.0), so the table's op column came out empty."""
     ncu_report = _import_ncu_report()
     context = ncu_report.load_report(report_path)
     out = io.StringIO()
