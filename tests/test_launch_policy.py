@@ -513,10 +513,25 @@ def test_gdn_fold_update_and_step_grids(probe):
     assert answers(probe, ["gdnfold 256 32 4 2 40", "gdnfold 2 1 4 2 40", "gdnfold 256 32 4 2 400"]) == \
         ["4 6", "4 2", "4 1"]
     assert answers(probe, ["fold 256 96 3 3 40", "fold 256 96 3 3 1"]) == ["3 9", "3 396"]
-    # The update and its snapshot variant: a CTA per block of a tile's value rows; the step a CTA per
-    # (row, v-head), with or without the staggered-flush hint.
+    # The update and its snapshot variant: a CTA per block of a tile's value rows.
     assert answers(probe, ["gdnupdate 8 32 4", "gdnupdate 512 64 2"]) == ["128 8", "128 512"]
-    assert answers(probe, ["gdnstep 8 32 0", "gdnstep 8 32 1"]) == ["32 8", "32 8"]
+
+
+def test_gdn_step_parts(probe):
+    # The step: the fewest parts (1, 2, 4; V / parts >= 32) whose CTAs fill one wave (132 SMs x 3 = 396).
+    assert answers(probe, ["gdnstep 1 32 128 0 3", "gdnstep 8 32 128 0 3", "gdnstep 12 32 128 0 3",
+                           "gdnstep 13 32 128 0 3", "gdnstep 64 32 128 0 3"]) == \
+        ["4 128 1", "2 64 8", "2 64 12", "1 32 13", "1 32 64"]
+    # V = 64: at most 2 parts; 4 CTAs an SM make the wave 528.
+    assert answers(probe, ["gdnstep 1 16 64 0 4", "gdnstep 16 16 64 0 4", "gdnstep 33 16 64 0 4"]) == \
+        ["2 32 1", "2 32 16", "1 16 33"]
+    # gdn_step_parts forces the largest allowed count <= the value, at any batch.
+    assert answers(probe, ["gdnstep 64 32 128 0 3", "gdnstep 1 32 128 1 3"], overrides={"gdn_step_parts": 4}) == \
+        ["4 128 64", "4 128 1"]
+    assert answers(probe, ["gdnstep 64 32 128 0 3", "gdnstep 64 32 64 0 3"], overrides={"gdn_step_parts": 3}) == \
+        ["2 64 64", "2 64 64"]
+    assert answers(probe, ["gdnstep 1 32 128 0 3", "gdnstep 1 16 64 0 3"], overrides={"gdn_step_parts": 1}) == \
+        ["1 32 1", "1 16 1"]
 
 
 # ---- programmatic dependent launch: off unless the pdl override is 1 ----

@@ -105,6 +105,18 @@ __device__ __forceinline__ void bulk_copy_tile_to_shared(unsigned char* dst, con
   }
 }
 
+// bulk_copy_tile_to_shared with the row count known only at run time (a part of a tile's rows).
+template <int kRowBytes>
+__device__ __forceinline__ void bulk_copy_rows_to_shared(unsigned char* dst, const unsigned char* src, int rows,
+                                                         int64_t row_stride_bytes, uint64_t* bar) {
+  mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(rows) * kRowBytes);
+  if (row_stride_bytes == kRowBytes) {
+    bulk_copy_to_shared(dst, src, static_cast<uint32_t>(rows) * kRowBytes, bar);
+  } else {
+    for (int r = 0; r < rows; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
+  }
+}
+
 // Asks the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2; nothing waits.
 __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
   cute::SM90_BULK_COPY_G2S::PREFETCH::copy(src, static_cast<int32_t>(bytes));

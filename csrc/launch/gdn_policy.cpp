@@ -19,12 +19,32 @@ GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem) {
   return plan;
 }
 
-// One CTA per (row, v-head): the CTAs of a slot are its v-heads, which the cursor tickets count. The
-// staggered-flush hint changes nothing: every CTA is one head, so a folding CTA is already as short as
-// it can be.
-GdnGridPlan plan_gdn_step(const GdnStepProblem& problem) {
-  GdnGridPlan plan;
-  plan.grid_x = problem.v_heads;
+// The fewest parts (1, 2, 4, up to V / 32: a part is whole fold passes of 32 rows) that fill one wave
+// of CTAs: a step CTA is a chain of dependent round trips (slot, tile and cursor, window, rows, and
+// the fold's passes where it folds), so where the (row, v-head)s are fewer than the CTA slots (batch 1
+// to 8) splitting their rows over more SMs shortens every CTA; where they fill the GPU, each part
+// would repeat a head's set-up (token, window keys, slot and cursor) for a quarter of its bytes.
+int gdn_step_parts(int64_t batch, int v_heads, int v_dim, bool staggered_flush, int ctas_per_sm, int sm_count, int forced) {
+  (void)staggered_flush;
+  const int most = std::max(v_dim / 32, 1);
+  if (forced >= 1) {
+    int parts = 1;
+    while (parts * 2 <= std::min(forced, most) && most % (parts * 2) == 0) parts *= 2;
+    return parts;
+  }
+  const int64_t wave = resident_ctas(sm_count, ctas_per_sm);
+  int parts = 1;
+  while (parts * 2 <= most && batch * v_heads * parts < wave) parts *= 2;
+  return parts;
+}
+
+// The CTAs of a slot are its (v-head, part)s, which the cursor tickets count.
+GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, int ctas_per_sm, const DeviceInfo& device,
+                          const LaunchOverrides& overrides) {
+  GdnStepPlan plan;
+  plan.parts = gdn_step_parts(problem.batch, problem.v_heads, problem.v_dim, problem.staggered_flush, ctas_per_sm,
+                              device.sm_count, overrides.gdn_step_parts);
+  plan.grid_x = static_cast<int64_t>(problem.v_heads) * plan.parts;
   plan.grid_y = problem.batch;
   return plan;
 }

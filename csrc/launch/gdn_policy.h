@@ -29,15 +29,26 @@ struct GdnUpdateProblem {
 
 GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem);
 
-// ---- gdn_step: one CTA per (row, v-head) ----
+// ---- gdn_step: `parts` CTAs per (row, v-head), each V / parts value rows ----
 
 struct GdnStepProblem {
   int64_t batch = 0;
   int v_heads = 0;
+  int v_dim = 0;                 // V (head_v_dim): parts divide V / 32
   bool staggered_flush = false;  // the caller's hint: slots fold at different steps
 };
 
-GdnGridPlan plan_gdn_step(const GdnStepProblem& problem);
+struct GdnStepPlan {
+  int parts = 1;  // CTAs per (row, v-head)
+  int64_t grid_x = 0, grid_y = 0;  // (v_heads parts, batch)
+};
+
+// Parts per (row, v-head). `forced` > 0 (the gdn_step_parts override) takes the largest allowed part
+// count <= forced instead of the rule.
+int gdn_step_parts(int64_t batch, int v_heads, int v_dim, bool staggered_flush, int ctas_per_sm, int sm_count, int forced);
+
+GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, int ctas_per_sm, const DeviceInfo& device,
+                          const LaunchOverrides& overrides);
 
 // ---- gdn_verify: CTAs of a block of v-heads of one row, T draft tokens each ----
 

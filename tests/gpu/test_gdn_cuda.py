@@ -510,6 +510,37 @@ def test_step_layouts_and_graph_are_bitwise_the_same(ck, rc):
         assert torch.equal(bits(x), bits(y))
 
 
+# The parts a step CTA takes of a (row, v-head)'s value rows (gdn_step_parts 1, 2, 4; V = 64 allows 2)
+# change no bit: over fold cycles with staggered cursors (folding and replaying CTAs in every launch, the
+# tickets of several CTAs a slot), an odd batch with a pad and an out-of-range row, every output and
+# every cache tensor are the same bits, and the first run matches the reference.
+@pytest.mark.parametrize("dims", [QWEN4B, KV_128_64], ids=["qwen4b", "k128v64"])
+@pytest.mark.parametrize("ck,rc", [(torch.float32, torch.bfloat16), (torch.float32, FP8), (torch.float32, None),
+                                   (torch.bfloat16, FP8)], ids=["fp32-bf16", "fp32-fp8", "fp32", "bf16-fp8"])
+def test_step_parts_change_no_bit(dims, ck, rc, set_overrides):
+    layer = Layer(dims, seed=13)
+    L, mdt, num_slots = 6, 2, 9
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([8, -1, 4, 0, 6, 99, 3, 7, 1], dtype=torch.int32, device=DEV)
+    valid = [0, 2, 3, 4, 6, 7, 8]
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    results = []
+    for parts in (1, 2, 4):
+        set_overrides(gdn_step_parts=parts)
+        cache = Cache(layer, num_slots, L, ck, rc, mdt, init=init)
+        cache.stagger(L - mdt + 1)
+        if parts == 1:
+            outs = [step_and_compare(cache, tok, slots, valid, f"at step {i}") for i, tok in enumerate(steps)]
+        else:
+            outs = [cache.step(tok, slots) for tok in steps]
+        results.append(([bits(o) for o in outs], [bits(t) for t in cache.tensors]))
+    for parts, (outs, tensors) in zip((2, 4), results[1:]):
+        for i, (a, b) in enumerate(zip(outs, results[0][0])):
+            assert torch.equal(a, b), f"gdn_step_parts={parts}: output of step {i}"
+        for i, (a, b) in enumerate(zip(tensors, results[0][1])):
+            assert torch.equal(a, b), f"gdn_step_parts={parts}: cache tensor {i}"
+
+
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as
 # it was with the slot's cache untouched and zero output, while the other rows step as usual.
 def test_step_leaves_cursors_with_no_room_as_they_were():

@@ -543,6 +543,29 @@ def test_step_every_cache_pair_with_staggered_folds(dims, ck, rc):
         cache.check_read_copy(slots)
 
 
+# The parts a step CTA takes of a (row, v-head)'s value rows (gdn_step_parts 1, 2, 4; V = 64 allows 2)
+# change no bit: staggered fold cycles, an odd batch with a pad row, every output and cache tensor the
+# same bits.
+@pytest.mark.parametrize("dims", [KIMI, KV_128_64], ids=["kimi", "k128v64"])
+@pytest.mark.parametrize("ck,rc", [(torch.float32, torch.bfloat16), (torch.float32, FP8), (torch.float32, None)],
+                         ids=["fp32-bf16", "fp32-fp8", "fp32"])
+def test_step_parts_change_no_bit(dims, ck, rc, set_overrides):
+    layer = Layer(dims, seed=14)
+    L, mdt, num_slots = 6, 2, 9
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([8, -1, 4, 0, 6, 3, 7], dtype=torch.int32, device=DEV)
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    results = []
+    for parts in (1, 2, 4):
+        set_overrides(gdn_step_parts=parts)
+        cache = Cache(layer, num_slots, L, ck, rc, mdt, init=init)
+        cache.stagger(L - mdt + 1)
+        outs = [cache.step(tok, slots) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    for parts, got in zip((2, 4), results[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_parts={parts}"
+
+
 # A strided pool, int64 slots and pad id 0 give the bits of the plain layout with int32 slots; a CUDA
 # graph of one step replayed over two cycles gives the bits of eager steps.
 @pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8), (torch.bfloat16, None)],

@@ -564,18 +564,22 @@ __device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct, kVe
   __syncthreads();
 }
 
-// Step 4: the passes. first_rows = rows.fetch(0), issued by the caller as early as it likes.
+// Step 4: the passes first_pass .. last_pass - 1 (all by default: a step CTA that folds a part of the
+// rows takes its passes). first_rows = rows.fetch(first_pass), issued by the caller as early as it
+// likes.
 // KDA (kVectorGate): a_t = v_t - S_c kel_t, the row decayed per column, and the fold's key kd_j (in
 // kn) with rel 1.
 template <int kK, int kV, DType kAct, bool kVectorGate, class Rows, class Sink>
 __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct, kVectorGate>& ws, int n, int first_recompute, const Rows& rows,
-                                            typename Rows::Raw first_rows, const Sink& sink, const float* q, float* o) {
+                                            typename Rows::Raw first_rows, const Sink& sink, const float* q, float* o,
+                                            int first_pass = 0, int last_pass = TileMap<kK, kV>::R) {
   using M = TileMap<kK, kV>;
   const int L = ws.L;
   const bool writer = M::lane() == 0;
   typename Rows::Raw next = first_rows;
 #pragma unroll
   for (int r = 0; r < M::R; ++r) {
+    if (r < first_pass || r >= last_pass) continue;
     float x[M::kBlocks][4];
     rows.convert(next, x);
     const int v = M::row(r);
@@ -618,7 +622,7 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct, kVector
     // The next pass's rows, in flight during the solve, this fold and its stores; fetched only now
     // that every value of this pass's rows has been used (a staged source reuses the same shared
     // memory).
-    if (r + 1 < M::R) next = rows.fetch(r + 1);
+    if (r + 1 < last_pass) next = rows.fetch(r + 1);
 #pragma unroll 1
     for (int b0 = first_recompute - first_recompute % kRowLanes; b0 < n; b0 += kRowLanes) {
       const int t = b0 + lane;
@@ -691,21 +695,25 @@ struct Fold {
   // scaled), o[v] = S_new[v] . q (shared memory, V fp32) from the folded fp32 state, before its storage
   // rounding. Leaves the cursor alone. keep, pending: the first `keep` bytes of `workspace` are being
   // written by a bulk copy that completes phase 0 of the mbarrier `pending` (nullptr: none); the first
-  // rows go out before the wait, the workspace is written after it.
+  // rows go out before the wait, the workspace is written after it. part, parts: only the rows of part
+  // `part` of `parts` (a divisor of the passes R = V / 32): its passes, o and stores of its rows only.
   __device__ static void head(const GdnParams& p, int64_t slot, int hv, int n, int first_recompute, const FoldTail& tail,
                               const float* q, float* o, unsigned char* workspace, size_t keep = 0,
-                              uint64_t* pending = nullptr) {
+                              uint64_t* pending = nullptr, int part = 0, int parts = 1) {
+    const int passes = TileMap<kK, kV>::R / parts;
+    const int first_pass = part * passes;
     const GdnCache& c = p.cache;
     const FoldView<kK, kV, kAct, kVectorGate> ws(workspace, c.buffer_len);
     const Rows rows{c.checkpoint, slot * c.ck_slot_stride + hv * c.ck_head_stride, c.ck_row_stride,
                     workspace + rows_offset(c.buffer_len, keep)};
-    const auto first_rows = rows.fetch(0);  // in flight during the staging and the preparation
+    const auto first_rows = rows.fetch(first_pass);  // in flight during the staging and the preparation
     if (pending != nullptr) mbarrier_wait(pending, 0);
     const bool has_tail = tail.k != nullptr;
     stage_window(ws, c, slot, hv, hv / (p.v_heads / p.heads), has_tail ? n - 1 : n, first_recompute, p.kda.gb_entry_stride);
     if (has_tail) stage_tail(ws, tail, n - 1, first_recompute);
     prepare_entries(ws, n, first_recompute, p.tokens.use_qk_l2norm);
-    fold_passes(ws, n, first_recompute, rows, first_rows, CheckpointSink<kK, kV, kCkpt, kCopy, kRead, false>{c, slot, hv}, q, o);
+    fold_passes(ws, n, first_recompute, rows, first_rows, CheckpointSink<kK, kV, kCkpt, kCopy, kRead, false>{c, slot, hv}, q, o,
+                first_pass, first_pass + passes);
     __syncthreads();
   }
 };

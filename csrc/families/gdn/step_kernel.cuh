@@ -26,16 +26,23 @@
 // step. qwen4b, fp32 checkpoint, L = 16: ~69 KB a replay, ~140 KB a fold, the cycle 1.74x under 16
 // updates (bf16 copy ~2.7x, fp8 copy ~4.2x).
 //
-// One CTA of 256 threads per (row, v-head). Phases:
-//   1. thread 0: slot, the source tile's bulk copy (TMA, into dynamic shared memory), cursor and the
-//      CTA's ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat, k_hat,
-//      g, beta; all: v.
+// One CTA of 256 threads per (row, v-head, part): the v-head's value rows are cut into `parts` equal
+// blocks of V / parts rows (parts in 1, 2, 4 with V / parts >= 32, launch/gdn_policy.h), since the rows
+// do not interact (tile.cuh): a part reads and writes only its rows (tile, u window, u, v, out) and
+// folds only its rows (its passes of fold.cuh), and repeats the per-head work that is O(w K) (token,
+// decays, the window keys' dots). Few rows (batch 1) thus spread over more SMs, and a folding CTA, the
+// slowest of a launch, is 1 / parts as long. Every row takes the same fp32 operations in the same order
+// whatever `parts`, so the bits do not depend on it. Phases:
+//   1. thread 0: slot, the part's source rows' bulk copy (TMA, into dynamic shared memory), cursor and
+//      the CTA's ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat,
+//      k_hat, g, beta; all: v.
 //   2. replay only: warp 0 the decays (suffix sums of g, no cancellation), every warp the window keys'
 //      dots with k_hat and q_hat (8 lanes an entry), every thread its u_j[v] loads (issued first);
 //      then the window terms sum_j (...) u_j[v], a value channel per thread, in slices.
 //   3. the rows, from the tile in shared memory (tile.cuh's mapping, 8 lanes a row): the two dots,
 //      then lane 0 of the row forms u_t and o_t.
-//   4. coalesced stores of out and the entry; the last CTA of the slot writes the cursor.
+//   4. coalesced stores of out and the entry (the key, g and beta by part 0); the last CTA of the
+//      slot writes the cursor.
 //
 // KDA (kVectorGate: the log decay per key channel; g_buf entries of K): e^{Lambda_t - Lambda_j} is a
 // K-vector per entry, F_j[k] = exp(g_{j+1}[k] + .. + g_t[k]) (suffix sums per channel, a thread per
@@ -136,9 +143,10 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 };
 
 // pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
+// parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl) {
+    step_kernel(const GdnParams p, const bool pdl, const int parts) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -149,7 +157,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   const GdnCache& c = p.cache;
   const GdnTokens& tk = p.tokens;
-  const int hv = blockIdx.x;
+  const int hv = static_cast<int>(blockIdx.x) / parts;
+  const int part = static_cast<int>(blockIdx.x) % parts;
+  const int part_rows = kV / parts;
+  const int row0 = part * part_rows;  // this CTA's value rows: row0 .. row0 + part_rows - 1
+  auto mine = [&](int v) { return v >= row0 && v < row0 + part_rows; };
   const int row = blockIdx.y;
   const int h = hv / (p.v_heads / p.heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -171,13 +183,15 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       // kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the arm.
       mbarrier_init(&sh.tile_full, 1);
       fence_barrier_init();
-      // The tile's bulk copy first: its address needs only the slot, so the tile is in flight during
-      // the cursor's round trip instead of after it (one DRAM round trip less before the rows).
-      const int64_t tile = kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride;
+      // The tile's bulk copy first (the part's rows, at the start of the dynamic shared memory): its
+      // address needs only the slot, so the tile is in flight during the cursor's round trip instead
+      // of after it (one DRAM round trip less before the rows).
       const int64_t row_stride = kCopy ? c.rc_row_stride : c.ck_row_stride;
+      const int64_t tile = (kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride) +
+                           row0 * row_stride;
       const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
-      bulk_copy_tile_to_shared<kV, Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), row_stride * dtype_size(kSrc),
-                                                      &sh.tile_full);
+      bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), part_rows, row_stride * dtype_size(kSrc),
+                                                  &sh.tile_full);
       // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
       // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
       // ticket and is left as it is.
@@ -189,7 +203,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   }
   // The CTA that drew the slot's last ticket writes its cursor (which clears the tickets).
   auto move_cursor = [&](int64_t slot, int32_t to) {
-    if (tid == 0 && (ticket >> 16) == p.v_heads - 1) c.num_committed[slot] = to;
+    if (tid == 0 && (ticket >> 16) == p.v_heads * parts - 1) c.num_committed[slot] = to;
   };
   if (warp == 1) {  // q_hat, k_hat, k_hat . q_hat; g and beta
     constexpr int kPer = kK / 32;
@@ -243,12 +257,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int64_t slot = sh.slot;
   const int w = sh.w;
   if (slot < 0) {  // touches nothing, zero output
-    for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
+    for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
     return;
   }
   if (w >= L) {  // a cursor with no room: nothing touched, zero output
     mbarrier_wait(&sh.tile_full, 0);  // the tile lands before the CTA leaves
-    for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
+    for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
     return;
   }
 
@@ -269,8 +283,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     }
     tail.beta = sh.beta;
     Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
-                           kCopy ? &sh.tile_full : nullptr);
-    for (int t = tid; t < kV; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
+                           kCopy ? &sh.tile_full : nullptr, part, parts);
+    for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     move_cursor(slot, 0);
     return;
   }
@@ -278,13 +292,15 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // ---- 2. the window: decays, the keys' dots, the window terms ----
   // This thread's u_j[v] first (value channel vc, entries slice, slice + kSlices, ...): in flight
   // while the coefficients are made.
+  // (Channels of other parts load nothing: w_mine = 0.)
   const int vc = tid % kV, slice = tid / kV;
+  const int w_mine = mine(vc) ? w : 0;
   const float* u_win = c.u_buf + slot * c.ub_slot_stride + hv * c.ub_head_stride + vc;
   auto load_u_batch = [&](int m0, float (&uw)[Traits::kWindowBatch]) {
 #pragma unroll
     for (int m = 0; m < Traits::kWindowBatch; ++m) {
       const int j = slice + kSlices * (m0 + m);
-      uw[m] = j < w ? __ldg(u_win + j * c.ub_entry_stride) : 0.0f;
+      uw[m] = j < w_mine ? __ldg(u_win + j * c.ub_entry_stride) : 0.0f;
     }
   };
   float uw[Traits::kWindowBatch];
@@ -384,12 +400,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   __syncthreads();
   {
     float wk = 0.0f, wq = 0.0f;
-    for (int m0 = 0; slice + kSlices * m0 < w; m0 += Traits::kWindowBatch) {
+    for (int m0 = 0; slice + kSlices * m0 < w_mine; m0 += Traits::kWindowBatch) {
       if (m0 > 0) load_u_batch(m0, uw);
 #pragma unroll
       for (int m = 0; m < Traits::kWindowBatch; ++m) {
         const int j = slice + kSlices * (m0 + m);
-        if (j < w) {
+        if (j < w_mine) {
           if constexpr (kVectorGate) {  // the decays are in the dots
             wk += sh.kdot[j] * uw[m];
             wq += sh.qdot[j] * uw[m];
@@ -415,7 +431,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
-      scale[r] = kRead == DType::kFloat8E4M3 && kCopy ? __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr) : 1.0f;
+      scale[r] = kRead == DType::kFloat8E4M3 && kCopy && mine(vr) ? __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr) : 1.0f;
     }
     float kf[C][E], qf[C][E];
 #pragma unroll
@@ -436,11 +452,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 #pragma unroll 2
     for (int r = 0; r < R; ++r) {
       const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
+      if (!mine(vr)) continue;  // whole rows: a row's lanes agree
       float dk = 0.0f, dq = 0.0f;
 #pragma unroll
       for (int i = 0; i < C; ++i) {
         float s[E];
-        Chunk16<kSrc>::to_float(*reinterpret_cast<const uint4*>(dyn + vr * Traits::kRowBytes + Lanes::col(i) * dtype_size(kSrc)), s);
+        Chunk16<kSrc>::to_float(*reinterpret_cast<const uint4*>(dyn + (vr - row0) * Traits::kRowBytes + Lanes::col(i) * dtype_size(kSrc)), s);
 #pragma unroll
         for (int e = 0; e < E; ++e) {
           dk += s[e] * kf[i][e];
@@ -472,22 +489,22 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   // ---- 4. the output and the entry at w; the cursor ----
   using Act = typename Storage<kAct>::type;
-  for (int t = tid; t < kV; t += kStepThreads) {
+  for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) {
     store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     c.u_buf[slot * c.ub_slot_stride + hv * c.ub_head_stride + w * c.ub_entry_stride + t] = sh.u[t];
     static_cast<Act*>(c.v_buf)[slot * c.vb_slot_stride + hv * c.vb_head_stride + w * c.vb_entry_stride + t] =
         static_cast<const Act*>(tk.v)[row * tk.v_row_stride + hv * tk.v_head_stride + t];
   }
-  if (hv % (p.v_heads / p.heads) == 0) {  // the k-head's key, once (by its first v-head's CTA)
+  if (part == 0 && hv % (p.v_heads / p.heads) == 0) {  // the k-head's key, once (by its first v-head's first part)
     for (int t = tid; t < kK; t += kStepThreads) {
       static_cast<Act*>(c.k_buf)[slot * c.kb_slot_stride + h * c.kb_head_stride + w * c.kb_entry_stride + t] =
           static_cast<const Act*>(tk.k)[row * tk.k_row_stride + h * tk.k_head_stride + t];
     }
   }
   if constexpr (kVectorGate) {
-    if (tid < kK) c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w * p.kda.gb_entry_stride + tid] = sh.gv[tid];
-    if (tid == 0) c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
-  } else if (tid == 0) {
+    if (part == 0 && tid < kK) c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w * p.kda.gb_entry_stride + tid] = sh.gv[tid];
+    if (part == 0 && tid == 0) c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
+  } else if (part == 0 && tid == 0) {
     c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w] = sh.g;
     c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
   }

@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "common/device_info.h"
 #include "common/programmatic_launch.cuh"
 #include "families/gdn/step_kernel.cuh"
 #include "families/gdn/variants.h"
@@ -20,10 +21,17 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const size_t smem = Traits::smem_bytes(p.cache.buffer_len);
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  const launch::GdnGridPlan plan = launch::plan_gdn_step(launch::GdnStepProblem{p.batch, p.v_heads, p.staggered_flush});
+  launch::DeviceInfo device;
+  cudaError_t info = current_device_info(&device);
+  int ctas_per_sm = 0;
+  if (info == cudaSuccess) info = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kStepThreads, smem);
+  if (info != cudaSuccess) return info;
+  const launch::LaunchOverrides& overrides = launch::launch_overrides();
+  const launch::GdnStepPlan plan =
+      launch::plan_gdn_step(launch::GdnStepProblem{p.batch, p.v_heads, kV, p.staggered_flush}, ctas_per_sm, device, overrides);
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
-  const bool pdl = launch::programmatic_launch(launch::launch_overrides());
-  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl);
+  const bool pdl = launch::programmatic_launch(overrides);
+  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl, plan.parts);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's
