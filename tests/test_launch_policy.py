@@ -518,13 +518,17 @@ def test_gdn_fold_update_and_step_grids(probe):
 
 
 def test_gdn_step_parts(probe):
-    # The step: the fewest parts (1, 2, 4; V / parts >= 32) whose CTAs fill one wave (132 SMs x 3 = 396).
-    assert answers(probe, ["gdnstep 1 32 128 0 3", "gdnstep 8 32 128 0 3", "gdnstep 12 32 128 0 3",
-                           "gdnstep 13 32 128 0 3", "gdnstep 64 32 128 0 3"]) == \
-        ["4 128 1", "2 64 8", "2 64 12", "1 32 13", "1 32 64"]
-    # V = 64: at most 2 parts; 4 CTAs an SM make the wave 528.
-    assert answers(probe, ["gdnstep 1 16 64 0 4", "gdnstep 16 16 64 0 4", "gdnstep 33 16 64 0 4"]) == \
-        ["2 32 1", "2 32 16", "1 16 33"]
+    # The step: the most parts (1, 2, 4; V / parts >= 32) whose CTAs do not outnumber the 132 SMs, with or
+    # without the staggered-flush hint, whatever the CTAs an SM.
+    assert answers(probe, ["gdnstep 1 32 128 0 3", "gdnstep 2 32 128 0 3", "gdnstep 3 32 128 1 4",
+                           "gdnstep 5 32 128 0 3", "gdnstep 8 32 128 1 3", "gdnstep 64 32 128 0 3"]) == \
+        ["4 128 1", "2 64 2", "1 32 3", "1 32 5", "1 32 8", "1 32 64"]
+    assert answers(probe, ["gdnstep 1 16 128 0 3", "gdnstep 4 16 128 0 3", "gdnstep 8 16 128 0 3"]) == \
+        ["4 64 1", "2 32 4", "1 16 8"]
+    # V = 64: at most 2 parts.
+    assert answers(probe, ["gdnstep 1 16 64 0 4", "gdnstep 4 16 64 0 4", "gdnstep 5 16 64 0 4"]) == \
+        ["2 32 1", "2 32 4", "1 16 5"]
+    assert answers(probe, ["gdnstep 1 32 128 0 3"], sms=64) == ["2 64 1"]
     # gdn_step_parts forces the largest allowed count <= the value, at any batch.
     assert answers(probe, ["gdnstep 64 32 128 0 3", "gdnstep 1 32 128 1 3"], overrides={"gdn_step_parts": 4}) == \
         ["4 128 64", "4 128 1"]

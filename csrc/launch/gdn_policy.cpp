@@ -19,22 +19,25 @@ GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem) {
   return plan;
 }
 
-// The fewest parts (1, 2, 4, up to V / 32: a part is whole fold passes of 32 rows) that fill one wave
-// of CTAs: a step CTA is a chain of dependent round trips (slot, tile and cursor, window, rows, and
-// the fold's passes where it folds), so where the (row, v-head)s are fewer than the CTA slots (batch 1
-// to 8) splitting their rows over more SMs shortens every CTA; where they fill the GPU, each part
-// would repeat a head's set-up (token, window keys, slot and cursor) for a quarter of its bytes.
+// The most parts (1, 2, 4, up to V / 32: a part is whole fold passes of 32 rows) whose CTAs do not
+// outnumber the SMs: a step CTA alone on its SM is a chain of dependent round trips (slot, tile and
+// cursor, window, rows, and the fold's passes where it folds), which a part shortens (H200, qwen4b
+// batch 1: lock-step cycle 8.29 -> 7.25 us at 4 parts, 128 CTAs). Once CTAs share SMs their tiles
+// overlap anyway, and a part only repeats the head's set-up (token, window keys, slot and cursor)
+// while keeping a whole tile's shared memory, so fewer bytes are in flight an SM: batch 8, 512 CTAs at
+// 2 parts, 12.74 -> 17.63 us; batch 64 and 256 +16-45% at 2 parts. The staggered-flush hint changes
+// nothing: 2 parts shortened the staggered copy cycles at some batches and lengthened them at others.
 int gdn_step_parts(int64_t batch, int v_heads, int v_dim, bool staggered_flush, int ctas_per_sm, int sm_count, int forced) {
   (void)staggered_flush;
+  (void)ctas_per_sm;
   const int most = std::max(v_dim / 32, 1);
   if (forced >= 1) {
     int parts = 1;
     while (parts * 2 <= std::min(forced, most) && most % (parts * 2) == 0) parts *= 2;
     return parts;
   }
-  const int64_t wave = resident_ctas(sm_count, ctas_per_sm);
   int parts = 1;
-  while (parts * 2 <= most && batch * v_heads * parts < wave) parts *= 2;
+  while (parts * 2 <= most && batch * v_heads * parts * 2 <= sm_count) parts *= 2;
   return parts;
 }
 

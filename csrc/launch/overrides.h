@@ -44,7 +44,7 @@ namespace launch {
     "k v-heads per CTA (the largest divisor of the v-heads <= k); 0: the rules")                              \
   X(gdn_step_parts, "REPLAYSSM_GDN_STEP_PARTS", 0, 0, 4,                                                     \
     "gdn_step and kda_step: each (row, v-head) in k CTAs of V / k value rows (k the largest of 1, 2, 4 "     \
-    "<= the value that divides V / 32); 0: the rule (the fewest parts that fill one wave)")                  \
+    "<= the value that divides V / 32); 0: the rule (the most parts whose CTAs do not outnumber the SMs)")                  \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \
