@@ -529,6 +529,10 @@ def test_gdn_step_parts(probe):
     assert answers(probe, ["gdnstep 1 16 64 0 4", "gdnstep 4 16 64 0 4", "gdnstep 5 16 64 0 4"]) == \
         ["2 32 1", "2 32 4", "1 16 5"]
     assert answers(probe, ["gdnstep 1 32 128 0 3"], sms=64) == ["2 64 1"]
+    # A slot's CTAs draw at most 32767 cursor tickets: v_heads x parts stays within it, even when forced.
+    assert answers(probe, ["gdnstep 1 16384 128 0 3", "gdnstep 1 32767 128 0 3"], overrides={"gdn_step_parts": 4}) == \
+        ["1 16384 1", "1 32767 1"]
+    assert answers(probe, ["gdnstep 1 8191 128 0 3"], overrides={"gdn_step_parts": 4}) == ["4 32764 1"]
     # gdn_step_parts forces the largest allowed count <= the value, at any batch.
     assert answers(probe, ["gdnstep 64 32 128 0 3", "gdnstep 1 32 128 1 3"], overrides={"gdn_step_parts": 4}) == \
         ["4 128 64", "4 128 1"]

@@ -30,7 +30,10 @@ GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem) {
 int gdn_step_parts(int64_t batch, int v_heads, int v_dim, bool staggered_flush, int ctas_per_sm, int sm_count, int forced) {
   (void)staggered_flush;
   (void)ctas_per_sm;
-  const int most = std::max(v_dim / 32, 1);
+  // A part is whole fold passes of 32 rows, and a slot's CTAs (v_heads parts) draw at most 32767 cursor
+  // tickets (cache/cursor.cuh).
+  int most = std::max(v_dim / 32, 1);
+  while (most > 1 && static_cast<int64_t>(v_heads) * most > 32767) most /= 2;
   if (forced >= 1) {
     int parts = 1;
     while (parts * 2 <= std::min(forced, most) && most % (parts * 2) == 0) parts *= 2;

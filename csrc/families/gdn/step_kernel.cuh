@@ -31,8 +31,8 @@
 // do not interact (tile.cuh): a part reads and writes only its rows (tile, u window, u, v, out) and
 // folds only its rows (its passes of fold.cuh), and repeats the per-head work that is O(w K) (token,
 // decays, the window keys' dots). Few rows (batch 1) thus spread over more SMs, and a folding CTA, the
-// slowest of a launch, is 1 / parts as long. Every row takes the same fp32 operations in the same order
-// whatever `parts`, so the bits do not depend on it. Phases:
+// slowest of a launch, is shorter. Every row takes the same fp32 operations in the same order whatever
+// `parts`, so the bits do not depend on it. Phases:
 //   1. thread 0: slot, the part's source rows' bulk copy (TMA, into dynamic shared memory), cursor and
 //      the CTA's ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat,
 //      k_hat, g, beta; all: v.
