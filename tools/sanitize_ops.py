@@ -10,8 +10,9 @@ rows; on 24 rows, where the hint takes the fold split; and in CTAs of two whole 
 (step_groups_per_cta=2) with an fp8 and a bf16 copy. Every GDN op the same way (gdn()): steps across
 folds and verify + commit rounds with random acceptance, materialize and flush, the conventional update
 and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
-v-head a CTA and with all of a row's; the fold over 1,030 rows. The CTA shapes are forced through
-replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per key channel) as
+v-head a CTA and with all of a row's; the fold over 1,030 rows; the step on 4 rows in its row parts (the
+launch rule: 2 CTAs per (row, v-head) at V = 64, 4 at V = 128), on 1,030 rows whole. The other CTA
+shapes are forced through replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per key channel) as
 GDN's.
 
     python3 tools/sanitize_ops.py [mamba2] [gdn] [kda]      # all by default"""
