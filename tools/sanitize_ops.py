@@ -12,8 +12,8 @@ folds and verify + commit rounds with random acceptance, materialize and flush, 
 and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
 v-head a CTA and with all of a row's; the fold over 1,030 rows; the step on 4 rows in its row parts (the
 launch rule: 2 CTAs per (row, v-head) at V = 64, 4 at V = 128), on 1,030 rows whole. The other CTA
-shapes are forced through replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per key channel) as
-GDN's.
+shapes are forced through replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the
+decay per key channel) as GDN's.
 
     python3 tools/sanitize_ops.py [mamba2] [gdn] [kda]      # all by default"""
 
