@@ -519,26 +519,26 @@ def test_gdn_fold_update_and_step_grids(probe):
 
 def test_gdn_step_parts(probe):
     # The step: the most parts (1, 2, 4; V / parts >= 32) whose CTAs do not outnumber the 132 SMs, with or
-    # without the staggered-flush hint, whatever the CTAs an SM.
-    assert answers(probe, ["gdnstep 1 32 128 0 3", "gdnstep 2 32 128 0 3", "gdnstep 3 32 128 1 4",
-                           "gdnstep 5 32 128 0 3", "gdnstep 8 32 128 1 3", "gdnstep 64 32 128 0 3"]) == \
+    # without the staggered-flush hint.
+    assert answers(probe, ["gdnstep 1 32 128 0", "gdnstep 2 32 128 0", "gdnstep 3 32 128 1",
+                           "gdnstep 5 32 128 0", "gdnstep 8 32 128 1", "gdnstep 64 32 128 0"]) == \
         ["4 128 1", "2 64 2", "1 32 3", "1 32 5", "1 32 8", "1 32 64"]
-    assert answers(probe, ["gdnstep 1 16 128 0 3", "gdnstep 4 16 128 0 3", "gdnstep 8 16 128 0 3"]) == \
+    assert answers(probe, ["gdnstep 1 16 128 0", "gdnstep 4 16 128 0", "gdnstep 8 16 128 0"]) == \
         ["4 64 1", "2 32 4", "1 16 8"]
     # V = 64: at most 2 parts.
-    assert answers(probe, ["gdnstep 1 16 64 0 4", "gdnstep 4 16 64 0 4", "gdnstep 5 16 64 0 4"]) == \
+    assert answers(probe, ["gdnstep 1 16 64 0", "gdnstep 4 16 64 0", "gdnstep 5 16 64 0"]) == \
         ["2 32 1", "2 32 4", "1 16 5"]
-    assert answers(probe, ["gdnstep 1 32 128 0 3"], sms=64) == ["2 64 1"]
+    assert answers(probe, ["gdnstep 1 32 128 0"], sms=64) == ["2 64 1"]
     # A slot's CTAs draw at most 32767 cursor tickets: v_heads x parts stays within it, even when forced.
-    assert answers(probe, ["gdnstep 1 16384 128 0 3", "gdnstep 1 32767 128 0 3"], overrides={"gdn_step_parts": 4}) == \
+    assert answers(probe, ["gdnstep 1 16384 128 0", "gdnstep 1 32767 128 0"], overrides={"gdn_step_parts": 4}) == \
         ["1 16384 1", "1 32767 1"]
-    assert answers(probe, ["gdnstep 1 8191 128 0 3"], overrides={"gdn_step_parts": 4}) == ["4 32764 1"]
+    assert answers(probe, ["gdnstep 1 8191 128 0"], overrides={"gdn_step_parts": 4}) == ["4 32764 1"]
     # gdn_step_parts forces the largest allowed count <= the value, at any batch.
-    assert answers(probe, ["gdnstep 64 32 128 0 3", "gdnstep 1 32 128 1 3"], overrides={"gdn_step_parts": 4}) == \
+    assert answers(probe, ["gdnstep 64 32 128 0", "gdnstep 1 32 128 1"], overrides={"gdn_step_parts": 4}) == \
         ["4 128 64", "4 128 1"]
-    assert answers(probe, ["gdnstep 64 32 128 0 3", "gdnstep 64 32 64 0 3"], overrides={"gdn_step_parts": 3}) == \
+    assert answers(probe, ["gdnstep 64 32 128 0", "gdnstep 64 32 64 0"], overrides={"gdn_step_parts": 3}) == \
         ["2 64 64", "2 64 64"]
-    assert answers(probe, ["gdnstep 1 32 128 0 3", "gdnstep 1 16 64 0 3"], overrides={"gdn_step_parts": 1}) == \
+    assert answers(probe, ["gdnstep 1 32 128 0", "gdnstep 1 16 64 0"], overrides={"gdn_step_parts": 1}) == \
         ["1 32 1", "1 16 1"]
 
 

@@ -27,9 +27,7 @@ GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem) {
 // while keeping a whole tile's shared memory, so fewer bytes are in flight an SM: batch 8, 512 CTAs at
 // 2 parts, 12.74 -> 17.63 us; batch 64 and 256 +16-45% at 2 parts. The staggered-flush hint changes
 // nothing: 2 parts shortened the staggered copy cycles at some batches and lengthened them at others.
-int gdn_step_parts(int64_t batch, int v_heads, int v_dim, bool staggered_flush, int ctas_per_sm, int sm_count, int forced) {
-  (void)staggered_flush;
-  (void)ctas_per_sm;
+int gdn_step_parts(int64_t batch, int v_heads, int v_dim, int sm_count, int forced) {
   // A part is whole fold passes of 32 rows, and a slot's CTAs (v_heads parts) draw at most 32767 cursor
   // tickets (cache/cursor.cuh).
   int most = std::max(v_dim / 32, 1);
@@ -45,11 +43,9 @@ int gdn_step_parts(int64_t batch, int v_heads, int v_dim, bool staggered_flush, 
 }
 
 // The CTAs of a slot are its (v-head, part)s, which the cursor tickets count.
-GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, int ctas_per_sm, const DeviceInfo& device,
-                          const LaunchOverrides& overrides) {
+GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& device, const LaunchOverrides& overrides) {
   GdnStepPlan plan;
-  plan.parts = gdn_step_parts(problem.batch, problem.v_heads, problem.v_dim, problem.staggered_flush, ctas_per_sm,
-                              device.sm_count, overrides.gdn_step_parts);
+  plan.parts = gdn_step_parts(problem.batch, problem.v_heads, problem.v_dim, device.sm_count, overrides.gdn_step_parts);
   plan.grid_x = static_cast<int64_t>(problem.v_heads) * plan.parts;
   plan.grid_y = problem.batch;
   return plan;

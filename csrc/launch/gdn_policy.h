@@ -44,11 +44,11 @@ struct GdnStepPlan {
 };
 
 // Parts per (row, v-head). `forced` > 0 (the gdn_step_parts override) takes the largest allowed part
-// count <= forced instead of the rule.
-int gdn_step_parts(int64_t batch, int v_heads, int v_dim, bool staggered_flush, int ctas_per_sm, int sm_count, int forced);
+// count <= forced instead of the rule. Neither the CTAs per SM nor the staggered-flush hint enter the
+// rule (gdn_policy.cpp says why), so the launcher asks no occupancy query.
+int gdn_step_parts(int64_t batch, int v_heads, int v_dim, int sm_count, int forced);
 
-GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, int ctas_per_sm, const DeviceInfo& device,
-                          const LaunchOverrides& overrides);
+GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& device, const LaunchOverrides& overrides);
 
 // ---- gdn_verify: CTAs of a block of v-heads of one row, T draft tokens each ----
 

@@ -22,13 +22,11 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   launch::DeviceInfo device;
-  cudaError_t info = current_device_info(&device);
-  int ctas_per_sm = 0;
-  if (info == cudaSuccess) info = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas_per_sm, kernel, kStepThreads, smem);
+  const cudaError_t info = current_device_info(&device);  // cached after the first call
   if (info != cudaSuccess) return info;
   const launch::LaunchOverrides& overrides = launch::launch_overrides();
   const launch::GdnStepPlan plan =
-      launch::plan_gdn_step(launch::GdnStepProblem{p.batch, p.v_heads, kV, p.staggered_flush}, ctas_per_sm, device, overrides);
+      launch::plan_gdn_step(launch::GdnStepProblem{p.batch, p.v_heads, kV, p.staggered_flush}, device, overrides);
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const bool pdl = launch::programmatic_launch(overrides);
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl, plan.parts);
