@@ -90,22 +90,9 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
   cute::SM90_BULK_COPY_G2S::copy(src, bar, dst, static_cast<int32_t>(bytes));
 }
 
-// A kRows x kRowBytes tile from global memory (rows `row_stride_bytes` apart) to contiguous shared
-// memory, counted on `bar` (which this thread arms for the whole tile): one bulk copy when the rows
-// are contiguous, one per row otherwise (strided slot pools).
-template <int kRows, int kRowBytes>
-__device__ __forceinline__ void bulk_copy_tile_to_shared(unsigned char* dst, const unsigned char* src,
-                                                         int64_t row_stride_bytes, uint64_t* bar) {
-  constexpr uint32_t kBytes = static_cast<uint32_t>(kRows) * kRowBytes;
-  mbarrier_arrive_expect_tx(bar, kBytes);
-  if (row_stride_bytes == kRowBytes) {
-    bulk_copy_to_shared(dst, src, kBytes, bar);
-  } else {
-    for (int r = 0; r < kRows; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
-  }
-}
-
-// bulk_copy_tile_to_shared with the row count known only at run time (a part of a tile's rows).
+// `rows` rows of kRowBytes from global memory (rows `row_stride_bytes` apart) to contiguous shared
+// memory, counted on `bar` (which this thread arms for all of them): one bulk copy when the rows are
+// contiguous, one per row otherwise (strided slot pools).
 template <int kRowBytes>
 __device__ __forceinline__ void bulk_copy_rows_to_shared(unsigned char* dst, const unsigned char* src, int rows,
                                                          int64_t row_stride_bytes, uint64_t* bar) {
@@ -115,6 +102,13 @@ __device__ __forceinline__ void bulk_copy_rows_to_shared(unsigned char* dst, con
   } else {
     for (int r = 0; r < rows; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
   }
+}
+
+// A whole kRows x kRowBytes tile (the row count known at compile time).
+template <int kRows, int kRowBytes>
+__device__ __forceinline__ void bulk_copy_tile_to_shared(unsigned char* dst, const unsigned char* src,
+                                                         int64_t row_stride_bytes, uint64_t* bar) {
+  bulk_copy_rows_to_shared<kRowBytes>(dst, src, kRows, row_stride_bytes, bar);
 }
 
 // Asks the copy engine to bring `bytes` (a multiple of 16, 16-byte aligned) into L2; nothing waits.
