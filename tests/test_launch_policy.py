@@ -520,11 +520,11 @@ def test_gdn_fold_update_and_step_grids(probe):
 def test_gdn_step_parts(probe):
     # The step: the most parts (1, 2, 4; V / parts >= 32) whose CTAs do not outnumber the 132 SMs, with or
     # without the staggered-flush hint.
-    assert answers(probe, ["gdnstep 1 32 128 0", "gdnstep 2 32 128 0", "gdnstep 3 32 128 1",
-                           "gdnstep 5 32 128 0", "gdnstep 8 32 128 1", "gdnstep 64 32 128 0"]) == \
+    assert answers(probe, ["gdnstep 1 32 128 0", "gdnstep 2 32 128 0", "gdnstep 3 32 128 1 4",
+                           "gdnstep 5 32 128 0", "gdnstep 8 32 128 1 3", "gdnstep 64 32 128 0"]) == \
         ["4 128 1", "2 64 2", "1 32 3", "1 32 5", "1 32 8", "1 32 64"]
-    assert answers(probe, ["gdnstep 1 16 128 0", "gdnstep 4 16 128 0", "gdnstep 8 16 128 0"]) == \
-        ["4 64 1", "2 32 4", "1 16 8"]
+    assert answers(probe, ["gdnstep 1 16 128 0", "gdnstep 4 16 128 0", "gdnstep 8 16 128 0", "gdnstep 9 16 128 0"]) == \
+        ["4 64 1", "2 32 4", "1 16 8", "1 16 9"]
     # V = 64: at most 2 parts.
     assert answers(probe, ["gdnstep 1 16 64 0", "gdnstep 4 16 64 0", "gdnstep 5 16 64 0"]) == \
         ["2 32 1", "2 32 4", "1 16 5"]
@@ -534,12 +534,21 @@ def test_gdn_step_parts(probe):
         ["1 16384 1", "1 32767 1"]
     assert answers(probe, ["gdnstep 1 8191 128 0"], overrides={"gdn_step_parts": 4}) == ["4 32764 1"]
     # gdn_step_parts forces the largest allowed count <= the value, at any batch.
-    assert answers(probe, ["gdnstep 64 32 128 0", "gdnstep 1 32 128 1"], overrides={"gdn_step_parts": 4}) == \
+    assert answers(probe, ["gdnstep 64 32 128 0", "gdnstep 1 32 128 1 3"], overrides={"gdn_step_parts": 4}) == \
         ["4 128 64", "4 128 1"]
     assert answers(probe, ["gdnstep 64 32 128 0", "gdnstep 64 32 64 0"], overrides={"gdn_step_parts": 3}) == \
         ["2 64 64", "2 64 64"]
     assert answers(probe, ["gdnstep 1 32 128 0", "gdnstep 1 16 64 0"], overrides={"gdn_step_parts": 1}) == \
         ["1 32 1", "1 16 1"]
+    # The order pass (folding rows first) under the staggered-flush hint where the CTAs take more than one
+    # wave (132 x 3 = 396 here) and the caller gave its workspace; gdn_step_order 1 at every staggered
+    # launch with a workspace, 0 never.
+    assert answers(probe, ["gdnstep 64 32 128 1 3", "gdnstep 64 32 128 0 3", "gdnstep 12 32 128 1 3",
+                           "gdnstep 13 32 128 1 3", "gdnstep 64 32 128 1 3 0"]) == \
+        ["1 32 64 ordered", "1 32 64", "1 32 12", "1 32 13 ordered", "1 32 64"]
+    assert answers(probe, ["gdnstep 1 32 128 1 3", "gdnstep 64 32 128 0 3", "gdnstep 64 32 128 1 3 0"],
+                   overrides={"gdn_step_order": 1}) == ["4 128 1 ordered", "1 32 64", "1 32 64"]
+    assert answers(probe, ["gdnstep 64 32 128 1 3"], overrides={"gdn_step_order": 0}) == ["1 32 64"]
 
 
 # ---- programmatic dependent launch: off unless the pdl override is 1 ----
@@ -564,7 +573,7 @@ def test_pdl_launches_go_through_one_helper():
     programmatic_launch.cuh) is the only caller of cudaLaunchKernelEx, and every kernel launched through
     it calls wait_for_prior_grids with its pdl flag."""
     launchers = {os.path.join("families", "mamba2", "update.cu"): ["update_kernel"],
-                 os.path.join("families", "mamba2", "step_order.cu"): ["step_row_order_kernel"],
+                 os.path.join("cache", "row_order.cuh"): ["row_order_kernel"],
                  os.path.join("families", "mamba2", "step_kernel.cuh"): ["step_kernel"],
                  os.path.join("families", "gdn", "update.cu"): ["update_kernel"],
                  os.path.join("families", "gdn", "step_kernel.cuh"): ["step_kernel"]}
@@ -581,7 +590,7 @@ def test_pdl_launches_go_through_one_helper():
             text = f.read()
         for kernel in kernels:
             body = text[text.index(f" {kernel}("):]
-            assert re.search(r"wait_for_prior_grids\((launch\.)?pdl\);", body), (path, kernel)
+            assert re.search(r"wait_for_prior_grids\(((launch|a)\.)?pdl\);", body), (path, kernel)
 
 
 # ---- the overrides: the environment (read once) and the hook ----

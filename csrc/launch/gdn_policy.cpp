@@ -48,6 +48,13 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   plan.parts = gdn_step_parts(problem.batch, problem.v_heads, problem.v_dim, device.sm_count, overrides.gdn_step_parts);
   plan.grid_x = static_cast<int64_t>(problem.v_heads) * plan.parts;
   plan.grid_y = problem.batch;
+  // The order pass under the staggered-flush hint where the CTAs take more than one wave: only then can
+  // a folding row's CTAs (each a fold, several replays long) start late and outlast the step. Without
+  // it the staggered cycles with a read copy were 1.4-1.8x the lock-step ones at batch 64 (H200), as
+  // Mamba-2's were before its pass. Not measured yet for GDN.
+  const bool more_than_one_wave = problem.batch * plan.grid_x > resident_ctas(device.sm_count, problem.ctas_per_sm);
+  plan.ordered = problem.staggered_flush && problem.order_workspace && overrides.gdn_step_order != 0 &&
+                 (overrides.gdn_step_order == 1 || more_than_one_wave);
   return plan;
 }
 

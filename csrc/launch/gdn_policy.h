@@ -36,10 +36,13 @@ struct GdnStepProblem {
   int v_heads = 0;
   int v_dim = 0;                 // V (head_v_dim): parts divide V / 32
   bool staggered_flush = false;  // the caller's hint: slots fold at different steps
+  bool order_workspace = false;  // the caller gave row_order, so the order pass may run
+  int ctas_per_sm = 0;           // resident CTAs an SM (occupancy query): asked only where the order pass may run
 };
 
 struct GdnStepPlan {
   int parts = 1;  // CTAs per (row, v-head)
+  bool ordered = false;  // the order pass first (cache/row_order.cuh): the folding rows' CTAs start first
   int64_t grid_x = 0, grid_y = 0;  // (v_heads parts, batch)
 };
 

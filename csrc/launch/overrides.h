@@ -45,6 +45,9 @@ namespace launch {
   X(gdn_step_parts, "REPLAYSSM_GDN_STEP_PARTS", 0, 0, 4,                                                     \
     "gdn_step and kda_step: each (row, v-head) in k CTAs of V / k value rows (k the largest of 1, 2, 4 "     \
     "<= the value that divides V / 32); 0: the rule (the most parts whose CTAs do not outnumber the SMs)")                  \
+  X(gdn_step_order, "REPLAYSSM_GDN_STEP_ORDER", -1, -1, 1,                                                  \
+    "gdn_step and kda_step under staggered_flush: 1 the order pass (folding rows first) at every launch, "   \
+    "0 never; -1: the rule (where the CTAs take more than one wave)")                                        \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

@@ -332,12 +332,12 @@ class Cache:
         self.num_committed.copy_(start)
         self.ref_nc.copy_(start)
 
-    def step(self, tok, slots, pad=-1, out=None, scale=None, l2=True):
+    def step(self, tok, slots, pad=-1, out=None, scale=None, l2=True, staggered=False):
         q, k, v, a, b = tok
         out = torch.full((q.shape[0], self.layer.HV, self.layer.V), float("nan"), dtype=self.layer.act,
                          device=DEV) if out is None else out
         A_log, dt_bias = self.layer.weights()
-        op("gdn_step")(*self.args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2, self.mdt, slots, pad, False)
+        op("gdn_step")(*self.args(), q, k, v, a, b, A_log, dt_bias, out, scale, l2, self.mdt, slots, pad, staggered)
         return out
 
     def ref_step(self, tok, slots, pad=-1, scale=None, l2=True):
@@ -381,9 +381,9 @@ class Cache:
             assert torch.equal(self.read_scale[slots], want_scale[slots])
 
 
-def step_and_compare(cache, tok, slots, valid, where, pad=-1):
+def step_and_compare(cache, tok, slots, valid, where, pad=-1, staggered=False):
     """One step of both caches: outputs, cursors, the checkpoints and the live windows compared."""
-    out = cache.step(tok, slots, pad)
+    out = cache.step(tok, slots, pad, staggered=staggered)
     ref_out = cache.ref_step(tok, slots, pad)
     invalid = [r for r in range(len(tok[0])) if r not in valid]
     if invalid:
@@ -539,6 +539,32 @@ def test_step_parts_change_no_bit(dims, ck, rc, set_overrides):
             assert torch.equal(a, b), f"gdn_step_parts={parts}: output of step {i}"
         for i, (a, b) in enumerate(zip(tensors, results[0][1])):
             assert torch.equal(a, b), f"gdn_step_parts={parts}: cache tensor {i}"
+
+
+# The order pass (gdn_step_order 1: the folding rows' CTAs first, under the staggered-flush hint) changes
+# no bit against the launch without it, over staggered fold cycles of an odd batch with pad and
+# out-of-range rows, and matches the reference.
+@pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, torch.bfloat16), (torch.float32, FP8),
+                                   (torch.bfloat16, FP8)], ids=["fp32", "fp32-bf16", "fp32-fp8", "bf16-fp8"])
+def test_step_order_changes_no_bit(ck, rc, set_overrides):
+    layer = Layer(QWEN4B, seed=16)
+    L, mdt, num_slots = 6, 2, 11
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([10, -1, 4, 0, 6, 99, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
+    valid = [0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    results = []
+    for order in (1, 0):
+        set_overrides(gdn_step_order=order)
+        cache = Cache(layer, num_slots, L, ck, rc, mdt, init=init)
+        cache.stagger(L - mdt + 1)
+        if order:
+            outs = [step_and_compare(cache, tok, slots, valid, f"at step {i}", staggered=True) for i, tok in enumerate(steps)]
+        else:
+            outs = [cache.step(tok, slots, staggered=True) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    assert all(torch.equal(a, b) for a, b in zip(results[0], results[1]))
+
 
 
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as

@@ -401,12 +401,12 @@ class Cache:
         self.num_committed.copy_(start)
         self.ref_nc.copy_(start)
 
-    def step(self, tok, slots, pad=-1, out=None):
+    def step(self, tok, slots, pad=-1, out=None, staggered=False):
         q, k, v, a, b = tok
         out = torch.full((q.shape[0], self.layer.HV, self.layer.V), float("nan"), dtype=self.layer.act,
                          device=DEV) if out is None else out
         A_log, dt_bias = self.layer.weights()
-        op("kda_step")(*self.args(), q, k, v, a, b, A_log, dt_bias, out, None, True, self.mdt, slots, pad, False)
+        op("kda_step")(*self.args(), q, k, v, a, b, A_log, dt_bias, out, None, True, self.mdt, slots, pad, staggered)
         return out
 
     def ref_step(self, tok, slots, pad=-1):
@@ -564,6 +564,25 @@ def test_step_parts_change_no_bit(dims, ck, rc, set_overrides):
         results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
     for parts, got in zip((2, 4), results[1:]):
         assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_parts={parts}"
+
+
+# The order pass (gdn_step_order 1, under the staggered-flush hint) changes no bit: staggered fold cycles
+# of an odd batch with a pad row.
+@pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8)], ids=["fp32", "fp32-fp8"])
+def test_step_order_changes_no_bit(ck, rc, set_overrides):
+    layer = Layer(KIMI, seed=17)
+    L, mdt, num_slots = 6, 2, 11
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([10, -1, 4, 0, 6, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    results = []
+    for order in (0, 1):
+        set_overrides(gdn_step_order=order)
+        cache = Cache(layer, num_slots, L, ck, rc, mdt, init=init)
+        cache.stagger(L - mdt + 1)
+        outs = [cache.step(tok, slots, staggered=True) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    assert all(torch.equal(a, b) for a, b in zip(results[0], results[1]))
 
 
 # A strided pool, int64 slots and pad id 0 give the bits of the plain layout with int32 slots; a CUDA

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -118,6 +119,14 @@ void step(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std:
                                              use_qk_l2norm, gate);
   gdn_api::fill_slots(p, expect, op, slots, batch, pad_slot_id, S);
   p.staggered_flush = staggered_flush;
+  // The order pass's workspace (the folding rows first; launch/gdn_policy.h says where it runs), from the
+  // caching allocator on the current stream: under graph capture from the graph's pool, reused in stream
+  // order after the launch.
+  at::Tensor row_order;
+  if (staggered_flush && batch > 0) {
+    row_order = at::empty({2 * batch}, checkpoint.options().dtype(at::kInt));
+    p.row_order = row_order.data_ptr<int32_t>();
+  }
   launch_checked(op, checkpoint, launch_gdn_step, p);
 }
 

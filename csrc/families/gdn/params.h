@@ -164,6 +164,10 @@ struct GdnParams {
   // ---- KDA (last, so that GDN's fields keep their offsets) ----
   GdnGate gate;
   KdaGateArgs kda;
+
+  // step, staggered_flush: int32[2 batch] of device memory the API layer allocates per call for the
+  // order pass (cache/row_order.cuh), or nullptr; the launch plan decides whether the pass runs.
+  int32_t* row_order;
 };
 
 // Every launcher takes params.gate: GdnGate::kScalar runs Gated DeltaNet, kVector KDA.

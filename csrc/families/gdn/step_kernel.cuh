@@ -144,9 +144,11 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 
 // pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
 // parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
+// ordered: the order pass (cache/row_order.cuh) ran before this launch and filled p.row_order: CTA row
+// y takes the batch row and slot it put at y (the folding rows first).
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl, const int parts) {
+    step_kernel(const GdnParams p, const bool pdl, const int parts, const bool ordered) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -162,7 +164,6 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int part_rows = kV / parts;
   const int row0 = part * part_rows;  // this CTA's value rows: row0 .. row0 + part_rows - 1
   auto mine = [&](int v) { return v >= row0 && v < row0 + part_rows; };
-  const int row = blockIdx.y;
   const int h = hv / (p.v_heads / p.heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int L = c.buffer_len;
@@ -171,11 +172,14 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // global (the CTA may have started while that kernel ended) ----
   wait_for_prior_grids(pdl);
   if (pdl && tid == 0) launch_dependent_grids();
+  const int pos = static_cast<int>(blockIdx.y);
+  const int row = ordered ? __ldg(p.row_order + pos) : pos;
+  auto row_slot = [&]() -> int64_t { return ordered ? __ldg(p.row_order + p.batch + pos) : resolve_slot(p, row); };
 
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
   if (tid == 0) {
-    const int64_t slot = resolve_slot(p, row);
+    const int64_t slot = row_slot();
     int32_t w = -1;
     if (slot >= 0) {
       // The tile's barrier, set up by the thread that arms it and issues its copy, right before them

@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "cache/row_order.cuh"
 #include "common/device_info.h"
 #include "common/programmatic_launch.cuh"
 #include "families/gdn/step_kernel.cuh"
@@ -25,11 +26,28 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const cudaError_t info = current_device_info(&device);  // cached after the first call
   if (info != cudaSuccess) return info;
   const launch::LaunchOverrides& overrides = launch::launch_overrides();
-  const launch::GdnStepPlan plan =
-      launch::plan_gdn_step(launch::GdnStepProblem{p.batch, p.v_heads, kV, p.staggered_flush}, device, overrides);
+  launch::GdnStepProblem problem{p.batch, p.v_heads, kV, p.staggered_flush, p.row_order != nullptr};
+  if (problem.staggered_flush && problem.order_workspace) {
+    // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
+    const cudaError_t occupancy =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&problem.ctas_per_sm, kernel, kStepThreads, smem);
+    if (occupancy != cudaSuccess) return occupancy;
+  }
+  const launch::GdnStepPlan plan = launch::plan_gdn_step(problem, device, overrides);
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const bool pdl = launch::programmatic_launch(overrides);
-  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl, plan.parts);
+  if (plan.ordered) {
+    RowOrderArgs order{};
+    order.num_committed = p.cache.num_committed;
+    order.order = p.row_order;
+    order.batch = p.batch;
+    order.buffer_len = p.cache.buffer_len;
+    order.max_draft_tokens = p.cache.max_draft_tokens;
+    order.pdl = pdl;
+    const cudaError_t err = launch_row_order(p, order, p.num_slots, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl, plan.parts, plan.ordered);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's
