@@ -488,8 +488,8 @@ def _delta_ops(family: str):
     for kind, fn in fns.items():
         fn.__name__ = fn.__qualname__ = names[kind]
         fn.__doc__ = f"torch.ops.replayssm.{names[kind]}; see reference.delta_{kind}."
-    step.__doc__ += (" staggered_flush: a launch hint, no change to the results (as mamba2_step's; GDN's step "
-                     "launches the same CTAs either way).")
+    step.__doc__ += (" staggered_flush: a launch hint, no change to the results (as mamba2_step's: where the CTAs "
+                     "take more than one wave an order pass starts the folding rows first).")
     return fns
 
 

@@ -11,9 +11,10 @@ rows; on 24 rows, where the hint takes the fold split; and in CTAs of two whole 
 folds and verify + commit rounds with random acceptance, materialize and flush, the conventional update
 and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
 v-head a CTA and with all of a row's; the fold over 1,030 rows; the step on 4 rows in its row parts (the
-launch rule: 2 CTAs per (row, v-head) at V = 64, 4 at V = 128), on 1,030 rows whole. The other CTA
-shapes are forced through replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the
-decay per key channel) as GDN's.
+launch rule: 2 CTAs per (row, v-head) at V = 64, 4 at V = 128), on 1,030 rows whole, with and without
+the order pass (staggered_flush). The other CTA shapes are forced through
+replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per key channel) as
+GDN's.
 
     python3 tools/sanitize_ops.py [mamba2] [gdn] [kda]      # all by default"""
 
@@ -215,8 +216,9 @@ class GdnLayer:
         b = torch.randn(batch, *T, self.HV, device=dev).bfloat16()
         return (q, k, v, a, b, *self.weights, torch.empty_like(v))
 
-    def step(self, rows):
-        self.op("step")(*self.cache(), *self.tokens(rows.numel()), None, True, 1, rows, -1, backend="cuda")
+    def step(self, rows, staggered_flush=False):
+        self.op("step")(*self.cache(), *self.tokens(rows.numel()), None, True, 1, rows, -1, staggered_flush,
+                        backend="cuda")
 
     def spec_round(self, rows, T, max_draft_tokens):
         """verify T drafts, then commit 0 to T of them (the slots whose next verify would not fit fold)."""
@@ -264,6 +266,7 @@ def gdn(family="gdn"):
     rows = torch.randperm(1100, device=dev)[:1030].int()
     rows[5] = -1
     layer.step(rows)
+    layer.step(rows, staggered_flush=True)  # the order pass first (more than one wave of CTAs)
     layer.spec_round(rows, 2, 2)
     layer.op("flush")(*layer.cache(), True, backend="cuda")
 
