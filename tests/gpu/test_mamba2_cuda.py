@@ -605,7 +605,7 @@ def test_step_order_pass_runs_only_where_the_launcher_rule_says(set_overrides):
         slots = torch.arange(batch, device="cuda")
         names = cuda_kernels_run(lambda: cuda_step(caches[rc], *inputs, slots, staggered_flush=hint))
         assert any("step_kernel" in n for n in names)
-        return any("step_row_order" in n for n in names)
+        return any("row_order_kernel" in n for n in names)
 
     assert order_pass_ran(40, True)
     assert not order_pass_ran(40, False)
