@@ -9,16 +9,6 @@
 
 namespace replayssm {
 
-// threadIdx.x read through a volatile asm, so the compiler cannot hoist what is derived from it out of a
-// loop: gdn_step's loop over the v-heads of a CTA otherwise kept the replay's and the fold's per-thread
-// row and column indices live across every v-head, which spilled (K = V = 128, sm_90a: up to 284 / 752
-// bytes of spill stores / loads at 64 registers; with it, at most 40 / 120).
-__device__ __forceinline__ int thread_index() {
-  unsigned t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return static_cast<int>(t);
-}
-
 // ---- 4-element state vectors: raw storage (so loads can all be in flight) and conversions ---------
 
 template <DType T> struct Vec4;

@@ -82,15 +82,15 @@ struct TileMap {
   static constexpr int kSpan = kRowLanes / R;                    // lanes holding one row's rows_dot sum
   static constexpr int kLaneStride = 2;                          // warp lanes between a row's lanes
 
-  __device__ static int lane() { return (thread_index() >> 1) & (kRowLanes - 1); }
+  __device__ static int lane() { return (static_cast<int>(threadIdx.x) >> 1) & (kRowLanes - 1); }
   __device__ static int first_row() {
-    const int tid = thread_index(), warp = tid >> 5;
+    const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5;
     return (warp & 3) + 4 * ((tid & 1) + 2 * ((tid >> 4) & 1) + 4 * (warp >> 2));
   }
   __device__ static int row(int r) { return first_row() + kRowsPerPass * r; }
   __device__ static int col(int b) { return 4 * (lane() + kRowLanes * ((b + first_row()) % kBlocks)); }
   // The warp lane holding lane i of this thread's rows (a shuffle's source).
-  __device__ static int lane_of(int i) { return (thread_index() & 0x11) | (i << 1); }
+  __device__ static int lane_of(int i) { return (static_cast<int>(threadIdx.x) & 0x11) | (i << 1); }
   // After rows_dot: the thread row (index r < R) whose sum this lane holds, and whether it stores it.
   __device__ static int dot_row() { return lane() / kSpan; }
   __device__ static bool dot_writer() { return lane() % kSpan == 0; }
@@ -111,7 +111,7 @@ template <int kK, DType kAct>
 __device__ __forceinline__ void normalize_key(const typename Storage<kAct>::type* raw, float* out, bool l2norm,
                                               float scale = 1.0f) {
   constexpr int kPer = kK / 32;  // 4 or 2 elements per lane
-  const int lane = thread_index() & 31;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
   float x[kPer];
   if constexpr (kPer == 4) {
     Vec4<kAct>::to_float(*reinterpret_cast<const typename Vec4<kAct>::Raw*>(raw + lane * 4), x);
@@ -202,7 +202,7 @@ struct StagedRows {
   const void* base;
   int64_t offset, row_stride;
   unsigned char* area;
-  __device__ unsigned char* block(int b) const { return area + (b * kFoldThreads + thread_index()) * kBlockBytes; }
+  __device__ unsigned char* block(int b) const { return area + (b * kFoldThreads + threadIdx.x) * kBlockBytes; }
   __device__ Raw fetch(int r) const {
     const unsigned char* row = static_cast<const unsigned char*>(base) + (offset + M::row(r) * row_stride) * dtype_size(kSrc);
 #pragma unroll
@@ -365,7 +365,7 @@ __device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct, kVecto
                                              int v_head, int k_head, int count, int first_recompute,
                                              int64_t gb_entry_stride = 0) {
   using Act = typename Storage<kAct>::type;
-  const int tid = thread_index();
+  const int tid = static_cast<int>(threadIdx.x);
   constexpr int kKC = kK / 8, kVC = kV / 8, kUC = kV / 4;  // 16-byte chunks of a key, a value, a u row
   const int stored = first_recompute < count ? first_recompute : count;
   {
@@ -406,7 +406,7 @@ __device__ __forceinline__ void stage_window(const FoldView<kK, kV, kAct, kVecto
 template <int kK, int kV, DType kAct, bool kVectorGate>
 __device__ __forceinline__ void stage_tail(const FoldView<kK, kV, kAct, kVectorGate>& ws, const FoldTail& tail, int j,
                                            int first_recompute) {
-  const int tid = thread_index();
+  const int tid = static_cast<int>(threadIdx.x);
   constexpr int kKC = kK / 8, kVC = kV / 8, kUC = kV / 4;
   if constexpr (kVectorGate) {  // the token's K log decays, by the threads the branches below leave idle
     if (tid >= 128 && tid - 128 < kK / 4) {
@@ -429,7 +429,7 @@ __device__ __forceinline__ void stage_tail(const FoldView<kK, kV, kAct, kVectorG
 // after entry l / l + 32 (g_{j+1} + ... + g_63, suffix sums: the reverse of warp_inclusive_sum's order),
 // total = the sum of all, in every lane.
 __device__ __forceinline__ void suffix_after(float g0, float g1, float& after0, float& after1, float& total) {
-  const int lane = thread_index() & 31;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
   const float s1 = warp_inclusive_suffix_sum(g1);
   const float upper = __shfl_sync(kFullMask, s1, 0);
   const float s0 = warp_inclusive_suffix_sum(g0) + upper;
@@ -448,7 +448,7 @@ __device__ __forceinline__ void suffix_after(float g0, float g1, float& after0, 
 template <int kK, int kV, DType kAct>
 __device__ __forceinline__ void prepare_channel_entries(const FoldView<kK, kV, kAct, true>& ws, int n, int first_recompute,
                                                         bool l2norm) {
-  const int tid = thread_index(), warp = tid / 32, lane = tid & 31;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31;
   constexpr int kWarps = kFoldThreads / 32;
   constexpr int kPer = kK / 32;
   const int L = ws.L;
@@ -503,7 +503,7 @@ __device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct, kVe
     prepare_channel_entries(ws, n, first_recompute, l2norm);
     return;
   }
-  const int tid = thread_index(), warp = tid / 32, lane = tid & 31;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid & 31;
   constexpr int kWarps = kFoldThreads / 32;
   const int L = ws.L;
   cp_async_wait_all();

@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int row0 = part * part_rows;  // this CTA's value rows: row0 .. row0 + part_rows - 1
   auto mine = [&](int v) { return v >= row0 && v < row0 + part_rows; };
   const int h = hv / (p.v_heads / p.heads);
-  const int tid = thread_index(), warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int L = c.buffer_len;
 
   // ---- 0. with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead, before anything

@@ -28,8 +28,8 @@ struct RowLanes {
   static_assert(kK % kElemsPerChunk == 0 && kChunksPerRow % kLanes == 0, "a row is whole chunks, evenly shared");
   static_assert(32 % kLanes == 0 && kThreads % 32 == 0, "a row's lanes sit inside one warp");
 
-  __device__ static int lane() { return thread_index() % kLanes; }
-  __device__ static int first_row() { return thread_index() / kLanes; }
+  __device__ static int lane() { return static_cast<int>(threadIdx.x) % kLanes; }
+  __device__ static int first_row() { return static_cast<int>(threadIdx.x) / kLanes; }
   // First column of this lane's chunk i.
   __device__ static int col(int i) { return (lane() + kLanes * i) * kElemsPerChunk; }
 };
