@@ -566,7 +566,6 @@ def test_step_order_changes_no_bit(ck, rc, set_overrides):
     assert all(torch.equal(a, b) for a, b in zip(results[0], results[1]))
 
 
-
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as
 # it was with the slot's cache untouched and zero output, while the other rows step as usual.
 def test_step_leaves_cursors_with_no_room_as_they_were():
