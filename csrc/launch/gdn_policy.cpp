@@ -49,9 +49,10 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   plan.grid_x = static_cast<int64_t>(problem.v_heads) * plan.parts;
   plan.grid_y = problem.batch;
   // The order pass under the staggered-flush hint where the CTAs take more than one wave: only then can
-  // a folding row's CTAs (each a fold, several replays long) start late and outlast the step. Without
-  // it the staggered cycles with a read copy were 1.4-1.8x the lock-step ones at batch 64 (H200), as
-  // Mamba-2's were before its pass. Not measured yet for GDN.
+  // a folding row's CTAs (each a fold, several replays long) start late and outlast the step. H100, one
+  // run, staggered cycles without / with it: qwen4b b64 bf16 copy 97.9 -> 73.9 us (lock-step 73.0), fp8
+  // 87.4 -> 65.9 (63.3); qwen122b@tp4 b64 bf16 69.2 -> 53.5; the one loss, qwen4b b256 without a copy
+  // (+2.4%), is kept for one rule (docs/TUNING.md).
   const bool more_than_one_wave = problem.batch * plan.grid_x > resident_ctas(device.sm_count, problem.ctas_per_sm);
   plan.ordered = problem.staggered_flush && problem.order_workspace && overrides.gdn_step_order != 0 &&
                  (overrides.gdn_step_order == 1 || more_than_one_wave);

@@ -48,7 +48,8 @@ struct GdnStepPlan {
 
 // Parts per (row, v-head). `forced` > 0 (the gdn_step_parts override) takes the largest allowed part
 // count <= forced instead of the rule. Neither the CTAs per SM nor the staggered-flush hint enter the
-// rule (gdn_policy.cpp says why), so the launcher asks no occupancy query.
+// rule (gdn_policy.cpp says why); only the order rule needs the CTAs per SM, so the launcher asks the
+// occupancy query under the hint alone.
 int gdn_step_parts(int64_t batch, int v_heads, int v_dim, int sm_count, int forced);
 
 GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& device, const LaunchOverrides& overrides);
