@@ -551,6 +551,25 @@ def test_gdn_step_parts(probe):
     assert answers(probe, ["gdnstep 64 32 128 1 3"], overrides={"gdn_step_order": 0}) == ["1 32 64"]
 
 
+def test_gdn_step_fold_split(probe):
+    # Only by the gdn_step_fold_parts override (no rule yet): under the hint, with the workspace and one
+    # part a v-head, the first ceil(batch / L) folding rows in k CTAs a v-head, with the order pass, the
+    # grid's helper rows after the batch.
+    assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 64 32 128 1 3"]) == ["1 32 8", "1 32 64 ordered"]
+    assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 64 32 128 1 3", "gdnstep 13 32 128 1 3 1 6",
+                           "gdnstep 64 16 64 1 3"], overrides={"gdn_step_fold_parts": 4}) == \
+        ["1 32 11 ordered fold 4 1", "1 32 76 ordered fold 4 4", "1 32 22 ordered fold 4 3", "1 16 68 ordered fold 2 4"]
+    assert answers(probe, ["gdnstep 8 32 128 1 3"], overrides={"gdn_step_fold_parts": 3}) == ["1 32 9 ordered fold 2 1"]
+    # Not without the hint or the workspace, not with row parts (batch 1), not with the order pass off.
+    assert answers(probe, ["gdnstep 8 32 128 0 3", "gdnstep 8 32 128 1 3 0", "gdnstep 1 32 128 1 3"],
+                   overrides={"gdn_step_fold_parts": 4}) == ["1 32 8", "1 32 8", "4 128 1"]
+    assert answers(probe, ["gdnstep 8 32 128 1 3"], overrides={"gdn_step_fold_parts": 4, "gdn_step_order": 0}) == \
+        ["1 32 8"]
+    # The helper rows keep grid.y within 65535, the CTAs of a slot within the cursor's 32767 tickets.
+    assert answers(probe, ["gdnstep 60000 16 128 1 3", "gdnstep 64 16384 128 1 3"], overrides={"gdn_step_fold_parts": 4}) == \
+        ["1 16 60000 ordered", "1 16384 64 ordered"]
+
+
 # ---- programmatic dependent launch: off unless the pdl override is 1 ----
 
 def test_pdl_is_opt_in(probe):

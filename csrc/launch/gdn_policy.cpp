@@ -56,6 +56,27 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   const bool more_than_one_wave = problem.batch * plan.grid_x > resident_ctas(device.sm_count, problem.ctas_per_sm);
   plan.ordered = problem.staggered_flush && problem.order_workspace && overrides.gdn_step_order != 0 &&
                  (overrides.gdn_step_order == 1 || more_than_one_wave);
+  // The fold split, by the gdn_step_fold_parts override only (no rule until measured): under the hint,
+  // with the order workspace and one part a v-head, the first ceil(batch / L) folding rows (a step's folds
+  // under an even stagger) in k CTAs a v-head (the largest of 2, 4 <= k with V / k >= 32 and a slot's
+  // CTAs within the cursor's tickets), so that a folding row, several replays long in one CTA, is not the
+  // step's longest path. It takes the order pass, which finds and marks those rows (gdn_step_order 0:
+  // neither).
+  if (overrides.gdn_step_fold_parts > 1 && overrides.gdn_step_order != 0 && problem.staggered_flush &&
+      problem.order_workspace && plan.parts == 1) {
+    int fold_parts = 1;
+    for (int k = 2; k <= overrides.gdn_step_fold_parts && k <= 4; k *= 2) {
+      if (problem.v_dim / k >= 32 && static_cast<int64_t>(problem.v_heads) * k <= 32767) fold_parts = k;
+    }
+    const int64_t fold_rows = std::min<int64_t>((problem.batch + problem.buffer_len - 1) / problem.buffer_len, problem.batch);
+    const int64_t grid_y = problem.batch + fold_rows * (fold_parts - 1);
+    if (fold_parts > 1 && grid_y <= 65535) {
+      plan.ordered = true;
+      plan.fold_parts = fold_parts;
+      plan.fold_rows = static_cast<int>(fold_rows);
+      plan.grid_y = grid_y;
+    }
+  }
   return plan;
 }
 

@@ -38,11 +38,16 @@ struct GdnStepProblem {
   bool staggered_flush = false;  // the caller's hint: slots fold at different steps
   bool order_workspace = false;  // the caller gave row_order, so the order pass may run
   int ctas_per_sm = 0;           // resident CTAs an SM (occupancy query): asked only where the order pass may run
+  int buffer_len = 16;           // L: about batch / L rows fold in a step of an even stagger
 };
 
 struct GdnStepPlan {
   int parts = 1;  // CTAs per (row, v-head)
   bool ordered = false;  // the order pass first (cache/row_order.cuh): the folding rows' CTAs start first
+  // The fold split (ordered, one part): the first fold_rows folding rows take fold_parts CTAs a v-head,
+  // the grid fold_rows x (fold_parts - 1) helper rows after the batch. 1 / 0: none.
+  int fold_parts = 1;
+  int fold_rows = 0;
   int64_t grid_x = 0, grid_y = 0;  // (v_heads parts, batch)
 };
 

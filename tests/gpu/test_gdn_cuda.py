@@ -566,6 +566,39 @@ def test_step_order_changes_no_bit(ck, rc, set_overrides):
     assert all(torch.equal(a, b) for a, b in zip(results[0], results[1]))
 
 
+# The fold split (gdn_step_fold_parts 2 / 4: the first ceil(batch / L) folding rows in 2 or 4 CTAs a
+# v-head, helper rows after the batch) changes no bit against the ordered launch without it, and matches
+# the reference: staggered fold cycles (as many or fewer folds in a step than split rows: idle helpers),
+# then lock-step ones with the hint (every row folds in one step, more folds than split rows), an odd
+# batch with pad and out-of-range rows; V = 64 takes at most 2.
+@pytest.mark.parametrize("dims", [QWEN4B, KV_128_64], ids=["qwen4b", "k128v64"])
+@pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, torch.bfloat16), (torch.float32, FP8),
+                                   (torch.bfloat16, FP8)], ids=["fp32", "fp32-bf16", "fp32-fp8", "bf16-fp8"])
+def test_step_fold_split_changes_no_bit(dims, ck, rc, set_overrides):
+    layer = Layer(dims, seed=18)
+    L, mdt, num_slots = 6, 2, 11
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([10, -1, 4, 0, 6, 99, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
+    valid = [0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    results = []
+    for fold_parts in (0, 2, 4):
+        set_overrides(gdn_step_order=1, gdn_step_fold_parts=fold_parts)
+        got = []
+        for spread in (L - mdt + 1, 1):  # staggered, then lock-step (slot % 1 = 0), both with the hint
+            cache = Cache(layer, num_slots, L, ck, rc, mdt, init=init)
+            cache.stagger(spread)
+            if fold_parts == 0:
+                outs = [step_and_compare(cache, tok, slots, valid, f"at step {i}", staggered=True)
+                        for i, tok in enumerate(steps)]
+            else:
+                outs = [cache.step(tok, slots, staggered=True) for tok in steps]
+            got += [bits(o) for o in outs] + [bits(t) for t in cache.tensors]
+        results.append(got)
+    for fold_parts, got in zip((2, 4), results[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_fold_parts={fold_parts}"
+
+
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as
 # it was with the slot's cache untouched and zero output, while the other rows step as usual.
 def test_step_leaves_cursors_with_no_room_as_they_were():

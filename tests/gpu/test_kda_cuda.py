@@ -585,6 +585,28 @@ def test_step_order_changes_no_bit(ck, rc, set_overrides):
     assert all(torch.equal(a, b) for a, b in zip(results[0], results[1]))
 
 
+# The fold split (gdn_step_fold_parts 4: the first folding rows in 4 CTAs a v-head) changes no bit against
+# the ordered launch without it: staggered fold cycles, then lock-step ones (more folds than split rows).
+@pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8)], ids=["fp32", "fp32-fp8"])
+def test_step_fold_split_changes_no_bit(ck, rc, set_overrides):
+    layer = Layer(KIMI, seed=19)
+    L, mdt, num_slots = 6, 2, 11
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([10, -1, 4, 0, 6, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    results = []
+    for fold_parts in (0, 4):
+        set_overrides(gdn_step_order=1, gdn_step_fold_parts=fold_parts)
+        got = []
+        for spread in (L - mdt + 1, 1):
+            cache = Cache(layer, num_slots, L, ck, rc, mdt, init=init)
+            cache.stagger(spread)
+            got += [bits(o) for o in (cache.step(tok, slots, staggered=True) for tok in steps)]
+            got += [bits(t) for t in cache.tensors]
+        results.append(got)
+    assert all(torch.equal(a, b) for a, b in zip(results[0], results[1]))
+
+
 # A strided pool, int64 slots and pad id 0 give the bits of the plain layout with int32 slots; a CUDA
 # graph of one step replayed over two cycles gives the bits of eager steps.
 @pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8), (torch.bfloat16, None)],

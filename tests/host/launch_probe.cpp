@@ -25,8 +25,8 @@
 //   foldring COMPILED_STAGES STATIC_BYTES BYTES_1 .. BYTES_COMPILED     -> stages (0: none fits)
 //   fold BATCH H STAGES CTAS [LAYERS]       -> "ring_stages grid" (grid: CTAs per layer)
 //   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
-//   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1]]
-//                                           -> "parts grid_x grid_y[ ordered]" (plan_gdn_step)
+//   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1 [L, default 16]]]
+//                                           -> "parts grid_x grid_y[ ordered][ fold F ROWS]" (plan_gdn_step)
 //   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
@@ -205,12 +205,13 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     GdnStepProblem problem;
     int staggered, workspace = 1;
     in >> problem.batch >> problem.v_heads >> problem.v_dim >> staggered;
-    if (in >> problem.ctas_per_sm) in >> workspace;
+    if (in >> problem.ctas_per_sm && in >> workspace) in >> problem.buffer_len;
     problem.staggered_flush = staggered != 0;
     problem.order_workspace = workspace != 0;
     const GdnStepPlan plan = plan_gdn_step(problem, device, overrides);
     return std::to_string(plan.parts) + " " + std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y) +
-           (plan.ordered ? " ordered" : "");
+           (plan.ordered ? " ordered" : "") +
+           (plan.fold_parts > 1 ? " fold " + std::to_string(plan.fold_parts) + " " + std::to_string(plan.fold_rows) : "");
   }
   if (command == "gdnverify") {
     GdnVerifyProblem problem;

@@ -170,6 +170,10 @@ struct GdnParams {
   int32_t* row_order;
 };
 
+// The order pass's mark on the folding rows whose v-heads the fold split cuts into fold_parts CTAs
+// (step_kernel.cuh); batch rows stay below 2^16.
+constexpr int32_t kFoldPartsRow = 1 << 30;
+
 // Every launcher takes params.gate: GdnGate::kScalar runs Gated DeltaNet, kVector KDA.
 
 // Conventional T=1 update of cache.checkpoint (the state), one launch.

@@ -32,7 +32,9 @@
 // folds only its rows (its passes of fold.cuh), and repeats the per-head work that is O(w K) (token,
 // decays, the window keys' dots). Few rows (batch 1) thus spread over more SMs, and a folding CTA, the
 // slowest of a launch, is shorter. Every row takes the same fp32 operations in the same order whatever
-// `parts`, so the bits do not depend on it. Phases:
+// `parts`, so the bits do not depend on it. The fold split applies the same cut to folding rows only
+// (fold_parts CTAs a v-head for the first rows the order pass marks, the rest in one): under staggered
+// folds a step's few folding rows are its longest CTAs. Phases:
 //   1. thread 0: slot, the part's source rows' bulk copy (TMA, into dynamic shared memory), cursor and
 //      the CTA's ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat,
 //      k_hat, g, beta; all: v.
@@ -132,6 +134,7 @@ struct StepShared {
   uint64_t tile_full;  // the source tile's bulk copy
   int64_t slot;        // -1: the row touches nothing
   int32_t w;           // the cursor
+  int32_t split_part;  // fold split: this CTA's part of fold_parts; -1: not split
   float decay;         // e^{Lambda_t}
   float g, beta, kq;   // the token's gates and k_hat . q_hat
 };
@@ -144,11 +147,12 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 
 // pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
 // parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
+// fold_parts: with parts = 1 and the order pass, the marked folding rows' CTAs a v-head (below); 1: none.
 // ordered: the order pass (cache/row_order.cuh) ran before this launch and filled p.row_order: CTA row
 // y takes the batch row and slot it put at y (the folding rows first).
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl, const int parts, const bool ordered) {
+    step_kernel(const GdnParams p, const bool pdl, const int parts, const bool ordered, const int fold_parts) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -159,12 +163,6 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   const GdnCache& c = p.cache;
   const GdnTokens& tk = p.tokens;
-  const int hv = static_cast<int>(blockIdx.x) / parts;
-  const int part = static_cast<int>(blockIdx.x) % parts;
-  const int part_rows = kV / parts;
-  const int row0 = part * part_rows;  // this CTA's value rows: row0 .. row0 + part_rows - 1
-  auto mine = [&](int v) { return v >= row0 && v < row0 + part_rows; };
-  const int h = hv / (p.v_heads / p.heads);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int L = c.buffer_len;
 
@@ -172,8 +170,30 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // global (the CTA may have started while that kernel ended) ----
   wait_for_prior_grids(pdl);
   if (pdl && tid == 0) launch_dependent_grids();
-  const int pos = static_cast<int>(blockIdx.y);
-  const int row = ordered ? __ldg(p.row_order + pos) : pos;
+  // The CTA's row and part. With a fold split (fold_parts > 1, ordered launches of one part a v-head),
+  // the rows the order pass marked (its first folding rows) take fold_parts CTAs a v-head: part 0 at
+  // their own grid row, parts 1 .. fold_parts - 1 in the helper rows after the batch, fold_parts - 1 per
+  // marked position; a helper of a position the pass left unmarked (fewer folds than marks) has no work.
+  int pos = static_cast<int>(blockIdx.y);
+  int split_part = 0;
+  if (fold_parts > 1 && pos >= p.batch) {
+    const int helper = pos - p.batch;
+    pos = helper / (fold_parts - 1);
+    split_part = 1 + helper % (fold_parts - 1);
+  }
+  const int entry = ordered ? __ldg(p.row_order + pos) : pos;
+  const bool split = fold_parts > 1 && (entry & kFoldPartsRow) != 0;
+  if (split_part > 0 && !split) return;
+  const int row = entry & ~kFoldPartsRow;
+  const int hv = static_cast<int>(blockIdx.x) / parts;
+  // The replay's value rows: a split row always folds (the pass marks folding rows only), so outside
+  // the fold branch the part is the launch's; the fold takes its own from sh.split_part (kept in shared
+  // memory rather than live in registers across the replay).
+  const int part = static_cast<int>(blockIdx.x) % parts;
+  const int part_rows = kV / parts;
+  const int row0 = part * part_rows;  // this CTA's value rows: row0 .. row0 + part_rows - 1
+  auto mine = [&](int v) { return v >= row0 && v < row0 + part_rows; };
+  const int h = hv / (p.v_heads / p.heads);
   auto row_slot = [&]() -> int64_t { return ordered ? __ldg(p.row_order + p.batch + pos) : resolve_slot(p, row); };
 
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
@@ -190,11 +210,13 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       // The tile's bulk copy first (the part's rows, at the start of the dynamic shared memory): its
       // address needs only the slot, so the tile is in flight during the cursor's round trip instead
       // of after it (one DRAM round trip less before the rows).
+      const int copy_rows = split ? kV / fold_parts : part_rows;
+      const int copy_row0 = split ? split_part * copy_rows : row0;
       const int64_t row_stride = kCopy ? c.rc_row_stride : c.ck_row_stride;
       const int64_t tile = (kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride) +
-                           row0 * row_stride;
+                           copy_row0 * row_stride;
       const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
-      bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), part_rows, row_stride * dtype_size(kSrc),
+      bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
                                                   &sh.tile_full);
       // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
       // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
@@ -204,10 +226,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     }
     sh.slot = slot;
     sh.w = w;
+    sh.split_part = split ? split_part : -1;
   }
-  // The CTA that drew the slot's last ticket writes its cursor (which clears the tickets).
-  auto move_cursor = [&](int64_t slot, int32_t to) {
-    if (tid == 0 && (ticket >> 16) == p.v_heads * parts - 1) c.num_committed[slot] = to;
+  // The CTA that drew the slot's last ticket writes its cursor (which clears the tickets); `of`: the
+  // CTAs of each of the slot's v-heads.
+  auto move_cursor = [&](int64_t slot, int32_t to, int of) {
+    if (tid == 0 && (ticket >> 16) == p.v_heads * of - 1) c.num_committed[slot] = to;
   };
   if (warp == 1) {  // q_hat, k_hat, k_hat . q_hat; g and beta
     constexpr int kPer = kK / 32;
@@ -286,10 +310,14 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       tail.g = sh.g;
     }
     tail.beta = sh.beta;
+    // A split row's CTA folds its part of fold_parts (sh.split_part), the others the launch's part.
+    const int fold_part = sh.split_part >= 0 ? sh.split_part : part;
+    const int fold_of = sh.split_part >= 0 ? fold_parts : parts;
+    const int fold_rows = kV / fold_of, fold_row0 = fold_part * fold_rows;
     Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
-                           kCopy ? &sh.tile_full : nullptr, part, parts);
-    for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
-    move_cursor(slot, 0);
+                           kCopy ? &sh.tile_full : nullptr, fold_part, fold_of);
+    for (int t = fold_row0 + tid; t < fold_row0 + fold_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
+    move_cursor(slot, 0, fold_of);
     return;
   }
 
@@ -512,7 +540,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w] = sh.g;
     c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
   }
-  move_cursor(slot, w + 1);
+  move_cursor(slot, w + 1, parts);
 }
 
 }  // namespace gdn

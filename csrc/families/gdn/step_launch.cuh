@@ -27,6 +27,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   if (info != cudaSuccess) return info;
   const launch::LaunchOverrides& overrides = launch::launch_overrides();
   launch::GdnStepProblem problem{p.batch, p.v_heads, kV, p.staggered_flush, p.row_order != nullptr};
+  problem.buffer_len = p.cache.buffer_len;
   if (problem.staggered_flush && problem.order_workspace) {
     // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
     const cudaError_t occupancy =
@@ -43,11 +44,14 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     order.batch = p.batch;
     order.buffer_len = p.cache.buffer_len;
     order.max_draft_tokens = p.cache.max_draft_tokens;
+    order.fine_rows = plan.fold_rows;  // the fold split's rows, marked
+    order.fine_mark = kFoldPartsRow;
     order.pdl = pdl;
     const cudaError_t err = launch_row_order(p, order, p.num_slots, stream);
     if (err != cudaSuccess) return err;
   }
-  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl, plan.parts, plan.ordered);
+  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl, plan.parts, plan.ordered,
+                     plan.fold_parts);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's
