@@ -572,6 +572,14 @@ def test_gdn_step_fold_split(probe):
 
 # ---- programmatic dependent launch: off unless the pdl override is 1 ----
 
+def test_step_starts_during_its_order_pass_unless_overridden(probe):
+    # An edge between our order pass and our step only: on by default, whatever the pdl override says.
+    assert answers(probe, ["orderpasspdl"]) == ["1"]
+    assert answers(probe, ["orderpasspdl"], overrides={"pdl": 0}) == ["1"]
+    assert answers(probe, ["orderpasspdl"], overrides={"order_pass_pdl": 0}) == ["0"]
+    assert answers(probe, ["orderpasspdl"], overrides={"order_pass_pdl": 1}) == ["1"]
+
+
 def test_pdl_is_opt_in(probe):
     assert answers(probe, ["pdl"]) == ["0"]
     assert answers(probe, ["pdl"], overrides={"pdl": 1}) == ["1"]
@@ -590,7 +598,8 @@ def test_pdl_from_environment(probe):
 def test_pdl_launches_go_through_one_helper():
     """With PDL a kernel must wait before it touches global memory: launch_grid (common/
     programmatic_launch.cuh) is the only caller of cudaLaunchKernelEx, and every kernel launched through
-    it calls wait_for_prior_grids with its pdl flag."""
+    it calls wait_for_prior_grids with its pdl flag (a step's also where it is launched behind its order
+    pass)."""
     launchers = {os.path.join("families", "mamba2", "update.cu"): ["update_kernel"],
                  os.path.join("cache", "row_order.cuh"): ["row_order_kernel"],
                  os.path.join("families", "mamba2", "step_kernel.cuh"): ["step_kernel"],
@@ -609,7 +618,8 @@ def test_pdl_launches_go_through_one_helper():
             text = f.read()
         for kernel in kernels:
             body = text[text.index(f" {kernel}("):]
-            assert re.search(r"wait_for_prior_grids\(((launch|a)\.)?pdl\);", body), (path, kernel)
+            assert re.search(r"wait_for_prior_grids\(((launch|a)\.)?pdl( \|\| (launch\.)?after_order_pass)?\);", body), \
+                (path, kernel)
 
 
 # ---- the overrides: the environment (read once) and the hook ----

@@ -61,6 +61,9 @@ namespace launch {
   X(update_split, "REPLAYSSM_UPDATE_SPLIT", -1, -1, 1,                                                       \
     "mamba2_update: 1 items of one pass of state rows (a head's tile split over CTAs), 0 whole heads; "       \
     "-1: the rule (split where whole heads give fewer items than SMs)")                                      \
+  X(order_pass_pdl, "REPLAYSSM_ORDER_PASS_PDL", -1, -1, 1,                                                  \
+    "mamba2_step, gdn_step and kda_step after their order pass: 1 the step launched with programmatic "      \
+    "dependent launch behind the pass (its CTAs start while the pass runs), 0 after it; -1: the rule (1)")  \
   X(pdl, "REPLAYSSM_PDL", -1, -1, 1,                                                                         \
     "mamba2_update, mamba2_step, gdn_update and gdn_step: 1 programmatic dependent launch (each kernel "       \
     "may start while the one before it in the stream ends, and lets the next start early); 0 or -1: not "   \

@@ -6,5 +6,7 @@ namespace launch {
 
 bool programmatic_launch(const LaunchOverrides& overrides) { return overrides.pdl == 1; }
 
+bool step_starts_during_order_pass(const LaunchOverrides& overrides) { return overrides.order_pass_pdl != 0; }
+
 }  // namespace launch
 }  // namespace replayssm

@@ -21,5 +21,12 @@ namespace launch {
 // replayssm_cuda.launch_overrides(pdl=1)); 0 and unset (-1): no.
 bool programmatic_launch(const LaunchOverrides& overrides);
 
+// Whether a step that runs the order pass (cache/row_order.cuh) is launched with PDL behind it, whatever
+// programmatic_launch says: the pass (one CTA) lets the step launch as it starts, so the step's launch
+// and CTA start overlap the pass instead of following it, and each step CTA waits for the pass before it
+// touches global memory. An edge between two of our kernels only: the step lets the kernel after it start
+// early only where programmatic_launch says so. On unless the order_pass_pdl override is 0.
+bool step_starts_during_order_pass(const LaunchOverrides& overrides);
+
 }  // namespace launch
 }  // namespace replayssm

@@ -81,18 +81,18 @@ class Mamba2Run:
                 outs.append(cache.step(*static, slots=static_slots))
         return outs
 
-    def eager(self, set_overrides, pdl):
-        set_overrides(pdl=pdl)
+    def eager(self, set_overrides, pdl, **more):
+        set_overrides(pdl=pdl, **more)
         cache = self.cache()
         static = [torch.empty_like(t) for t in self.inputs[0]]
         outs = self.run(cache, static, torch.empty_like(self.slots))
         torch.cuda.synchronize()
         return outs, cache.cache_tensors
 
-    def graphed(self, set_overrides, pdl):
-        """The whole sequence captured into one graph with the override in force, replayed on a cache
+    def graphed(self, set_overrides, pdl, **more):
+        """The whole sequence captured into one graph with the overrides in force, replayed on a cache
         reloaded to the start."""
-        set_overrides(pdl=pdl)
+        set_overrides(pdl=pdl, **more)
         cache = self.cache()
         static = [torch.empty_like(t) for t in self.inputs[0]]
         static_slots = torch.empty_like(self.slots)
@@ -163,12 +163,12 @@ def test_mamba2_update_claims_with_pdl(set_overrides):
 class GdnRun:
     """The GDN counterpart of Mamba2Run (buffer_len 1: gdn_update)."""
 
-    def __init__(self, dims, batch, num_slots, L, read_copy_dtype=None, steps=None, seed=0):
+    def __init__(self, dims, batch, num_slots, L, read_copy_dtype=None, staggered_flush=False, steps=None, seed=0):
         self.H, self.HV, self.K, self.V = dims
         g = torch.Generator().manual_seed(seed)
         self.weights = DeltaRuleWeights(A_log=torch.log(0.05 + 0.45 * torch.rand(self.HV, generator=g)).to(DEV),
                                         dt_bias=(0.5 * torch.randn(self.HV, generator=g)).to(DEV))
-        self.cache_args = dict(buffer_len=L, read_copy_dtype=read_copy_dtype)
+        self.cache_args = dict(buffer_len=L, read_copy_dtype=read_copy_dtype, staggered_flush=staggered_flush)
         self.num_slots = num_slots
         self.init = (0.3 * torch.randn(num_slots, self.HV, self.V, self.K, generator=g)).to(DEV)
         slots = torch.randperm(num_slots, generator=g)[:batch].to(torch.int32)
@@ -193,8 +193,8 @@ class GdnRun:
     run = Mamba2Run.run
     eager = Mamba2Run.eager
 
-    def graphed(self, set_overrides, pdl):
-        set_overrides(pdl=pdl)
+    def graphed(self, set_overrides, pdl, **more):
+        set_overrides(pdl=pdl, **more)
         cache = self.cache()
         static = [torch.empty_like(t) for t in self.inputs[0]]
         static_slots = torch.empty_like(self.slots)
@@ -226,3 +226,28 @@ def test_gdn_pdl_is_bitwise_the_plain_launch(case, set_overrides):
     plain = run.eager(set_overrides, 0)
     assert_same(run.eager(set_overrides, 1), plain, f"{case} eager")
     assert_same(run.graphed(set_overrides, 1), plain, f"{case} graph replay")
+
+
+# The step behind its order pass (order_pass_pdl, launch/pdl.h: the step launched with PDL behind the pass
+# even where the pdl override is off, its CTAs waiting for the pass) gives the bits of the step launched
+# after the pass, with and without PDL elsewhere, eagerly and replayed: Mamba-2 (nano4b b40, a bf16 and an
+# fp8 copy) and GDN (qwen4b b40, no copy and fp8), both with more than one wave of CTAs, so the pass runs.
+BEHIND_PASS_CASES = {
+    "mamba2-b40-bf16": (Mamba2Run, dict(dims=NANO4B, batch=40, num_slots=44, L=4, read_copy_dtype=torch.bfloat16,
+                                        staggered_flush=True)),
+    "mamba2-b40-fp8": (Mamba2Run, MAMBA2_CASES["step-b40-staggered-fp8"]),
+    "gdn-b40": (GdnRun, dict(dims=QWEN4B, batch=40, num_slots=44, L=4, staggered_flush=True)),
+    "gdn-b40-fp8": (GdnRun, dict(dims=QWEN4B, batch=40, num_slots=44, L=4, read_copy_dtype=FP8, staggered_flush=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(BEHIND_PASS_CASES))
+@pytest.mark.parametrize("pdl", [0, 1])
+def test_step_behind_its_order_pass_is_bitwise_the_step_after_it(case, pdl, set_overrides):
+    cls, kwargs = BEHIND_PASS_CASES[case]
+    run = cls(**kwargs, seed=6)
+    after = run.eager(set_overrides, pdl, order_pass_pdl=0)
+    assert_same(run.eager(set_overrides, pdl, order_pass_pdl=1), after, f"{case} pdl={pdl} eager")
+    replays = run.graphed(set_overrides, pdl, order_pass_pdl=1)
+    for i, replay in enumerate(replays if isinstance(replays, list) else [replays]):
+        assert_same(replay, after, f"{case} pdl={pdl} graph replay {i}")

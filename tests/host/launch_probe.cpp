@@ -32,6 +32,7 @@
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
 //   gdnfold BATCH HV STAGES CTAS [LAYERS]   -> "ring_stages grid" (plan_gdn_fold; grid: CTAs per layer)
 //   pdl                                     -> 1 or 0 (programmatic_launch: the T = 1 kernels launch with PDL)
+//   orderpasspdl                            -> 1 or 0 (step_starts_during_order_pass)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -162,6 +163,7 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     return std::to_string(plan.stages) + " " + std::to_string(plan.grid) + " " + (plan.claims ? "1" : "0");
   }
   if (command == "pdl") return programmatic_launch(overrides) ? "1" : "0";
+  if (command == "orderpasspdl") return step_starts_during_order_pass(overrides) ? "1" : "0";
   if (command == "updatesplit") {
     int64_t batch;
     int heads, parts;

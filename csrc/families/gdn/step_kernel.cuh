@@ -149,10 +149,13 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
 // fold_parts: with parts = 1 and the order pass, the marked folding rows' CTAs a v-head (below); 1: none.
 // ordered: the order pass (cache/row_order.cuh) ran before this launch and filled p.row_order: CTA row
-// y takes the batch row and slot it put at y (the folding rows first).
+// y takes the batch row and slot it put at y (the folding rows first). after_order_pass: launched with PDL
+// behind that pass (launch/pdl.h): the CTA waits for it as for any kernel ahead, and lets nothing start
+// early unless pdl.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl, const int parts, const bool ordered, const int fold_parts) {
+    step_kernel(const GdnParams p, const bool pdl, const int parts, const bool ordered, const int fold_parts,
+                const bool after_order_pass) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   // ---- 0. with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead, before anything
   // global (the CTA may have started while that kernel ended) ----
-  wait_for_prior_grids(pdl);
+  wait_for_prior_grids(pdl || after_order_pass);
   if (pdl && tid == 0) launch_dependent_grids();
   // The CTA's row and part. With a fold split (fold_parts > 1, ordered launches of one part a v-head),
   // the rows the order pass marked (its first folding rows) take fold_parts CTAs a v-head: part 0 at

@@ -37,6 +37,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const launch::GdnStepPlan plan = launch::plan_gdn_step(problem, device, overrides);
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const bool pdl = launch::programmatic_launch(overrides);
+  const bool after_order_pass = plan.ordered && launch::step_starts_during_order_pass(overrides);
   if (plan.ordered) {
     RowOrderArgs order{};
     order.num_committed = p.cache.num_committed;
@@ -47,11 +48,12 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     order.fine_rows = plan.fold_rows;  // the fold split's rows, marked
     order.fine_mark = kFoldPartsRow;
     order.pdl = pdl;
+    order.release_step = after_order_pass;
     const cudaError_t err = launch_row_order(p, order, p.num_slots, stream);
     if (err != cudaSuccess) return err;
   }
-  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl, p, pdl, plan.parts, plan.ordered,
-                     plan.fold_parts);
+  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl || after_order_pass, p, pdl, plan.parts,
+                     plan.ordered, plan.fold_parts, after_order_pass);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's

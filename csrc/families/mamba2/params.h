@@ -118,6 +118,9 @@ struct Mamba2StepLaunch {
   int32_t fold_split_rows;
   // Launched with programmatic dependent launch (launch/pdl.h): each CTA lets the next kernel start early.
   bool pdl;
+  // Launched with PDL behind the order pass (launch/pdl.h, step_starts_during_order_pass): each CTA waits
+  // for the pass (and through it for every kernel before) but lets nothing start early unless pdl.
+  bool after_order_pass;
 };
 
 struct Mamba2UpdateLaunch {

@@ -47,8 +47,10 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
   const launch::Mamba2StepPlan plan = launch::plan_mamba2_step(problem, ctas_per_sm, device, overrides);
   // With PDL the order pass and the step both take the attribute: the pass waits for the kernel ahead of
   // it, the step for the pass (and through it for that kernel), and each lets the next start early.
+  // Without it the step still takes the attribute behind its order pass (step_starts_during_order_pass),
+  // an edge between our two kernels that lets nothing after the step start early.
   const bool pdl = launch::programmatic_launch(overrides);
-  const Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl};
+  Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl, false};
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
 
   switch (plan.kernel) {
@@ -67,9 +69,10 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
         auto ordered_kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true, kTf32Replay>;
         err = cudaFuncSetAttribute(ordered_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
+        args.after_order_pass = launch::step_starts_during_order_pass(overrides);
         err = launch_step_row_order(p, args, stream);
         if (err != cudaSuccess) return err;
-        return launch_grid(ordered_kernel, grid, dim3(kThreads), smem, stream, pdl, p, args);
+        return launch_grid(ordered_kernel, grid, dim3(kThreads), smem, stream, pdl || args.after_order_pass, p, args);
       }
       break;
   }
