@@ -1,10 +1,13 @@
 """Where a launch's time goes, CTA by CTA: the per-CTA time lines of the conventional update, the
-non-fold replay step (w = 8 of L = 16) and the fold step (w = 15: every row folds; "item" is then the
-interval between checkpoint tiles), recorded by a diagnostic build (csrc/diag/):
+non-fold replay step (w = 8 of L = 16), the fold step (w = 15: every row folds; "item" is then the
+interval between checkpoint tiles) and the staggered step (slot s at w = s % 16, so one row in 16 folds,
+launched with the staggered_flush hint as a continuous-batching engine's steps are: the order pass and
+the fold split where the launch plan takes them; the pass is not recorded, so it shows in "gap"),
+recorded by a diagnostic build (csrc/diag/):
 
     REPLAYSSM_CTA_TIMELINE=1 REPLAYSSM_CUDA_ARCHS=90a python3 setup.py build_ext --inplace
     PYTHONPATH=. python3 tools/cta_timeline.py [--dims nano4b super120b super120b@tp4] [--batches 64 512]
-        [--kernels update step-none step-fp8 fold-none fold-fp8] [--csv FILE.csv.gz]
+        [--kernels update step-none step-fp8 fold-none fold-fp8 stag-none stag-fp8] [--csv FILE.csv.gz]
 
 Each case is timed the benchmark's way (replayssm_cuda.bench: a CUDA graph of one launch per slot group
 of a rotating pool, cold L2, behind the GPU hold), and the records of the graph's launches are read after
@@ -45,7 +48,8 @@ WORDS = 64  # kCtaTimelineWords
 START, CONSUMER_END, OTHER_END, CURSOR, SET_UP, ITEM0 = 1, 2, 3, 4, 5, 6  # csrc/diag/cta_timeline.cuh
 MAX_CTAS = 16384
 COPIES = {"step-none": None, "step-bf16": torch.bfloat16, "step-fp8": torch.float8_e4m3fn,
-          "fold-none": None, "fold-bf16": torch.bfloat16, "fold-fp8": torch.float8_e4m3fn}
+          "fold-none": None, "fold-bf16": torch.bfloat16, "fold-fp8": torch.float8_e4m3fn,
+          "stag-none": None, "stag-bf16": torch.bfloat16, "stag-fp8": torch.float8_e4m3fn}
 L = 16  # the buffer length of every case
 
 
@@ -110,8 +114,12 @@ def run_case(kind, s: Setup):
     if kind == "update":
         record, k, nbytes = conventional_steps(s)
         return record, None, k, nbytes, None
-    pool = ReplayPool(s, COPIES[kind])
+    pool = ReplayPool(s, COPIES[kind], staggered_flush=kind.startswith("stag"))
     inputs = make_inputs(s, pool.k)
+    if kind.startswith("stag"):
+        # Every launch from the same spread (slot % L): the bytes are the mean over w of a launch at w.
+        nbytes = sum(pool.step_bytes(w) for w in range(L)) / L
+        return (lambda: pool.record_steps(inputs)), pool.stagger, pool.k, nbytes, pool
     w = L - 1 if kind.startswith("fold") else L // 2
     return (lambda: pool.record_steps(inputs)), (lambda: pool.cursors.fill_(w)), pool.k, pool.step_bytes(w), pool
 
@@ -129,7 +137,8 @@ def main() -> int:
         return 2
     copy_bw = measure_copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = {L // 2} / fold at "
-          f"w = {L - 1}, L = {L}, bf16 activations, z gate; us, medians over a graph's launches after its first")
+          f"w = {L - 1} / staggered at w = slot % {L}, L = {L}, bf16 activations, z gate; us, medians over a graph's "
+          f"launches after its first")
     print("| dims | kernel | batch | CTAs | kernel us | ideal us | gap | ramp med / last | item | "
           "tail med / first | CTA life p10 / p50 / p90 | busy | set-up: cursor / dots / first tile |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
