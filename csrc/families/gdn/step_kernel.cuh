@@ -354,32 +354,18 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const Act* k_win = static_cast<const Act*>(c.k_buf) + slot * c.kb_slot_stride + h * c.kb_head_stride + tid;
       const float kt = sh.k[tid], qt = sh.q[tid];
       float after = sh.gv[tid];  // g_t
-      // The entries' key and g loads in batches of kBatch, all issued before the batch's arithmetic: a
-      // window of w entries is ceil(w / kBatch) dependent round trips, not one per entry or unrolled
-      // group. Same operations in the same order as one entry at a time.
-      constexpr int kBatch = 8;
-      for (int top = w - 1; top >= 0; top -= kBatch) {
-        float kr[kBatch], gj[kBatch];
-#pragma unroll
-        for (int m = 0; m < kBatch; ++m) {
-          const int j = top - m;
-          kr[m] = j >= 0 ? to_float(__ldg(k_win + j * c.kb_entry_stride)) : 0.0f;
-          gj[m] = j >= 0 ? __ldg(g_win + j * p.kda.gb_entry_stride) : 0.0f;
+#pragma unroll 4
+      for (int j = w - 1; j >= 0; --j) {
+        const float kr = to_float(k_win[j * c.kb_entry_stride]);
+        const float kd = kr * expf(after);
+        const float ss = row_sum<32>(kr * kr), dk = row_sum<32>(kd * kt), dq = row_sum<32>(kd * qt);
+        if (lane == 0) {
+          float* out = partial + (j * kChannelWarps + warp) * 3;
+          out[0] = ss;
+          out[1] = dk;
+          out[2] = dq;
         }
-#pragma unroll
-        for (int m = 0; m < kBatch; ++m) {
-          const int j = top - m;
-          if (j < 0) break;  // the same j in every lane: the warp sums below stay convergent
-          const float kd = kr[m] * expf(after);
-          const float ss = row_sum<32>(kr[m] * kr[m]), dk = row_sum<32>(kd * kt), dq = row_sum<32>(kd * qt);
-          if (lane == 0) {
-            float* out = partial + (j * kChannelWarps + warp) * 3;
-            out[0] = ss;
-            out[1] = dk;
-            out[2] = dq;
-          }
-          after += gj[m];
-        }
+        after += __ldg(g_win + j * p.kda.gb_entry_stride);
       }
       channel_decay[tid] = expf(after);
     }
