@@ -519,10 +519,11 @@ def test_gdn_fold_update_and_step_grids(probe):
 
 def test_gdn_step_parts(probe):
     # The step: the most parts (1, 2, 4; V / parts >= 32) whose CTAs do not outnumber the 132 SMs, with or
-    # without the staggered-flush hint.
+    # without the staggered-flush hint (under which the fold split adds helper rows to one-part launches:
+    # test_gdn_step_fold_split).
     assert answers(probe, ["gdnstep 1 32 128 0", "gdnstep 2 32 128 0", "gdnstep 3 32 128 1 4",
                            "gdnstep 5 32 128 0", "gdnstep 8 32 128 1 3", "gdnstep 64 32 128 0"]) == \
-        ["4 128 1", "2 64 2", "1 32 3", "1 32 5", "1 32 8", "1 32 64"]
+        ["4 128 1", "2 64 2", "1 32 6 ordered fold 4 1", "1 32 5", "1 32 11 ordered fold 4 1", "1 32 64"]
     assert answers(probe, ["gdnstep 1 16 128 0", "gdnstep 4 16 128 0", "gdnstep 8 16 128 0", "gdnstep 9 16 128 0"]) == \
         ["4 64 1", "2 32 4", "1 16 8", "1 16 9"]
     # V = 64: at most 2 parts.
@@ -552,22 +553,32 @@ def test_gdn_step_parts(probe):
 
 
 def test_gdn_step_fold_split(probe):
-    # Only by the gdn_step_fold_parts override (no rule yet): under the hint, with the workspace and one
-    # part a v-head, the first ceil(batch / L) folding rows in k CTAs a v-head, with the order pass, the
-    # grid's helper rows after the batch.
-    assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 64 32 128 1 3"]) == ["1 32 8", "1 32 64 ordered"]
+    # The rule: under the hint, with the workspace and one part a v-head, the first ceil(batch / L) folding
+    # rows in 4 CTAs a v-head (2 at V = 64), with the order pass, the grid's helper rows after the batch,
+    # where batch x HV <= 2 x SMs (264 here), or <= 4 x SMs (528) with a read copy (the last argument).
+    assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 8 16 64 1 3", "gdnstep 9 32 128 1 3"]) == \
+        ["1 32 11 ordered fold 4 1", "1 16 9 ordered fold 2 1", "1 32 9"]
+    assert answers(probe, ["gdnstep 32 16 128 1 3 1 16 1", "gdnstep 32 16 128 1 3 1 16 0", "gdnstep 16 32 128 1 3 1 16 1",
+                           "gdnstep 17 32 128 1 3 1 16 1", "gdnstep 32 32 128 1 3 1 16 1"]) == \
+        ["1 16 38 ordered fold 4 2", "1 16 32 ordered", "1 32 19 ordered fold 4 1", "1 32 17 ordered", "1 32 32 ordered"]
+    # The override at every batch: 4 (or 2 where V = 64, or 3 -> 2), 1 none.
     assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 64 32 128 1 3", "gdnstep 13 32 128 1 3 1 6",
                            "gdnstep 64 16 64 1 3"], overrides={"gdn_step_fold_parts": 4}) == \
         ["1 32 11 ordered fold 4 1", "1 32 76 ordered fold 4 4", "1 32 22 ordered fold 4 3", "1 16 68 ordered fold 2 4"]
     assert answers(probe, ["gdnstep 8 32 128 1 3"], overrides={"gdn_step_fold_parts": 3}) == ["1 32 9 ordered fold 2 1"]
+    assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 32 16 128 1 3 1 16 1"], overrides={"gdn_step_fold_parts": 1}) == \
+        ["1 32 8", "1 16 32 ordered"]
     # Not without the hint or the workspace, not with row parts (batch 1), not with the order pass off.
     assert answers(probe, ["gdnstep 8 32 128 0 3", "gdnstep 8 32 128 1 3 0", "gdnstep 1 32 128 1 3"],
                    overrides={"gdn_step_fold_parts": 4}) == ["1 32 8", "1 32 8", "4 128 1"]
-    assert answers(probe, ["gdnstep 8 32 128 1 3"], overrides={"gdn_step_fold_parts": 4, "gdn_step_order": 0}) == \
-        ["1 32 8"]
+    assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 8 32 128 1 3 1 16 1"], overrides={"gdn_step_order": 0}) == \
+        ["1 32 8", "1 32 8"]
     # The helper rows keep grid.y within 65535, the CTAs of a slot within the cursor's 32767 tickets.
     assert answers(probe, ["gdnstep 60000 16 128 1 3", "gdnstep 64 16384 128 1 3"], overrides={"gdn_step_fold_parts": 4}) == \
         ["1 16 60000 ordered", "1 16384 64 ordered"]
+    # The SM count sets the rule's bounds: on 114 SMs (228) qwen4b b8 (256 tiles) splits only with a copy.
+    assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 8 32 128 1 3 1 16 1"], sms=114) == \
+        ["1 32 8", "1 32 11 ordered fold 4 1"]
 
 
 # ---- programmatic dependent launch: off unless the pdl override is 1 ----

@@ -56,16 +56,28 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   const bool more_than_one_wave = problem.batch * plan.grid_x > resident_ctas(device.sm_count, problem.ctas_per_sm);
   plan.ordered = problem.staggered_flush && problem.order_workspace && overrides.gdn_step_order != 0 &&
                  (overrides.gdn_step_order == 1 || more_than_one_wave);
-  // The fold split, by the gdn_step_fold_parts override only (no rule until measured): under the hint,
-  // with the order workspace and one part a v-head, the first ceil(batch / L) folding rows (a step's folds
-  // under an even stagger) in k CTAs a v-head (the largest of 2, 4 <= k with V / k >= 32 and a slot's
-  // CTAs within the cursor's tickets), so that a folding row, several replays long in one CTA, is not the
-  // step's longest path. It takes the order pass, which finds and marks those rows (gdn_step_order 0:
-  // neither).
-  if (overrides.gdn_step_fold_parts > 1 && overrides.gdn_step_order != 0 && problem.staggered_flush &&
+  // The fold split: under the hint, with the order workspace and one part a v-head, the first
+  // ceil(batch / L) folding rows (a step's folds under an even stagger) in k CTAs a v-head (the largest of
+  // 2, 4 <= k with V / k >= 32 and a slot's CTAs within the cursor's tickets), so that a folding row,
+  // several replays long in one CTA, is not the step's longest path. It takes the order pass, which finds
+  // and marks those rows (gdn_step_order 0: neither). The rule splits in 4 where the (row, v-head) tiles
+  // are few enough that the folding CTAs, not the waves, make the step: at most 2 x SMs, 4 x SMs with a
+  // read copy (whose replays are short beside a fold). H100, one run, staggered cycles with / without:
+  // qwen4b b8 bf16 19.24 / 22.19 us, fp8 19.26 / 23.10; qwen122b@tp4 b32 bf16 35.21 / 43.32; it lost
+  // where the tiles take waves (qwen4b b32 bf16 45.4 -> 50.9, b256 219.3 -> 254.3) and at qwen122b@tp4
+  // b32 without a copy (29.6 -> 31.4).
+  const int64_t tiles = problem.batch * problem.v_heads;
+  const int fold_parts_wanted =
+      overrides.gdn_step_fold_parts != 0
+          ? overrides.gdn_step_fold_parts
+          : (tiles <= 2 * static_cast<int64_t>(device.sm_count) ||
+                     (problem.read_copy && tiles <= 4 * static_cast<int64_t>(device.sm_count))
+                 ? 4
+                 : 1);
+  if (fold_parts_wanted > 1 && overrides.gdn_step_order != 0 && problem.staggered_flush &&
       problem.order_workspace && plan.parts == 1) {
     int fold_parts = 1;
-    for (int k = 2; k <= overrides.gdn_step_fold_parts && k <= 4; k *= 2) {
+    for (int k = 2; k <= fold_parts_wanted && k <= 4; k *= 2) {
       if (problem.v_dim / k >= 32 && static_cast<int64_t>(problem.v_heads) * k <= 32767) fold_parts = k;
     }
     const int64_t fold_rows = std::min<int64_t>((problem.batch + problem.buffer_len - 1) / problem.buffer_len, problem.batch);

@@ -39,6 +39,7 @@ struct GdnStepProblem {
   bool order_workspace = false;  // the caller gave row_order, so the order pass may run
   int ctas_per_sm = 0;           // resident CTAs an SM (occupancy query): asked only where the order pass may run
   int buffer_len = 16;           // L: about batch / L rows fold in a step of an even stagger
+  bool read_copy = false;        // the replay reads a read copy (the fold split's rule)
 };
 
 struct GdnStepPlan {

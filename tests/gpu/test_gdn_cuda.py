@@ -582,13 +582,13 @@ def test_step_fold_split_changes_no_bit(dims, ck, rc, set_overrides):
     valid = [0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
     steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
     results = []
-    for fold_parts in (0, 2, 4):
+    for fold_parts in (1, 2, 4):  # 1: none (0 would be the rule)
         set_overrides(gdn_step_order=1, gdn_step_fold_parts=fold_parts)
         got = []
         for spread in (L - mdt + 1, 1):  # staggered, then lock-step (slot % 1 = 0), both with the hint
             cache = Cache(layer, num_slots, L, ck, rc, mdt, init=init)
             cache.stagger(spread)
-            if fold_parts == 0:
+            if fold_parts == 1:
                 outs = [step_and_compare(cache, tok, slots, valid, f"at step {i}", staggered=True)
                         for i, tok in enumerate(steps)]
             else:

@@ -595,7 +595,7 @@ def test_step_fold_split_changes_no_bit(ck, rc, set_overrides):
     slots = torch.tensor([10, -1, 4, 0, 6, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
     steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
     results = []
-    for fold_parts in (0, 4):
+    for fold_parts in (1, 4):  # 1: none (0 would be the rule)
         set_overrides(gdn_step_order=1, gdn_step_fold_parts=fold_parts)
         got = []
         for spread in (L - mdt + 1, 1):

@@ -25,7 +25,7 @@
 //   foldring COMPILED_STAGES STATIC_BYTES BYTES_1 .. BYTES_COMPILED     -> stages (0: none fits)
 //   fold BATCH H STAGES CTAS [LAYERS]       -> "ring_stages grid" (grid: CTAs per layer)
 //   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
-//   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1 [L, default 16]]]
+//   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1 [L, default 16 [COPY, default 0]]]]
 //                                           -> "parts grid_x grid_y[ ordered][ fold F ROWS]" (plan_gdn_step)
 //   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
@@ -207,7 +207,9 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     GdnStepProblem problem;
     int staggered, workspace = 1;
     in >> problem.batch >> problem.v_heads >> problem.v_dim >> staggered;
-    if (in >> problem.ctas_per_sm && in >> workspace) in >> problem.buffer_len;
+    int copy = 0;
+    if (in >> problem.ctas_per_sm && in >> workspace && in >> problem.buffer_len) in >> copy;
+    problem.read_copy = copy != 0;
     problem.staggered_flush = staggered != 0;
     problem.order_workspace = workspace != 0;
     const GdnStepPlan plan = plan_gdn_step(problem, device, overrides);

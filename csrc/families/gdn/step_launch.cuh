@@ -28,6 +28,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const launch::LaunchOverrides& overrides = launch::launch_overrides();
   launch::GdnStepProblem problem{p.batch, p.v_heads, kV, p.staggered_flush, p.row_order != nullptr};
   problem.buffer_len = p.cache.buffer_len;
+  problem.read_copy = kCopy;
   if (problem.staggered_flush && problem.order_workspace) {
     // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
     const cudaError_t occupancy =
