@@ -462,11 +462,17 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     constexpr int R = Traits::kRows;
     constexpr int C = Lanes::kChunksPerLane;
     constexpr int E = Lanes::kElemsPerChunk;
-    float scale[R];
+    // An fp8 copy's row scales, loaded before the tile lands. The row loop below is unrolled by 2 (a copy),
+    // so it picks its row's scale with a select per entry: indexed by the loop's counter the array
+    // would live in local memory (a stack frame in every variant, ~4 KB of local stores a CTA).
+    constexpr bool kScaled = kRead == DType::kFloat8E4M3 && kCopy;
+    float scale[kScaled ? R : 1];
+    if constexpr (kScaled) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
-      scale[r] = kRead == DType::kFloat8E4M3 && kCopy && mine(vr) ? __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr) : 1.0f;
+      for (int r = 0; r < R; ++r) {
+        const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
+        scale[r] = mine(vr) ? __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr) : 1.0f;
+      }
     }
     float kf[C][E], qf[C][E];
 #pragma unroll
@@ -484,7 +490,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       }
     }
     mbarrier_wait(&sh.tile_full, 0);
-#pragma unroll 2
+    // Rows unrolled by 2 where a copy or KDA's vector gate keeps more live (fewer spills: sm_90a ptxas,
+    // fp32 checkpoint + bf16 copy 4 / 4 bytes of spill stores / loads against 16 / 12 unrolled fully),
+    // fully for GDN's copy-less replay (16-bit checkpoint 12 / 8 against 32 / 128).
+    constexpr int kRowUnroll = kCopy || kVectorGate ? 2 : R;
+#pragma unroll kRowUnroll
     for (int r = 0; r < R; ++r) {
       const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
       if (!mine(vr)) continue;  // whole rows: a row's lanes agree
@@ -499,8 +509,15 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
           dq += s[e] * qf[i][e];
         }
       }
-      dk = row_sum<Lanes::kLanes>(dk) * scale[r];
-      dq = row_sum<Lanes::kLanes>(dq) * scale[r];
+      dk = row_sum<Lanes::kLanes>(dk);
+      dq = row_sum<Lanes::kLanes>(dq);
+      if constexpr (kScaled) {
+        float sc = scale[0];
+#pragma unroll
+        for (int q = 1; q < R; ++q) sc = q == r ? scale[q] : sc;
+        dk *= sc;
+        dq *= sc;
+      }
       if (Lanes::lane() == 0) {
         float wk = 0.0f, wq = 0.0f;
 #pragma unroll
