@@ -523,7 +523,7 @@ def test_gdn_step_parts(probe):
     # test_gdn_step_fold_split).
     assert answers(probe, ["gdnstep 1 32 128 0", "gdnstep 2 32 128 0", "gdnstep 3 32 128 1 4",
                            "gdnstep 5 32 128 0", "gdnstep 8 32 128 1 3", "gdnstep 64 32 128 0"]) == \
-        ["4 128 1", "2 64 2", "1 32 6 ordered fold 4 1", "1 32 5", "1 32 11 ordered fold 4 1", "1 32 64"]
+        ["4 128 1", "2 64 2", "1 32 3", "1 32 5", "1 32 11 ordered fold 4 1", "1 32 64"]
     assert answers(probe, ["gdnstep 1 16 128 0", "gdnstep 4 16 128 0", "gdnstep 8 16 128 0", "gdnstep 9 16 128 0"]) == \
         ["4 64 1", "2 32 4", "1 16 8", "1 16 9"]
     # V = 64: at most 2 parts.
@@ -555,9 +555,12 @@ def test_gdn_step_parts(probe):
 def test_gdn_step_fold_split(probe):
     # The rule: under the hint, with the workspace and one part a v-head, the first ceil(batch / L) folding
     # rows in 4 CTAs a v-head (2 at V = 64), with the order pass, the grid's helper rows after the batch,
-    # where batch x HV <= 2 x SMs (264 here), or <= 4 x SMs (528) with a read copy (the last argument).
+    # where batch x HV <= 2 x SMs (264 here; without a read copy only from batch L / 2), or <= 4 x SMs (528)
+    # with a read copy (the last argument).
     assert answers(probe, ["gdnstep 8 32 128 1 3", "gdnstep 8 16 64 1 3", "gdnstep 9 32 128 1 3"]) == \
         ["1 32 11 ordered fold 4 1", "1 16 9 ordered fold 2 1", "1 32 9"]
+    assert answers(probe, ["gdnstep 7 32 128 1 3", "gdnstep 7 32 128 1 3 1 16 1", "gdnstep 4 32 128 1 3 1 8"]) == \
+        ["1 32 7", "1 32 10 ordered fold 4 1", "1 32 7 ordered fold 4 1"]
     assert answers(probe, ["gdnstep 32 16 128 1 3 1 16 1", "gdnstep 32 16 128 1 3 1 16 0", "gdnstep 16 32 128 1 3 1 16 1",
                            "gdnstep 17 32 128 1 3 1 16 1", "gdnstep 32 32 128 1 3 1 16 1"]) == \
         ["1 16 38 ordered fold 4 2", "1 16 32 ordered", "1 32 19 ordered fold 4 1", "1 32 17 ordered", "1 32 32 ordered"]

@@ -64,13 +64,14 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   // are few enough that the folding CTAs, not the waves, make the step: at most 2 x SMs, 4 x SMs with a
   // read copy (whose replays are short beside a fold). H100, one run, staggered cycles with / without:
   // qwen4b b8 bf16 19.24 / 22.19 us, fp8 19.26 / 23.10; qwen122b@tp4 b32 bf16 35.21 / 43.32; it lost
-  // where the tiles take waves (qwen4b b32 bf16 45.4 -> 50.9, b256 219.3 -> 254.3) and at qwen122b@tp4
-  // b32 without a copy (29.6 -> 31.4).
+  // where the tiles take waves (qwen4b b32 bf16 45.4 -> 50.9, b256 219.3 -> 254.3), at qwen122b@tp4
+  // b32 without a copy (29.6 -> 31.4), and without a copy where most steps fold nothing (batch < L / 2:
+  // qwen4b b4 12.60 -> 13.73, the order pass in every step; with a copy 15.58 -> 14.87).
   const int64_t tiles = problem.batch * problem.v_heads;
   const int fold_parts_wanted =
       overrides.gdn_step_fold_parts != 0
           ? overrides.gdn_step_fold_parts
-          : (tiles <= 2 * static_cast<int64_t>(device.sm_count) ||
+          : ((tiles <= 2 * static_cast<int64_t>(device.sm_count) && (problem.read_copy || 2 * problem.batch >= problem.buffer_len)) ||
                      (problem.read_copy && tiles <= 4 * static_cast<int64_t>(device.sm_count))
                  ? 4
                  : 1);

@@ -51,7 +51,7 @@ namespace launch {
   X(gdn_step_fold_parts, "REPLAYSSM_GDN_STEP_FOLD_PARTS", 0, 0, 4,                                           \
     "gdn_step and kda_step under staggered_flush, one part a v-head: the first ceil(batch / L) folding rows " \
     "in k CTAs a v-head (the largest of 2, 4 <= k), with the order pass; 1: none; 0: the rule (4 where "     \
-    "batch x HV <= 2 x SMs, or <= 4 x SMs with a read copy)")            \
+    "batch x HV <= 2 x SMs (and, without a read copy, batch >= L / 2), or <= 4 x SMs with one)")            \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \
