@@ -68,13 +68,11 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   // b32 without a copy (29.6 -> 31.4), and without a copy where most steps fold nothing (batch < L / 2:
   // qwen4b b4 12.60 -> 13.73, the order pass in every step; with a copy 15.58 -> 14.87).
   const int64_t tiles = problem.batch * problem.v_heads;
-  const int fold_parts_wanted =
-      overrides.gdn_step_fold_parts != 0
-          ? overrides.gdn_step_fold_parts
-          : ((tiles <= 2 * static_cast<int64_t>(device.sm_count) && (problem.read_copy || 2 * problem.batch >= problem.buffer_len)) ||
-                     (problem.read_copy && tiles <= 4 * static_cast<int64_t>(device.sm_count))
-                 ? 4
-                 : 1);
+  const int64_t sms = device.sm_count;
+  const bool few_tiles = problem.read_copy ? tiles <= 4 * sms
+                                                   : tiles <= 2 * sms && 2 * problem.batch >= problem.buffer_len;
+  const int fold_parts_wanted = overrides.gdn_step_fold_parts != 0 ? overrides.gdn_step_fold_parts
+                                                                   : (few_tiles ? 4 : 1);
   if (fold_parts_wanted > 1 && overrides.gdn_step_order != 0 && problem.staggered_flush &&
       problem.order_workspace && plan.parts == 1) {
     int fold_parts = 1;
