@@ -541,6 +541,17 @@ def test_step_parts_change_no_bit(dims, ck, rc, set_overrides):
             assert torch.equal(a, b), f"gdn_step_parts={parts}: cache tensor {i}"
 
 
+# The order and fold-split tests' rows: L = 6 with 2 drafts, 11 slots, an odd batch of 13 with a pad row
+# (-1) and an out-of-range one (99), tokens for two fold cycles and a step.
+def staggered_rows(layer, ck):
+    L, mdt, num_slots = 6, 2, 11
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([10, -1, 4, 0, 6, 99, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
+    valid = [0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    return L, mdt, num_slots, init, slots, valid, steps
+
+
 # The order pass (gdn_step_order 1: the folding rows' CTAs first, under the staggered-flush hint) changes
 # no bit against the launch without it, over staggered fold cycles of an odd batch with pad and
 # out-of-range rows, and matches the reference.
@@ -548,11 +559,7 @@ def test_step_parts_change_no_bit(dims, ck, rc, set_overrides):
                                    (torch.bfloat16, FP8)], ids=["fp32", "fp32-bf16", "fp32-fp8", "bf16-fp8"])
 def test_step_order_changes_no_bit(ck, rc, set_overrides):
     layer = Layer(QWEN4B, seed=16)
-    L, mdt, num_slots = 6, 2, 11
-    init = layer.states(num_slots, ck)
-    slots = torch.tensor([10, -1, 4, 0, 6, 99, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
-    valid = [0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
-    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    L, mdt, num_slots, init, slots, valid, steps = staggered_rows(layer, ck)
     results = []
     for order in (1, 0):
         set_overrides(gdn_step_order=order)
@@ -576,11 +583,7 @@ def test_step_order_changes_no_bit(ck, rc, set_overrides):
                                    (torch.bfloat16, FP8)], ids=["fp32", "fp32-bf16", "fp32-fp8", "bf16-fp8"])
 def test_step_fold_split_changes_no_bit(dims, ck, rc, set_overrides):
     layer = Layer(dims, seed=18)
-    L, mdt, num_slots = 6, 2, 11
-    init = layer.states(num_slots, ck)
-    slots = torch.tensor([10, -1, 4, 0, 6, 99, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
-    valid = [0, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12]
-    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    L, mdt, num_slots, init, slots, valid, steps = staggered_rows(layer, ck)
     results = []
     for fold_parts in (1, 2, 4):  # 1: none (0 would be the rule)
         set_overrides(gdn_step_order=1, gdn_step_fold_parts=fold_parts)

@@ -566,15 +566,22 @@ def test_step_parts_change_no_bit(dims, ck, rc, set_overrides):
         assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_parts={parts}"
 
 
+# The order and fold-split tests' rows: L = 6 with 2 drafts, 11 slots, an even batch of 12 with a pad
+# row, tokens for two fold cycles and a step.
+def staggered_rows(layer, ck):
+    L, mdt, num_slots = 6, 2, 11
+    init = layer.states(num_slots, ck)
+    slots = torch.tensor([10, -1, 4, 0, 6, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
+    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    return L, mdt, num_slots, init, slots, steps
+
+
 # The order pass (gdn_step_order 1, under the staggered-flush hint) changes no bit: staggered fold cycles
 # of an odd batch with a pad row.
 @pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8)], ids=["fp32", "fp32-fp8"])
 def test_step_order_changes_no_bit(ck, rc, set_overrides):
     layer = Layer(KIMI, seed=17)
-    L, mdt, num_slots = 6, 2, 11
-    init = layer.states(num_slots, ck)
-    slots = torch.tensor([10, -1, 4, 0, 6, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
-    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    L, mdt, num_slots, init, slots, steps = staggered_rows(layer, ck)
     results = []
     for order in (0, 1):
         set_overrides(gdn_step_order=order)
@@ -590,10 +597,7 @@ def test_step_order_changes_no_bit(ck, rc, set_overrides):
 @pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8)], ids=["fp32", "fp32-fp8"])
 def test_step_fold_split_changes_no_bit(ck, rc, set_overrides):
     layer = Layer(KIMI, seed=19)
-    L, mdt, num_slots = 6, 2, 11
-    init = layer.states(num_slots, ck)
-    slots = torch.tensor([10, -1, 4, 0, 6, 3, 7, 1, 9, 2, 5, 8], dtype=torch.int32, device=DEV)
-    steps = [layer.tokens(len(slots)) for _ in range(2 * (L - mdt + 1) + 1)]
+    L, mdt, num_slots, init, slots, steps = staggered_rows(layer, ck)
     results = []
     for fold_parts in (1, 4):  # 1: none (0 would be the rule)
         set_overrides(gdn_step_order=1, gdn_step_fold_parts=fold_parts)
