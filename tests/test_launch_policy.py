@@ -584,7 +584,7 @@ def test_gdn_step_fold_split(probe):
         ["1 32 8", "1 32 11 ordered fold 4 1"]
 
 
-# ---- programmatic dependent launch: off unless the pdl override is 1 ----
+# ---- programmatic dependent launch: the wait half where the tiles do not outnumber the SMs ----
 
 def test_step_starts_during_its_order_pass_unless_overridden(probe):
     # An edge between our order pass and our step only: on by default, whatever the pdl override says.
@@ -594,18 +594,26 @@ def test_step_starts_during_its_order_pass_unless_overridden(probe):
     assert answers(probe, ["orderpasspdl"], overrides={"order_pass_pdl": 1}) == ["1"]
 
 
-def test_pdl_is_opt_in(probe):
-    assert answers(probe, ["pdl"]) == ["0"]
-    assert answers(probe, ["pdl"], overrides={"pdl": 1}) == ["1"]
-    assert answers(probe, ["pdl"], overrides={"pdl": 0}) == ["0"]
-    assert answers(probe, ["pdl"], overrides={"pdl": -1}) == ["0"]
-    out, _ = probe(["set pdl 2", "set pdl -2"])
-    assert out == ["error pdl must be in [-1, 1] (-1: the rule), got 2", "error pdl must be in [-1, 1] (-1: the rule), got -2"]
+def test_pdl_rule_takes_both_halves_where_the_tiles_fit_the_sms(probe):
+    # super120b@tp4 b1 (32 tiles), b4 (128); qwen4b b4 (128); one past the SMs; the full-width b4 (512).
+    assert answers(probe, ["pdl 32", "pdl 128", "pdl 132", "pdl 133", "pdl 512", "pdl 0"]) == \
+        ["1 1", "1 1", "1 1", "0 0", "0 0", "0 0"]
+    assert answers(probe, ["pdl 128", "pdl 114", "pdl 115"], sms=114) == ["0 0", "1 1", "0 0"]
+    assert answers(probe, ["pdl 32", "pdl 512"], overrides={"pdl": -1}) == ["1 1", "0 0"]
+
+
+def test_pdl_override_takes_both_halves_the_wait_only_or_neither(probe):
+    assert answers(probe, ["pdl 32", "pdl 100000"], overrides={"pdl": 1}) == ["1 1", "1 1"]
+    assert answers(probe, ["pdl 32", "pdl 100000"], overrides={"pdl": 2}) == ["1 0", "1 0"]
+    assert answers(probe, ["pdl 32", "pdl 100000"], overrides={"pdl": 0}) == ["0 0", "0 0"]
+    out, _ = probe(["set pdl 3", "set pdl -2"])
+    assert out == ["error pdl must be in [-1, 2] (-1: the rule), got 3", "error pdl must be in [-1, 2] (-1: the rule), got -2"]
 
 
 def test_pdl_from_environment(probe):
-    out, err = probe(["env REPLAYSSM_PDL 1", "env REPLAYSSM_PDL 0", "env REPLAYSSM_PDL yes", "env REPLAYSSM_PDL -"])
-    assert [dict(kv.split("=") for kv in line.split())["pdl"] for line in out] == ["1", "0", "-1", "-1"]
+    out, err = probe(["env REPLAYSSM_PDL 1", "env REPLAYSSM_PDL 0", "env REPLAYSSM_PDL 2", "env REPLAYSSM_PDL yes",
+                      "env REPLAYSSM_PDL -"])
+    assert [dict(kv.split("=") for kv in line.split())["pdl"] for line in out] == ["1", "0", "2", "-1", "-1"]
     assert "ignoring REPLAYSSM_PDL=yes (pdl must be an integer)" in err
 
 
@@ -632,7 +640,7 @@ def test_pdl_launches_go_through_one_helper():
             text = f.read()
         for kernel in kernels:
             body = text[text.index(f" {kernel}("):]
-            assert re.search(r"wait_for_prior_grids\(((launch|a)\.)?pdl( \|\| (launch\.)?after_order_pass)?\);", body), \
+            assert re.search(r"wait_for_prior_grids\(((launch|a)\.)?pdl(_wait)?( \|\| (launch\.)?after_order_pass)?\);", body), \
                 (path, kernel)
 
 

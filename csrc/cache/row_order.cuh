@@ -38,6 +38,7 @@ struct RowOrderArgs {
   int32_t fine_rows;         // the first fine_rows folding rows get fine_mark
   int32_t fine_mark;
   bool pdl;  // launched with programmatic dependent launch: the cursors are read after the kernel ahead
+  bool pdl_trigger;  // and the kernel after the pass may start early (launch/pdl.h)
   // The step after the pass is launched with PDL (launch/pdl.h, step_starts_during_order_pass): let it
   // launch at once; its CTAs wait for this pass to complete before they read the order.
   bool release_step;
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kRowOrderThreads) row_order_kernel(const SlotP
   // With PDL the slots and cursors are read only once the kernel ahead has ended; the step after this
   // pass waits for it in turn.
   wait_for_prior_grids(a.pdl);
-  if ((a.pdl || a.release_step) && threadIdx.x == 0) launch_dependent_grids();
+  if ((a.pdl_trigger || a.release_step) && threadIdx.x == 0) launch_dependent_grids();
 
   // Pass 1: which rows fold (slot and cursor), and how many.
   int num_folds = 0;

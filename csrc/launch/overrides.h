@@ -65,10 +65,11 @@ namespace launch {
   X(order_pass_pdl, "REPLAYSSM_ORDER_PASS_PDL", -1, -1, 1,                                                  \
     "mamba2_step, gdn_step and kda_step after their order pass: 1 the step launched with programmatic "      \
     "dependent launch behind the pass (its CTAs start while the pass runs), 0 after it; -1: the rule (1)")  \
-  X(pdl, "REPLAYSSM_PDL", -1, -1, 1,                                                                         \
-    "mamba2_update, mamba2_step, gdn_update and gdn_step: 1 programmatic dependent launch (each kernel "       \
-    "may start while the one before it in the stream ends, and lets the next start early); 0 or -1: not "   \
-    "(the rule: off)")
+  X(pdl, "REPLAYSSM_PDL", -1, -1, 2,                                                                         \
+    "mamba2_update, mamba2_step, gdn_update and gdn_step: 1 programmatic dependent launch both ways (each "   \
+    "kernel may start while the one before it in the stream ends, and lets the next start early); 2 the "   \
+    "first half only (started early, the next kernel not); 0 neither; -1: the rule (both where batch x "  \
+    "heads (GDN, KDA: v-heads) <= the SMs, else neither)")
 
 struct LaunchOverrides {
 #define REPLAYSSM_OVERRIDE_FIELD(name, variable, unset, lowest, highest, doc) int name = unset;

@@ -8,18 +8,31 @@
 // visible before it reads or writes any global memory. What it saves at batch 1 is the gap between two
 // kernels: the next kernel's launch, CTA start and barrier set-up overlap the previous kernel's tail.
 //
-// Off by default (the contract and why: docs/INTEGRATION.md, "CUDA graphs"; docs/DESIGN.md).
+// The two halves are separate decisions: a kernel launched with the attribute waits for the kernel ahead
+// before it touches global memory (safe after any kernel, ours or an engine's), and a kernel that
+// triggers lets the next kernel start early (which only a next kernel launched with PDL itself may use,
+// and which must wait in turn). By rule, launches of few tiles (batch 1 to a few) take both; the pdl
+// override takes both, the first only, or neither everywhere (the contract: docs/INTEGRATION.md, "CUDA
+// graphs"; docs/DESIGN.md).
 #pragma once
+
+#include <cstdint>
 
 #include "launch/overrides.h"
 
 namespace replayssm {
 namespace launch {
 
-// Whether mamba2_update, mamba2_step (with its order pass), gdn_update and gdn_step launch with PDL and
-// let the kernel after them start early: only where the pdl override is 1 (REPLAYSSM_PDL=1, or
-// replayssm_cuda.launch_overrides(pdl=1)); 0 and unset (-1): no.
-bool programmatic_launch(const LaunchOverrides& overrides);
+struct ProgrammaticLaunch {
+  bool wait = false;     // launched with the attribute: may start during the kernel ahead, waits for it
+  bool trigger = false;  // lets the kernel after it start early (griddepcontrol.launch_dependents)
+};
+
+// How mamba2_update, mamba2_step (with its order pass), gdn_update and gdn_step launch, for a launch of
+// `tiles` (row, head) state tiles (Mamba-2: batch x heads; GDN, KDA: batch x v-heads) on `sm_count` SMs.
+// The pdl override: 1 both halves, 2 the wait only, 0 neither; unset (-1) the rule: both where the tiles
+// do not outnumber the SMs, neither elsewhere (pdl.cpp says why).
+ProgrammaticLaunch programmatic_launch(const LaunchOverrides& overrides, int64_t tiles, int sm_count);
 
 // Whether a step that runs the order pass (cache/row_order.cuh) is launched with PDL behind it, whatever
 // programmatic_launch says: the pass (one CTA) lets the step launch as it starts, so the step's launch

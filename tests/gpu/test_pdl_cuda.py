@@ -140,12 +140,18 @@ MAMBA2_CASES = {
 }
 
 
+# The pdl override's launches against the plain one (0): both halves (1), the wait only (2: started early,
+# the next kernel not), and the rule (-1: both where the tiles do not outnumber the SMs: batch 1 here).
+PDL_MODES = [1, 2, -1]
+
+
+@pytest.mark.parametrize("pdl", PDL_MODES)
 @pytest.mark.parametrize("case", list(MAMBA2_CASES))
-def test_mamba2_pdl_is_bitwise_the_plain_launch(case, set_overrides):
+def test_mamba2_pdl_is_bitwise_the_plain_launch(case, pdl, set_overrides):
     run = Mamba2Run(**MAMBA2_CASES[case], seed=3)
     plain = run.eager(set_overrides, 0)
-    assert_same(run.eager(set_overrides, 1), plain, f"{case} eager")
-    for i, replay in enumerate(run.graphed(set_overrides, 1)):
+    assert_same(run.eager(set_overrides, pdl), plain, f"{case} eager")
+    for i, replay in enumerate(run.graphed(set_overrides, pdl)):
         assert_same(replay, plain, f"{case} graph replay {i}")
 
 
@@ -220,12 +226,13 @@ GDN_CASES = {
 }
 
 
+@pytest.mark.parametrize("pdl", PDL_MODES)
 @pytest.mark.parametrize("case", list(GDN_CASES))
-def test_gdn_pdl_is_bitwise_the_plain_launch(case, set_overrides):
+def test_gdn_pdl_is_bitwise_the_plain_launch(case, pdl, set_overrides):
     run = GdnRun(**GDN_CASES[case], seed=4)
     plain = run.eager(set_overrides, 0)
-    assert_same(run.eager(set_overrides, 1), plain, f"{case} eager")
-    assert_same(run.graphed(set_overrides, 1), plain, f"{case} graph replay")
+    assert_same(run.eager(set_overrides, pdl), plain, f"{case} eager")
+    assert_same(run.graphed(set_overrides, pdl), plain, f"{case} graph replay")
 
 
 # The step behind its order pass (order_pass_pdl, launch/pdl.h: the step launched with PDL behind the pass

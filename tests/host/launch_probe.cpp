@@ -31,7 +31,8 @@
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
 //   gdnfold BATCH HV STAGES CTAS [LAYERS]   -> "ring_stages grid" (plan_gdn_fold; grid: CTAs per layer)
-//   pdl                                     -> 1 or 0 (programmatic_launch: the T = 1 kernels launch with PDL)
+//   pdl TILES                               -> "WAIT TRIGGER", each 1 or 0 (programmatic_launch of a T = 1
+//                                              launch of TILES (row, head) tiles on the device's SMs)
 //   orderpasspdl                            -> 1 or 0 (step_starts_during_order_pass)
 #include <cstdio>
 #include <cstdlib>
@@ -162,7 +163,12 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     const Mamba2UpdatePlan plan = plan_mamba2_update(problem, stages, ctas, device, overrides);
     return std::to_string(plan.stages) + " " + std::to_string(plan.grid) + " " + (plan.claims ? "1" : "0");
   }
-  if (command == "pdl") return programmatic_launch(overrides) ? "1" : "0";
+  if (command == "pdl") {
+    int64_t tiles;
+    in >> tiles;
+    const ProgrammaticLaunch launch = programmatic_launch(overrides, tiles, device.sm_count);
+    return std::string(launch.wait ? "1" : "0") + " " + (launch.trigger ? "1" : "0");
+  }
   if (command == "orderpasspdl") return step_starts_during_order_pass(overrides) ? "1" : "0";
   if (command == "updatesplit") {
     int64_t batch;

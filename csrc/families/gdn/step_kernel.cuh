@@ -145,7 +145,8 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
   alignas(16) float gv[kK];
 };
 
-// pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
+// pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
+// start early.
 // parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
 // fold_parts: with parts = 1 and the order pass, the marked folding rows' CTAs a v-head (below); 1: none.
 // ordered: the order pass (cache/row_order.cuh) ran before this launch and filled p.row_order: CTA row
@@ -154,7 +155,7 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // early unless pdl.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl, const int parts, const bool ordered, const int fold_parts,
+    step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered, const int fold_parts,
                 const bool after_order_pass) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
@@ -171,8 +172,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   // ---- 0. with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead, before anything
   // global (the CTA may have started while that kernel ended) ----
-  wait_for_prior_grids(pdl || after_order_pass);
-  if (pdl && tid == 0) launch_dependent_grids();
+  wait_for_prior_grids(pdl_wait || after_order_pass);
+  if (pdl_trigger && tid == 0) launch_dependent_grids();
   // The CTA's row and part. With a fold split (fold_parts > 1, ordered launches of one part a v-head),
   // the rows the order pass marked (its first folding rows) take fold_parts CTAs a v-head: part 0 at
   // their own grid row, parts 1 .. fold_parts - 1 in the helper rows after the batch, fold_parts - 1 per

@@ -37,7 +37,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   }
   const launch::GdnStepPlan plan = launch::plan_gdn_step(problem, device, overrides);
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
-  const bool pdl = launch::programmatic_launch(overrides);
+  const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.v_heads, device.sm_count);
   const bool after_order_pass = plan.ordered && launch::step_starts_during_order_pass(overrides);
   if (plan.ordered) {
     RowOrderArgs order{};
@@ -48,12 +48,14 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     order.max_draft_tokens = p.cache.max_draft_tokens;
     order.fine_rows = plan.fold_rows;  // the fold split's rows, marked
     order.fine_mark = kFoldPartsRow;
-    order.pdl = pdl;
+    order.pdl = pdl.wait;
+    order.pdl_trigger = pdl.trigger;
     order.release_step = after_order_pass;
     const cudaError_t err = launch_row_order(p, order, p.num_slots, stream);
     if (err != cudaSuccess) return err;
   }
-  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl || after_order_pass, p, pdl, plan.parts,
+  return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
+                     pdl.trigger, plan.parts,
                      plan.ordered, plan.fold_parts, after_order_pass);
 }
 

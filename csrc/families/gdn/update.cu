@@ -20,6 +20,7 @@
 
 #include "cache/slot_map.cuh"
 #include "common/bulk_copy.cuh"
+#include "common/device_info.h"
 #include "common/programmatic_launch.cuh"
 #include "common/reduce.cuh"
 #include "families/gdn/gates.cuh"
@@ -49,8 +50,10 @@ struct UpdateShape {
 };
 
 template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
-// pdl: launched with programmatic dependent launch (launch/pdl.h); let the next kernel start early.
-__global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p, const bool pdl) {
+// pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
+// start early.
+__global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p, const bool pdl_wait,
+                                                                   const bool pdl_trigger) {
   using Shape = UpdateShape<kK, kV, kState>;
   using Lanes = typename Shape::Lanes;
   constexpr int R = Shape::kRows;
@@ -67,8 +70,8 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
 
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended: nothing global is read or written before the wait.
-  wait_for_prior_grids(pdl);
-  if (pdl && threadIdx.x == 0) launch_dependent_grids();
+  wait_for_prior_grids(pdl_wait);
+  if (pdl_trigger && threadIdx.x == 0) launch_dependent_grids();
   // The token's inputs do not depend on the slot: in flight while slots[row] comes back.
   const int64_t slot = resolve_slot(p, row);
   ActFrag<kAct, E> kf[C], qf[C];  // raw; normalised through the dot products and u below
@@ -173,8 +176,13 @@ cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
   const launch::GdnGridPlan plan =
       launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead});
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
-  const bool pdl = launch::programmatic_launch(launch::launch_overrides());
-  return launch_grid(update_kernel<kK, kV, kState, kAct, kVectorGate>, grid, dim3(kUpdateThreads), 0, stream, pdl, p, pdl);
+  launch::DeviceInfo device;
+  const cudaError_t info = current_device_info(&device);  // cached after the first call
+  if (info != cudaSuccess) return info;
+  const launch::ProgrammaticLaunch pdl =
+      launch::programmatic_launch(launch::launch_overrides(), p.batch * p.v_heads, device.sm_count);
+  return launch_grid(update_kernel<kK, kV, kState, kAct, kVectorGate>, grid, dim3(kUpdateThreads), 0, stream, pdl.wait,
+                     p, pdl.wait, pdl.trigger);
 }
 
 }  // namespace

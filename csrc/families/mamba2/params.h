@@ -116,17 +116,20 @@ struct Mamba2StepLaunch {
   // (fold_split - 1) helper rows first for their other CTAs. 1: no split.
   int32_t fold_split;
   int32_t fold_split_rows;
-  // Launched with programmatic dependent launch (launch/pdl.h): each CTA lets the next kernel start early.
-  bool pdl;
+  // Programmatic dependent launch (launch/pdl.h): launched with the attribute (each CTA waits for the
+  // kernel ahead before any global access), and each CTA lets the next kernel start early.
+  bool pdl_wait;
+  bool pdl_trigger;
   // Launched with PDL behind the order pass (launch/pdl.h, step_starts_during_order_pass): each CTA waits
-  // for the pass (and through it for every kernel before) but lets nothing start early unless pdl.
+  // for the pass (and through it for every kernel before) but lets nothing start early unless pdl_trigger.
   bool after_order_pass;
 };
 
 struct Mamba2UpdateLaunch {
   int32_t stages;  // state tiles in each CTA's ring
   bool claims;     // items past the first `stages` rounds are claimed from p.work_counter (zeroed first)
-  bool pdl;        // launched with programmatic dependent launch (launch/pdl.h): let the next kernel start early
+  bool pdl_wait;     // launched with programmatic dependent launch (launch/pdl.h): wait for the kernel ahead
+  bool pdl_trigger;  // and let the next kernel start early
 };
 
 // The order pass's mark on a folding row that the fold split serves (row indices stay below 2^16).

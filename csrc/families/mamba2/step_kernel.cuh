@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended (the previous step, the order pass, an engine's kernel that wrote the slots or the
   // activations): only the barriers above come before the wait, every global access after it.
-  wait_for_prior_grids(launch.pdl || launch.after_order_pass);
+  wait_for_prior_grids(launch.pdl_wait || launch.after_order_pass);
   if (threadIdx.x == 0) {
-    if (launch.pdl) launch_dependent_grids();
+    if (launch.pdl_trigger) launch_dependent_grids();
     REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
   }
   if (!step_assign(cta, launch)) return;

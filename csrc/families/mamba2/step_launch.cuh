@@ -49,19 +49,19 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
   // it, the step for the pass (and through it for that kernel), and each lets the next start early.
   // Without it the step still takes the attribute behind its order pass (step_starts_during_order_pass),
   // an edge between our two kernels that lets nothing after the step start early.
-  const bool pdl = launch::programmatic_launch(overrides);
-  Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl, false};
+  const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.heads, device.sm_count);
+  Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl.wait, pdl.trigger, false};
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
 
   switch (plan.kernel) {
     case launch::StepKernel::kPlain:
-      return launch_grid(kernel, grid, dim3(kThreads), smem, stream, pdl, p, args);
+      return launch_grid(kernel, grid, dim3(kThreads), smem, stream, pdl.wait, p, args);
     case launch::StepKernel::kTwoGroups:
       if constexpr (kCopy && Layout::kTensorReplay) {
         auto two_group_kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, false, kTf32Replay, true>;
         err = cudaFuncSetAttribute(two_group_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         if (err != cudaSuccess) return err;
-        return launch_grid(two_group_kernel, grid, dim3(kThreads), smem, stream, pdl, p, args);
+        return launch_grid(two_group_kernel, grid, dim3(kThreads), smem, stream, pdl.wait, p, args);
       }
       break;
     case launch::StepKernel::kOrdered:
@@ -72,7 +72,7 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
         args.after_order_pass = launch::step_starts_during_order_pass(overrides);
         err = launch_step_row_order(p, args, stream);
         if (err != cudaSuccess) return err;
-        return launch_grid(ordered_kernel, grid, dim3(kThreads), smem, stream, pdl || args.after_order_pass, p, args);
+        return launch_grid(ordered_kernel, grid, dim3(kThreads), smem, stream, pdl.wait || args.after_order_pass, p, args);
       }
       break;
   }

@@ -180,9 +180,9 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kTileP, kN, kState
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended: the barriers above are shared memory only; every global access (the slots, operands,
   // state, counter, the time line) comes after the wait (none without PDL).
-  wait_for_prior_grids(launch.pdl);
+  wait_for_prior_grids(launch.pdl_wait);
   if (tid == 0) {
-    if (launch.pdl) launch_dependent_grids();
+    if (launch.pdl_trigger) launch_dependent_grids();
     REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
   }
   __syncthreads();
@@ -361,9 +361,9 @@ cudaError_t launch_tiles(const Mamba2Params& p, const launch::DeviceInfo& device
     err = cudaMemsetAsync(p.work_counter, 0, sizeof(int32_t), stream);
     if (err != cudaSuccess) return err;
   }
-  const bool pdl = launch::programmatic_launch(overrides);
-  return launch_grid(kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(kUpdateThreads), smem, stream, pdl, p,
-                     Mamba2UpdateLaunch{plan.stages, plan.claims, pdl});
+  const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.heads, device.sm_count);
+  return launch_grid(kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(kUpdateThreads), smem, stream, pdl.wait, p,
+                     Mamba2UpdateLaunch{plan.stages, plan.claims, pdl.wait, pdl.trigger});
 }
 
 // Whole heads, or the split into items of one pass of rows (mamba2_update_split).
