@@ -105,7 +105,9 @@ def _common(parser, family, bench):
                         help=f"timed graph replays per row after {timing.WARMUP_REPLAYS} warm-up ones "
                              f"(default {timing.REPLAYS})")
     parser.add_argument("--kernel-times", action="store_true",
-                        help="also the GPU time of each kernel of a row's graph (torch.profiler), as a second table")
+                        help="also the GPU time of each kernel of a row's graph (torch.profiler), as a second table; "
+                             "where a launch starts early by PDL (batch 1 to a few, docs/TUNING.md) a kernel's span "
+                             "includes its wait for the kernel ahead: add --override pdl=0 for spans of its own")
     parser.add_argument("--json", metavar="PATH", help="also write this run's rows as JSON (what `bench compare` reads)")
     parser.add_argument("--plot", metavar="PATH.png",
                         help="PNG of time and %% of copy bandwidth against batch, one line per configuration "
