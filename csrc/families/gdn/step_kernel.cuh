@@ -152,7 +152,7 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // ordered: the order pass (cache/row_order.cuh) ran before this launch and filled p.row_order: CTA row
 // y takes the batch row and slot it put at y (the folding rows first). after_order_pass: launched with PDL
 // behind that pass (launch/pdl.h): the CTA waits for it as for any kernel ahead, and lets nothing start
-// early unless pdl.
+// early unless pdl_trigger.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered, const int fold_parts,

@@ -45,10 +45,11 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
   problem.tensor_replay = Layout::kTensorReplay;
   const launch::LaunchOverrides& overrides = launch::launch_overrides();
   const launch::Mamba2StepPlan plan = launch::plan_mamba2_step(problem, ctas_per_sm, device, overrides);
-  // With PDL the order pass and the step both take the attribute: the pass waits for the kernel ahead of
-  // it, the step for the pass (and through it for that kernel), and each lets the next start early.
-  // Without it the step still takes the attribute behind its order pass (step_starts_during_order_pass),
-  // an edge between our two kernels that lets nothing after the step start early.
+  // With PDL (pdl.wait) the order pass and the step both take the attribute: the pass waits for the kernel
+  // ahead of it, the step for the pass (and through it for that kernel), and where pdl.trigger each lets
+  // the next start early. Without it the step still takes the attribute behind its order pass
+  // (step_starts_during_order_pass), an edge between our two kernels that lets nothing after the step
+  // start early.
   const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.heads, device.sm_count);
   Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl.wait, pdl.trigger, false};
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
