@@ -584,7 +584,7 @@ def test_gdn_step_fold_split(probe):
         ["1 32 8", "1 32 11 ordered fold 4 1"]
 
 
-# ---- programmatic dependent launch: the wait half where the tiles do not outnumber the SMs ----
+# ---- programmatic dependent launch: both halves where the tiles do not outnumber the SMs ----
 
 def test_step_starts_during_its_order_pass_unless_overridden(probe):
     # An edge between our order pass and our step only: on by default, whatever the pdl override says.

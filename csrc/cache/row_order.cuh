@@ -37,7 +37,7 @@ struct RowOrderArgs {
   int32_t max_draft_tokens;  // folds_after_append's rule (cache/cursor.cuh)
   int32_t fine_rows;         // the first fine_rows folding rows get fine_mark
   int32_t fine_mark;
-  bool pdl;  // launched with programmatic dependent launch: the cursors are read after the kernel ahead
+  bool pdl_wait;     // launched with programmatic dependent launch: the cursors are read after the kernel ahead
   bool pdl_trigger;  // and the kernel after the pass may start early (launch/pdl.h)
   // The step after the pass is launched with PDL (launch/pdl.h, step_starts_during_order_pass): let it
   // launch at once; its CTAs wait for this pass to complete before they read the order.
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kRowOrderThreads) row_order_kernel(const SlotP
   int32_t* const order_slots = a.order + a.batch;
   // With PDL the slots and cursors are read only once the kernel ahead has ended; the step after this
   // pass waits for it in turn.
-  wait_for_prior_grids(a.pdl);
+  wait_for_prior_grids(a.pdl_wait);
   if ((a.pdl_trigger || a.release_step) && threadIdx.x == 0) launch_dependent_grids();
 
   // Pass 1: which rows fold (slot and cursor), and how many.
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kRowOrderThreads) row_order_kernel(const SlotP
 template <class SlotParams>
 cudaError_t launch_row_order(const SlotParams& p, const RowOrderArgs& a, int64_t num_slots, cudaStream_t stream) {
   if (a.order == nullptr || a.batch > kRowOrderMaxBatch || num_slots > INT32_MAX) return cudaErrorInvalidValue;
-  return launch_grid(row_order_kernel<SlotParams>, dim3(1), dim3(kRowOrderThreads), 0, stream, a.pdl, p, a);
+  return launch_grid(row_order_kernel<SlotParams>, dim3(1), dim3(kRowOrderThreads), 0, stream, a.pdl_wait, p, a);
 }
 
 }  // namespace replayssm

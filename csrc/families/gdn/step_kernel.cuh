@@ -155,8 +155,8 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // early unless pdl_trigger.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered, const int fold_parts,
-                const bool after_order_pass) {
+    step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
+                const int fold_parts, const bool after_order_pass) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;

@@ -48,15 +48,14 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     order.max_draft_tokens = p.cache.max_draft_tokens;
     order.fine_rows = plan.fold_rows;  // the fold split's rows, marked
     order.fine_mark = kFoldPartsRow;
-    order.pdl = pdl.wait;
+    order.pdl_wait = pdl.wait;
     order.pdl_trigger = pdl.trigger;
     order.release_step = after_order_pass;
     const cudaError_t err = launch_row_order(p, order, p.num_slots, stream);
     if (err != cudaSuccess) return err;
   }
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
-                     pdl.trigger, plan.parts,
-                     plan.ordered, plan.fold_parts, after_order_pass);
+                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's

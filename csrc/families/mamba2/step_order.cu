@@ -22,7 +22,7 @@ cudaError_t launch_step_row_order(const Mamba2Params& p, const Mamba2StepLaunch&
   a.max_draft_tokens = p.max_draft_tokens;
   a.fine_rows = launch.fold_split_rows;
   a.fine_mark = kFineFoldRow;
-  a.pdl = launch.pdl_wait;
+  a.pdl_wait = launch.pdl_wait;
   a.pdl_trigger = launch.pdl_trigger;
   a.release_step = launch.after_order_pass;
   return launch_row_order(p, a, p.num_slots, stream);
