@@ -49,12 +49,12 @@ def test_the_calls_run_through_the_reference_on_the_cpu(tmp_path, capsys):
 
 
 RAW = '''==PROF== Disconnected from process 4242
-"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes.sum.per_second","dram__bytes_read.sum","dram__bytes_write.sum","dram__throughput.avg.pct_of_peak_sustained_elapsed","gpu__time_duration.sum","launch__block_size","launch__grid_size","launch__registers_per_thread","launch__shared_mem_per_block_dynamic","launch__shared_mem_per_block_static","sm__warps_active.avg.pct_of_peak_sustained_active"
-"","","","","","","","","","","","byte/second","byte","byte","%","nsecond","","","register/thread","byte/block","byte/block","%"
-"2","4242","python3","gpu0","void replayssm::mamba2::step_kernel<replayssm::mamba2::StepTraits<80, 128, (int)2>>(replayssm::mamba2::StepParams)","1","7","(256, 1, 1)","(3072, 1, 1)","0","9.0","3,012,000,000,000","1,006,632,960","4,194,304","89.5","335,210","256","3,072","128","99,328","1,024","47.3"
-"0","4242","python3","gpu0","void replayssm::mamba2::update_kernel<80, 128>(replayssm::mamba2::UpdateParams)","1","7","(128, 1, 1)","(132, 1, 1)","0","9.0","3,100,000,000,000","1,006,632,960","1,006,632,960","92","650,000","128","132","96","65,536","0","n/a"
-"1","4242","python3","gpu0","void replayssm::mamba2::step_kernel<replayssm::mamba2::StepTraits<80, 128, (int)0>>(replayssm::mamba2::StepParams)","1","7","(256, 1, 1)","(3072, 1, 1)","0","9.0","2,500,000,000,000","500,000,000","4,194,304","74.1","200,000","256","3,072","128","99,328","1,024","50"
-"3","4242","python3","gpu0","void replayssm::cache::copy_slots_kernel(replayssm::cache::CopySlotsParams)","1","7","(256, 1, 1)","(64, 1, 1)","0","9.0","1,000,000,000,000","1,000,000","1,000,000","30","2,000","256","64","32","0","0","60"
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","dram__bytes.sum.per_second","dram__bytes_read.sum","dram__bytes_write.sum","dram__throughput.avg.pct_of_peak_sustained_elapsed","gpu__time_duration.sum","launch__block_size","launch__grid_size","launch__registers_per_thread","launch__shared_mem_per_block_dynamic","launch__shared_mem_per_block_static","sm__warps_active.avg.pct_of_peak_sustained_active","smsp__issue_active.avg.pct_of_peak_sustained_active","smsp__inst_executed.sum"
+"","","","","","","","","","","","byte/second","byte","byte","%","nsecond","","","register/thread","byte/block","byte/block","%","%","inst"
+"2","4242","python3","gpu0","void replayssm::mamba2::step_kernel<replayssm::mamba2::StepTraits<80, 128, (int)2>>(replayssm::mamba2::StepParams)","1","7","(256, 1, 1)","(3072, 1, 1)","0","9.0","3,012,000,000,000","1,006,632,960","4,194,304","89.5","335,210","256","3,072","128","99,328","1,024","47.3","48.6","24,686,592"
+"0","4242","python3","gpu0","void replayssm::mamba2::update_kernel<80, 128>(replayssm::mamba2::UpdateParams)","1","7","(128, 1, 1)","(132, 1, 1)","0","9.0","3,100,000,000,000","1,006,632,960","1,006,632,960","92","650,000","128","132","96","65,536","0","n/a","12.5","1,000,000"
+"1","4242","python3","gpu0","void replayssm::mamba2::step_kernel<replayssm::mamba2::StepTraits<80, 128, (int)0>>(replayssm::mamba2::StepParams)","1","7","(256, 1, 1)","(3072, 1, 1)","0","9.0","2,500,000,000,000","500,000,000","4,194,304","74.1","200,000","256","3,072","128","99,328","1,024","50","77.9","n/a"
+"3","4242","python3","gpu0","void replayssm::cache::copy_slots_kernel(replayssm::cache::CopySlotsParams)","1","7","(256, 1, 1)","(64, 1, 1)","0","9.0","1,000,000,000,000","1,000,000","1,000,000","30","2,000","256","64","32","0","0","60","5","16,384"
 '''
 # The same report exported with --print-nvtx-rename kernel: each kernel named after its innermost range.
 NVTX = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","gpu__time_duration.sum"
@@ -80,6 +80,9 @@ def test_the_table_joins_the_exports_in_launch_order():
     assert step["dram_MB"] == pytest.approx(1010.827264)
     assert (step["grid"], step["block"], step["regs"]) == (3072, 256, 128)
     assert step["smem_KiB"] == pytest.approx(98)
+    # 24,686,592 warp instructions over 3072 CTAs of 256 threads: 1004.5 instructions a thread
+    assert step["issue_pct"] == pytest.approx(48.6) and step["inst_per_thread"] == pytest.approx(1004.5)
+    assert table[1]["inst_per_thread"] is None, "n/a is no number"
     assert update["occupancy_pct"] is None, "n/a is no number"
     text = profile_ops.format_table(table)
     lines = text.splitlines()

@@ -13,7 +13,9 @@
 # Writes to $OUT (default ./results).
 #
 # table (default): per kernel: op, call, kernel, grid and block, time, DRAM bytes read + written, DRAM %
-#   of peak and GB/s, achieved occupancy, registers per thread, shared memory per CTA. Printed and
+#   of peak and GB/s, issue % (cycles in which a scheduler issued: near 100 the kernel is bound by its
+#   instructions, not its bytes) and instructions per thread, achieved occupancy, registers per thread,
+#   shared memory per CTA. Printed and
 #   written to ncu_ops_table.txt, beside the report ncu_ops.ncu-rep (with the SpeedOfLight, Occupancy and
 #   LaunchStats sections: `ncu -i results/ncu_ops.ncu-rep --page details`) and its two CSV exports.
 # memory: the table, with the memory, scheduler and warp-state sections and the L2 request counters in

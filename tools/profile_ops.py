@@ -34,7 +34,9 @@ export (`ncu -i REPORT --page raw --csv --print-units base`) and its kernels' ra
 REPORT`, each kernel named after its innermost push/pop range of the replayssm domain, "replayssm::<op>",
 read with ncu's ncu_report module; or ncu's own `--print-nvtx-rename kernel` export), joins them on the ID column, names each kernel's call from the launcher's list
 (--calls-out) and prints one row per kernel: op, call, kernel, grid, block, time, DRAM bytes, DRAM % of
-peak and GB/s, achieved occupancy, registers per thread, shared memory per CTA (METRICS below).
+peak and GB/s, the share of cycles in which a scheduler issued an instruction ("issue %": near 100 the
+kernel is bound by its instruction count, not by memory), instructions executed per thread, achieved
+occupancy, registers per thread, shared memory per CTA (METRICS below).
 """
 
 from __future__ import annotations
@@ -356,6 +358,7 @@ def launch(args) -> int:
 
 METRICS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
            "dram__throughput.avg.pct_of_peak_sustained_elapsed", "dram__bytes.sum.per_second",
+           "smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum",
            "sm__warps_active.avg.pct_of_peak_sustained_active", "launch__registers_per_thread",
            "launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic",
            "launch__grid_size", "launch__block_size")
@@ -485,13 +488,17 @@ def kernel_table(raw_text: str, nvtx_text: str, calls: list[tuple[str, str]] | N
     for r, op, what in zip(raw, ops, whats):
         smem = [value(r, f"launch__shared_mem_per_block_{k}", "B") for k in ("static", "dynamic")]
         read, write = value(r, "dram__bytes_read.sum", "B"), value(r, "dram__bytes_write.sum", "B")
+        grid, block = value(r, "launch__grid_size", ""), value(r, "launch__block_size", "")
+        warp_inst = value(r, "smsp__inst_executed.sum", "")  # warp instructions: 32 threads' each
         table.append({
             "op": op, "call": what, "kernel": kernel_name(r["Kernel Name"][0]),
-            "grid": value(r, "launch__grid_size", ""), "block": value(r, "launch__block_size", ""),
+            "grid": grid, "block": block,
             "us": _scaled(value(r, "gpu__time_duration.sum", "s"), 1e6),
             "dram_MB": None if read is None or write is None else (read + write) / 1e6,
             "dram_pct": value(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed", ""),
             "dram_GBs": _scaled(value(r, "dram__bytes.sum.per_second", "B/s"), 1e-9),
+            "issue_pct": value(r, "smsp__issue_active.avg.pct_of_peak_sustained_active", ""),
+            "inst_per_thread": None if None in (warp_inst, grid, block) or grid * block == 0 else 32 * warp_inst / (grid * block),
             "occupancy_pct": value(r, "sm__warps_active.avg.pct_of_peak_sustained_active", ""),
             "regs": value(r, "launch__registers_per_thread", ""),
             "smem_KiB": None if None in smem else sum(smem) / 1024,
@@ -505,8 +512,8 @@ def _scaled(x, factor):
 
 COLUMNS = [("op", "op", "{}"), ("call", "call", "{}"), ("kernel", "kernel", "{}"), ("grid", "grid", "{:.0f}"),
            ("block", "block", "{:.0f}"), ("us", "time us", "{:.1f}"), ("dram_MB", "DRAM MB", "{:.1f}"),
-           ("dram_pct", "DRAM %", "{:.1f}"), ("dram_GBs", "DRAM GB/s", "{:.0f}"),
-           ("occupancy_pct", "occup. %", "{:.1f}"), ("regs", "regs", "{:.0f}"), ("smem_KiB", "smem KiB", "{:.1f}")]
+           ("dram_pct", "DRAM %", "{:.1f}"), ("dram_GBs", "DRAM GB/s", "{:.0f}"), ("issue_pct", "issue %", "{:.1f}"),
+           ("inst_per_thread", "inst/thread", "{:.0f}"), ("occupancy_pct", "occup. %", "{:.1f}"), ("regs", "regs", "{:.0f}"), ("smem_KiB", "smem KiB", "{:.1f}")]
 
 
 def format_table(table: list[dict]) -> str:
