@@ -498,7 +498,8 @@ def kernel_table(raw_text: str, nvtx_text: str, calls: list[tuple[str, str]] | N
             "dram_pct": value(r, "dram__throughput.avg.pct_of_peak_sustained_elapsed", ""),
             "dram_GBs": _scaled(value(r, "dram__bytes.sum.per_second", "B/s"), 1e-9),
             "issue_pct": value(r, "smsp__issue_active.avg.pct_of_peak_sustained_active", ""),
-            "inst_per_thread": None if None in (warp_inst, grid, block) or grid * block == 0 else 32 * warp_inst / (grid * block),
+            "inst_per_thread": (None if None in (warp_inst, grid, block) or grid * block == 0
+                                else 32 * warp_inst / (grid * block)),
             "occupancy_pct": value(r, "sm__warps_active.avg.pct_of_peak_sustained_active", ""),
             "regs": value(r, "launch__registers_per_thread", ""),
             "smem_KiB": None if None in smem else sum(smem) / 1024,
@@ -513,7 +514,8 @@ def _scaled(x, factor):
 COLUMNS = [("op", "op", "{}"), ("call", "call", "{}"), ("kernel", "kernel", "{}"), ("grid", "grid", "{:.0f}"),
            ("block", "block", "{:.0f}"), ("us", "time us", "{:.1f}"), ("dram_MB", "DRAM MB", "{:.1f}"),
            ("dram_pct", "DRAM %", "{:.1f}"), ("dram_GBs", "DRAM GB/s", "{:.0f}"), ("issue_pct", "issue %", "{:.1f}"),
-           ("inst_per_thread", "inst/thread", "{:.0f}"), ("occupancy_pct", "occup. %", "{:.1f}"), ("regs", "regs", "{:.0f}"), ("smem_KiB", "smem KiB", "{:.1f}")]
+           ("inst_per_thread", "inst/thread", "{:.0f}"), ("occupancy_pct", "occup. %", "{:.1f}"),
+           ("regs", "regs", "{:.0f}"), ("smem_KiB", "smem KiB", "{:.1f}")]
 
 
 def format_table(table: list[dict]) -> str:
