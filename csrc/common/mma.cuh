@@ -77,6 +77,22 @@ __device__ __forceinline__ uint32_t floats_to_f16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// A bf16 vector as f16 mma operands: the power of two 2^k that puts amax = max|x| in [2^14, 2^15) once
+// scaled, so that every x_i within 2^-24 of amax is exact in f16 (bf16 has 8 significant bits, f16 11
+// and subnormals down to 2^-24), and its inverse to scale the products back exactly. amax zero, inf or
+// NaN: no scaling (inf and NaN carry through).
+struct F16RangeScale {
+  float scale = 1.0f, unscale = 1.0f;
+  __device__ __forceinline__ explicit F16RangeScale(float amax) {
+    const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu);
+    if (amax > 0.0f && e < 255) {
+      const int k = min(max(141 - e, -100), 100);  // amax * 2^k in [2^14, 2^15)
+      scale = __uint_as_float(static_cast<uint32_t>(127 + k) << 23);
+      unscale = __uint_as_float(static_cast<uint32_t>(127 - k) << 23);
+    }
+  }
+};
+
 // Four transposed 8x8 b16 matrices from shared memory (ldmatrix .x4 .trans); `row` is this lane's row
 // address.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&a)[4], const void* row) {

@@ -41,8 +41,10 @@
 //   2. replay only: warp 0 the decays (suffix sums of g, no cancellation), every warp the window keys'
 //      dots with k_hat and q_hat (8 lanes an entry), every thread its u_j[v] loads (issued first);
 //      then the window terms sum_j (...) u_j[v], a value channel per thread, in slices.
-//   3. the rows, from the tile in shared memory (tile.cuh's mapping, 8 lanes a row): the two dots,
-//      then lane 0 of the row forms u_t and o_t.
+//   3. the rows, from the tile in shared memory: the two dots, then u_t and o_t. A bf16 / fp16 / fp8
+//      read copy that the mma takes with the activations' type: on tensor cores (rows_mma.cuh), a warp
+//      per 16 rows, B the raw key and query written by warp 1 in phase 1. Otherwise tile.cuh's mapping,
+//      8 lanes a row, lane 0 of the row forming u_t and o_t.
 //   4. coalesced stores of out and the entry (the key, g and beta by part 0); the last CTA of the
 //      slot writes the cursor.
 //
@@ -66,6 +68,7 @@
 #include "families/gdn/fold.cuh"
 #include "families/gdn/gates.cuh"
 #include "families/gdn/params.h"
+#include "families/gdn/rows_mma.cuh"
 #include "families/gdn/tile.cuh"
 
 namespace replayssm {
@@ -78,6 +81,11 @@ struct StepTraits {
   static constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what the replay reads
   using Lanes = RowLanes<kK, kSrc, kStepThreads>;
   using FoldHead = Fold<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
+  // The rows' dots on tensor cores (rows_mma.cuh): a read copy of a type the mma takes with these
+  // activations, and GDN's scalar gate (KDA's rows take e^{Lambda_t} o k_hat_t, a vector per channel,
+  // which is no raw activation).
+  static constexpr bool kRowsMma = kCopy && !kVectorGate && rows_on_tensor_cores(kRead, kAct);
+  using RowsMmaT = RowsMma<kK, kRowsMma ? kRead : DType::kFloat8E4M3, kRowsMma ? kAct : DType::kBFloat16>;
   static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
   static constexpr int kRowBytes = kK * dtype_size(kSrc);
   static constexpr int kTileBytes = kV * kRowBytes;
@@ -122,7 +130,7 @@ struct StepTraits {
   static_assert(kMinCtasPerSm >= 1, "a step CTA fits an SM");
 };
 
-template <int kK, int kV, int kSlices>
+template <int kK, int kV, int kSlices, int kRowsMmaWords = 1>
 struct StepShared {
   alignas(16) float q[kK];  // the token's q_hat (scaled)
   alignas(16) float k[kK];  // and k_hat
@@ -137,6 +145,10 @@ struct StepShared {
   int32_t split_part;  // fold split: this CTA's part of fold_parts; -1: not split
   float decay;         // e^{Lambda_t}
   float g, beta, kq;   // the token's gates and k_hat . q_hat
+  // Tensor-core rows (rows_mma.cuh): the raw key and query as B fragments, and what turns their dots
+  // into S k_hat and S q_hat (the l2 scales, the query's scale, F16RangeScale's unscale).
+  alignas(16) uint32_t rows_b[kRowsMmaWords];
+  float k_mul, q_mul;
 };
 
 // KDA: the token's log decays per key channel besides.
@@ -162,7 +174,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   constexpr DType kSrc = Traits::kSrc;
   constexpr int kSlices = Traits::kSlices;
   extern __shared__ __align__(128) unsigned char dyn[];
-  __shared__ std::conditional_t<kVectorGate, KdaStepShared<kK, kV, kSlices>, StepShared<kK, kV, kSlices>> sh;
+  constexpr int kRowsMmaWords = Traits::kRowsMma ? Traits::RowsMmaT::kWords : 1;
+  __shared__ std::conditional_t<kVectorGate, KdaStepShared<kK, kV, kSlices>, StepShared<kK, kV, kSlices, kRowsMmaWords>> sh;
   static_assert(sizeof(sh) <= 6 * 1024, "StepTraits::kMinCtasPerSm counts 6 KB of static shared memory");
 
   const GdnCache& c = p.cache;
@@ -260,6 +273,37 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     for (int e = 0; e < kPer; ++e) {
       sh.k[lane * kPer + e] = kf[e] * rk;
       sh.q[lane * kPer + e] = qf[e] * rq;
+    }
+    if constexpr (Traits::kRowsMma) {  // the raw key and query as B fragments (rows_mma.cuh)
+      using Mma = typename Traits::RowsMmaT;
+      float k_scale = 1.0f, q_scale = 1.0f, k_unscale = 1.0f, q_unscale = 1.0f;
+      if constexpr (Mma::kScaleB) {
+        float k_max = 0.0f, q_max = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          k_max = fmaxf(k_max, fabsf(kf[e]));
+          q_max = fmaxf(q_max, fabsf(qf[e]));
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) {
+          k_max = fmaxf(k_max, __shfl_xor_sync(0xffffffffu, k_max, offset));
+          q_max = fmaxf(q_max, __shfl_xor_sync(0xffffffffu, q_max, offset));
+        }
+        const F16RangeScale k_range(k_max), q_range(q_max);
+        k_scale = k_range.scale, k_unscale = k_range.unscale;
+        q_scale = q_range.scale, q_unscale = q_range.unscale;
+      }
+      static_assert(kPer % 2 == 0, "a lane's columns are whole pairs");
+#pragma unroll
+      for (int e = 0; e < kPer; e += 2) {
+        const int word = Mma::word_of(lane * kPer + e);
+        sh.rows_b[word] = Mma::pack(kf[e] * k_scale, kf[e + 1] * k_scale);
+        sh.rows_b[Mma::kQueryBase + word] = Mma::pack(qf[e] * q_scale, qf[e + 1] * q_scale);
+      }
+      if (lane == 0) {
+        sh.k_mul = rk * k_unscale;
+        sh.q_mul = rq * q_unscale;
+      }
     }
     if constexpr (kVectorGate) {
       const float A_log = __ldg(tk.A_log + hv);
@@ -459,7 +503,34 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   __syncthreads();
 
   // ---- 3. the rows: S_c k_hat and S_c q_hat from the tile ----
-  {
+  if constexpr (Traits::kRowsMma) {
+    // A warp a block of 16 of the part's rows (all K columns: a row's sums never depend on `parts`);
+    // lanes 0 and 1 of each quad finish rows g and g + 8 (rows_mma.cuh).
+    const int g = lane >> 2, quad_lane = lane & 3;
+    if (warp < part_rows / 16) {
+      const int vr = row0 + 16 * warp + g + 8 * quad_lane;  // the row this lane finishes, for quad_lane < 2
+      float sc = 1.0f;                               // an fp8 copy's row scale, loaded before the tile lands
+      if constexpr (kRead == DType::kFloat8E4M3) {
+        if (quad_lane < 2) sc = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr);
+      }
+      mbarrier_wait(&sh.tile_full, 0);
+      float acc[4];
+      Traits::RowsMmaT::dot(dyn + 16 * warp * Traits::kRowBytes, sh.rows_b, acc);
+      if (quad_lane < 2) {
+        const float dk = (quad_lane == 0 ? acc[0] : acc[2]) * sc * sh.k_mul;
+        const float dq = (quad_lane == 0 ? acc[1] : acc[3]) * sc * sh.q_mul;
+        float wk = 0.0f, wq = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kSlices; ++s) {
+          wk += sh.wk[s][vr];
+          wq += sh.wq[s][vr];
+        }
+        const float u = sh.beta * (sh.v[vr] - (sh.decay * dk + wk));
+        sh.u[vr] = u;
+        sh.o[vr] = sh.decay * dq + wq + sh.kq * u;
+      }
+    }
+  } else {
     constexpr int R = Traits::kRows;
     constexpr int C = Lanes::kChunksPerLane;
     constexpr int E = Lanes::kElemsPerChunk;

@@ -88,12 +88,9 @@ struct TensorDot {
           // The four lanes of a quad (c = 0..3) hold all N columns.
           amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
           amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-          const int e = static_cast<int>((__float_as_uint(amax) >> 23) & 0xffu);
-          if (amax > 0.0f && e < 255) {  // zero or inf / NaN in C: no scaling (inf and NaN carry through)
-            const int k = min(max(141 - e, -100), 100);  // amax * 2^k in [2^14, 2^15)
-            scale = __uint_as_float(static_cast<uint32_t>(127 + k) << 23);
-            unscale = __uint_as_float(static_cast<uint32_t>(127 - k) << 23);
-          }
+          const F16RangeScale range(amax);
+          scale = range.scale;
+          unscale = range.unscale;
         }
 #pragma unroll
         for (int h = 0; h < kH; ++h) {
