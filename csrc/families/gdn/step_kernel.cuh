@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     const int g = lane >> 2, quad_lane = lane & 3;
     if (warp < part_rows / 16) {
       const int vr = row0 + 16 * warp + g + 8 * quad_lane;  // the row this lane finishes, for quad_lane < 2
-      float sc = 1.0f;                               // an fp8 copy's row scale, loaded before the tile lands
+      float sc = 1.0f;  // an fp8 copy's row scale, loaded before the tile lands
       if constexpr (kRead == DType::kFloat8E4M3) {
         if (quad_lane < 2) sc = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr);
       }
