@@ -17,6 +17,8 @@
 
 #include <cute/arch/copy_sm75.hpp>
 
+#include "common/dtype.h"
+
 namespace replayssm {
 
 // d += a b for one m16n8k16 tile, f16 or bf16 inputs, fp32 accumulators.
@@ -75,6 +77,13 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
 __device__ __forceinline__ uint32_t floats_to_f16x2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Whether the mma takes a tile of `src` times raw activations of `act` with every product exact: an fp8
+// tile (e4m3 -> f16 exactly, the activations f16 or bf16 scaled into f16 by F16RangeScale), or a 16-bit
+// tile of the activations' own type. A 16-bit tile of the other 16-bit type has no exact mma form.
+__host__ __device__ constexpr bool tile_on_tensor_cores(DType src, DType act) {
+  return src == DType::kFloat8E4M3 || (src == act && (src == DType::kBFloat16 || src == DType::kFloat16));
 }
 
 // A bf16 vector as f16 mma operands: the power of two 2^k that puts amax = max|x| in [2^14, 2^15) once

@@ -15,13 +15,13 @@
 // through f16, which holds e4m3 exactly; with bf16 activations B is converted to f16 after scaling by a
 // power of two (F16RangeScale, exact for every element within 2^-24 of the vector's max), undone in the
 // same multiplier. A 16-bit copy needs the activations' own type; a copy of the other 16-bit type keeps
-// the CUDA-core rows (rows_on_tensor_cores). The replay with a copy only makes outputs (the fold
+// the CUDA-core rows (tile_on_tensor_cores, common/mma.cuh). The replay with a copy only makes outputs (the fold
 // recomputes every u from the checkpoint), so the different rounding never reaches the checkpoint.
 //
-// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4 g + c holds A rows g and g + 8 at
-// k = 2c, 2c + 1, 2c + 8, 2c + 9 and B column g at the same k. Which physical column a logical k
-// stands for is free as long as A and B agree, so a lane's four k of a k-step are four consecutive
-// columns of its own 16-byte load of the row: one load per row feeds 4 (fp8) or 2 (16-bit) k-steps.
+// The A fragments and the load order are those of Mamba-2's TensorDot::dot (families/mamba2/
+// tensor_dot.cuh, which says why): a lane's four k of a k-step are four consecutive columns of its own
+// 16-byte load of the row. The loop is written again here rather than shared: one source for both
+// compiles the two families' kernels to different instruction orders, so sharing it waits for a GPU run.
 #pragma once
 
 #include <cstdint>
@@ -32,13 +32,9 @@
 namespace replayssm {
 namespace gdn {
 
-__host__ __device__ constexpr bool rows_on_tensor_cores(DType src, DType act) {
-  return src == DType::kFloat8E4M3 || (src == act && (src == DType::kBFloat16 || src == DType::kFloat16));
-}
-
 template <int kK, DType kSrc, DType kAct>
 struct RowsMma {
-  static_assert(rows_on_tensor_cores(kSrc, kAct), "no tensor-core form for this source / activation pair");
+  static_assert(tile_on_tensor_cores(kSrc, kAct), "no tensor-core form for this source / activation pair");
   static constexpr bool kFp8 = kSrc == DType::kFloat8E4M3;
   static constexpr bool kBf16 = kSrc == DType::kBFloat16;  // the mma's input type; fp8 goes through f16
   // B scaled into f16's range: an fp8 tile with bf16 activations (fp16 activations are f16 already).

@@ -84,7 +84,7 @@ struct StepTraits {
   // The rows' dots on tensor cores (rows_mma.cuh): a read copy of a type the mma takes with these
   // activations, and GDN's scalar gate (KDA's rows take e^{Lambda_t} o k_hat_t, a vector per channel,
   // which is no raw activation).
-  static constexpr bool kRowsMma = kCopy && !kVectorGate && rows_on_tensor_cores(kRead, kAct);
+  static constexpr bool kRowsMma = kCopy && !kVectorGate && tile_on_tensor_cores(kRead, kAct);
   using RowsMmaT = RowsMma<kK, kRowsMma ? kRead : DType::kFloat8E4M3, kRowsMma ? kAct : DType::kBFloat16>;
   static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
   static constexpr int kRowBytes = kK * dtype_size(kSrc);

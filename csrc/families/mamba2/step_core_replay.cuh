@@ -1,5 +1,5 @@
 // The replay step on CUDA cores: a 16-bit source of the other 16-bit type than the activations (there
-// C is not in the source's type, so the tensor-core product does not apply: replay_on_tensor_cores).
+// C is not in the source's type, so the tensor-core product does not apply: tile_on_tensor_cores).
 //   y_p = e^{Lambda_w} s_p (S_read C)_p + sum_{j<=w} wgt_j (B_j . C) x_j[p] + D x_p
 // Per head each thread reduces its 16-byte chunks of the tile against C (8 elements a chunk) into
 // shared memory, one barrier, then the first warps finish the output rows (two threads per row where

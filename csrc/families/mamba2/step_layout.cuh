@@ -16,7 +16,7 @@ namespace mamba2 {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Warp roles of the tensor-core replay (replay_on_tensor_cores, or kTf32Replay): the first kConsumers
+// Warp roles of the tensor-core replay (tile_on_tensor_cores, or kTf32Replay): the first kConsumers
 // warps each own kTilesPerWarp tiles of 16 output rows (reduction on tensor cores, their rows' x
 // windows, epilogue); one thread of warp 6 refills the ring; warp 7 derives the window weights; the
 // first warp after the consumers takes the cursor ticket (the producer's thread where that warp has a
@@ -67,7 +67,7 @@ struct StepLayout {
   static constexpr int kTileBytes = kP * kN * dtype_size(kSrc);
   // The tensor-core replay also has a barrier per stage for "tile consumed" and one for "x window
   // landed", and two pairs for the window weights (written / read, double-buffered).
-  static constexpr bool kTensorReplay = replay_on_tensor_cores(kSrc, kAct) || kTf32Replay;
+  static constexpr bool kTensorReplay = tile_on_tensor_cores(kSrc, kAct) || kTf32Replay;
   // kSplitEpilogue adds two pairs for the head dots (ready / free) and the head dots themselves.
   static constexpr bool kSplitEpilogue = kTensorReplay && TensorReplay<kP>::kSplitEpilogue;
   static constexpr size_t kBarrierOffset = 0;  // uint64_t[kStages] full, then (tensor) [kStages] empty, [2] + [2], [kStages] x_full, (split) [2] + [2]

@@ -14,7 +14,7 @@
 // converted to f16 after scaling by a power of two that puts max|C| in [2^14, 2^15): exact for every
 // element within 2^-24 of max|C| (bf16 has 8 significant bits, f16 11), and the result is scaled back
 // exactly. bf16 and fp16 sources need C in their own type (the activations'), so a bf16 copy with fp16
-// activations, or the reverse, keeps the CUDA-core reduction (replay_on_tensor_cores).
+// activations, or the reverse, keeps the CUDA-core reduction (tile_on_tensor_cores, common/mma.cuh).
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"): lane = 4 g + c holds A rows g and g + 8 at
 // k = 2c, 2c + 1, 2c + 8, 2c + 9, and B rows k of the same set. Which physical column a logical k
@@ -29,9 +29,6 @@
 namespace replayssm {
 namespace mamba2 {
 
-__host__ __device__ constexpr bool replay_on_tensor_cores(DType src, DType act) {
-  return src == DType::kFloat8E4M3 || (src == act && (src == DType::kBFloat16 || src == DType::kFloat16));
-}
 
 
 // kSrc = fp32 (an fp32 checkpoint read without a copy): m16n8k8 tf32 mma, each element split into two
@@ -40,7 +37,7 @@ __host__ __device__ constexpr bool replay_on_tensor_cores(DType src, DType act) 
 template <int kN, DType kSrc, DType kAct>
 struct TensorDot {
   static constexpr bool kTf32 = kSrc == DType::kFloat32;
-  static_assert(replay_on_tensor_cores(kSrc, kAct) || kTf32, "no tensor-core form for this source / activation pair");
+  static_assert(tile_on_tensor_cores(kSrc, kAct) || kTf32, "no tensor-core form for this source / activation pair");
   using Act = typename Storage<kAct>::type;
   static constexpr bool kFp8 = kSrc == DType::kFloat8E4M3;
   static constexpr bool kBf16 = kSrc == DType::kBFloat16;  // the mma's input type; fp8 goes through f16
