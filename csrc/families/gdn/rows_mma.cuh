@@ -1,4 +1,6 @@
-// The GDN replay's two row dots, S k and S q for every value row of a read-copy tile, on tensor cores:
+// The GDN replay's two row dots, S k and S q for every value row of a read-copy tile, on tensor cores
+// (gdn_step's replay; gdn_verify's 2T dots of the drafts through dot_words, B then the drafts' keys and
+// queries, an n-tile per 4 drafts):
 // mma.sync m16n8k16 with fp32 accumulators, one warp per 16 rows, the tile as A and the token's raw key
 // and query as B, the key in the even columns and the query in the odd ones, so that each lane ends
 // with both dots of its rows g and g + 8 (D[g][2c] = S k, D[g][2c + 1] = S q).
@@ -72,7 +74,12 @@ struct RowsMma {
   __device__ static void dot(const unsigned char* rows, const uint32_t* frags, float (&acc)[4]) {
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2, c = lane & 3;
-    const uint32_t* b_words = frags + ((g & 1) ? kQueryBase : 0) + c * kStride;
+    dot_words(rows, frags + ((g & 1) ? kQueryBase : 0) + c * kStride, acc);
+  }
+  // The same loop for any B: b_words = this lane's words (its column g's vector, quad lane c's part).
+  __device__ static void dot_words(const unsigned char* rows, const uint32_t* b_words, float (&acc)[4]) {
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, c = lane & 3;
     const unsigned char* row_g = rows + g * kRowBytes + 16 * c;
     const unsigned char* row_g8 = row_g + 8 * kRowBytes;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;

@@ -22,7 +22,12 @@
 //      by cp.async into the raw area, which P1 has emptied.
 //   P2 (all threads): the v-head's tile from the ring into registers (fold.cuh's TileMap: a row over
 //      8 lanes), the stage refilled with the tile `stages` v-heads on; the 2T row dot products
-//      (rows_dot), written per row to shared memory.
+//      (rows_dot), written per row to shared memory. With a read copy the mma takes (rows_mma.cuh) the
+//      dots run on tensor cores straight from the stage instead: a warp per 16 rows, the drafts' raw
+//      keys and queries as B (written as B words in P1 with their l2 scales as multipliers), an n-tile
+//      per 4 drafts. Their u then only make outputs (commit recomputes every u from the checkpoint), so
+//      the different rounding never reaches the checkpoint; without a copy verify keeps the CUDA-core
+//      dots, whose u commit folds.
 //   P3 (a thread per state row): the forward substitution and the outputs, in fp32; u and the outputs
 //      stored. The next v-head's stored u window is staged into shared memory after the barrier that
 //      ends P3 (its own cp.async group, waited for only before the next P3).
@@ -51,6 +56,7 @@
 #include "common/math.cuh"
 #include "families/gdn/fold.cuh"
 #include "families/gdn/gates.cuh"
+#include "families/gdn/rows_mma.cuh"
 
 namespace replayssm {
 namespace gdn {
@@ -82,7 +88,22 @@ struct VerifyLayout {
   __host__ __device__ static constexpr size_t vd(int S, int L, int T) { return dots(S, L, T) + 8 * static_cast<size_t>(T) * kV; }
   __host__ __device__ static constexpr size_t coef(int S, int L, int T) { return vd(S, L, T) + 4 * static_cast<size_t>(T) * kV; }
   __host__ __device__ static constexpr size_t draft_scalars(int S, int L, int T) { return coef(S, L, T) + 8 * static_cast<size_t>(T) * L; }
-  __host__ __device__ static constexpr size_t bytes(int S, int L, int T) { return draft_scalars(S, L, T) + 2 * a16(4 * static_cast<size_t>(T)); }
+  // Tensor-core rows (a read copy the mma takes, rows_mma.cuh): the drafts' raw keys and queries as B
+  // words, vector 2 i (draft i's key) and 2 i + 1 (its query), kMmaVecWords each, T rounded up to whole
+  // n-tiles of 4 drafts (an n-tile's 8 columns are 8 consecutive vectors); then their multipliers.
+  // A stride of 4 kMmaStride words (= 8 mod 32) puts the 16 lanes of a half-warp's 8-byte reads of a
+  // k-step (4 vectors x 4 quad lanes) on different banks.
+  static constexpr bool kMmaArea = !kVectorGate && kSrc != DType::kFloat32;
+  static constexpr int kMmaStride = kK / 8 + 2;
+  static constexpr int kMmaVecWords = 4 * kMmaStride;
+  __host__ __device__ static constexpr int padded_drafts(int T) { return (T + 3) / 4 * 4; }
+  __host__ __device__ static constexpr size_t rows_b(int S, int L, int T) { return draft_scalars(S, L, T) + 2 * a16(4 * static_cast<size_t>(T)); }
+  __host__ __device__ static constexpr size_t rows_mul(int S, int L, int T) {
+    return rows_b(S, L, T) + 4 * static_cast<size_t>(2 * padded_drafts(T)) * kMmaVecWords;
+  }
+  __host__ __device__ static constexpr size_t bytes(int S, int L, int T) {
+    return kMmaArea ? rows_mul(S, L, T) + 8 * static_cast<size_t>(padded_drafts(T)) : rows_b(S, L, T);
+  }
 };
 
 template <int kK, int kV, DType kSrc, DType kAct, bool kVectorGate = false>
@@ -114,6 +135,8 @@ struct VerifySmem {
   __device__ float* draft(int k) const {  // 0: e^{Lambda_t}, 1: beta
     return reinterpret_cast<float*>(base + Layout::draft_scalars(S, L, T) + k * Layout::a16(4 * static_cast<size_t>(T)));
   }
+  __device__ uint32_t* rows_b() const { return reinterpret_cast<uint32_t*>(base + Layout::rows_b(S, L, T)); }
+  __device__ float* rows_mul() const { return reinterpret_cast<float*>(base + Layout::rows_mul(S, L, T)); }
 };
 
 template <DType kAct>
@@ -132,6 +155,7 @@ template <int kK, int kV, DType kSrc, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams p, const int stages, const int heads_per_cta) {
   using M = TileMap<kK, kV>;
   using Act = typename Storage<kAct>::type;
+  using Layout = VerifyLayout<kK, kV, kSrc, kVectorGate>;
   constexpr int kSrcBytes = dtype_size(kSrc);
   constexpr int kWarps = kFoldThreads / 32;
   extern __shared__ __align__(128) unsigned char smem_base[];
@@ -156,6 +180,12 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
     return;
   }
   const bool from_copy = c.read_copy != nullptr;
+  // P2's row dots on tensor cores (rows_mma.cuh) where the source is a read copy the mma takes with
+  // these activations: the drafts' u then only make outputs (commit recomputes them from the checkpoint),
+  // so a 16-bit checkpoint read without a copy keeps the CUDA-core dots whose u commit folds.
+  constexpr bool kMmaRows = !kVectorGate && tile_on_tensor_cores(kSrc, kAct);
+  using Mma = RowsMma<kK, kMmaRows ? kSrc : DType::kFloat8E4M3, kMmaRows ? kAct : DType::kBFloat16>;
+  const bool use_mma = kMmaRows && from_copy;
   const unsigned char* src = static_cast<const unsigned char*>(from_copy ? c.read_copy : c.checkpoint);
   const int64_t src_slot = from_copy ? c.rc_slot_stride : c.ck_slot_stride;
   const int64_t src_head = from_copy ? c.rc_head_stride : c.ck_head_stride;
@@ -285,6 +315,42 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
       }
     }
     for (int i = tid; i < T * kV; i += kFoldThreads) sm.vd()[i] = to_float(sm.v_raw()[i]);
+    if constexpr (kMmaRows) {
+      if (use_mma) {  // the drafts' raw keys and queries as B words, and what turns their dots into S kn, S qn
+        constexpr int kPer = kK / 32;
+        for (int vi = warp; vi < 2 * Layout::padded_drafts(T); vi += kWarps) {
+          const int i = vi / 2;
+          const bool query = (vi & 1) != 0;
+          float x[kPer];
+          if (i < T) {
+            const Act* raw = query ? sm.q_raw() + i * kK : sm.k_raw() + (w + i) * kK;
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) x[e] = to_float(raw[lane * kPer + e]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) x[e] = 0.0f;  // the n-tile's unused columns
+          }
+          float ss = 0.0f, amax = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) {
+            ss = fmaf(x[e], x[e], ss);
+            amax = fmaxf(amax, fabsf(x[e]));
+          }
+          const float inv = key_scale(row_sum<32>(ss), tk.use_qk_l2norm);  // normalize_key's
+          float b_scale = 1.0f, b_unscale = 1.0f;
+          if constexpr (Mma::kScaleB) {
+#pragma unroll
+            for (int offset = 16; offset > 0; offset >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+            const F16RangeScale range(amax);
+            b_scale = range.scale, b_unscale = range.unscale;
+          }
+          uint32_t* words = sm.rows_b() + vi * Layout::kMmaVecWords;
+#pragma unroll
+          for (int e = 0; e < kPer; e += 2) words[Mma::word_of(lane * kPer + e)] = Mma::pack(x[e] * b_scale, x[e + 1] * b_scale);
+          if (lane == 0) sm.rows_mul()[vi] = (query ? inv * scale : inv) * b_unscale;
+        }
+      }
+    }
     {  // the drafts' raw k (the k-head's first v-head) and v into the buffers at w ..
       constexpr int kKC = kK / 8, kVC = kV / 8;
       if (hv % group == 0) {
@@ -409,23 +475,53 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
     }
 
     // ---- P2: the tile, and 2T dot products per state row ----
-    TileFrag<kK, kV> f;
-    mbarrier_wait(sm.full(stage), phase);
-    load_tile_shared<kK, kV, kSrc>(f, sm.tile(stage));
-    __syncthreads();  // every thread has its part of the tile: the stage may be refilled
-    if (producer && hi + S < nh) issue_tile(slot, hv + S, stage);
-    if (++stage == S) {
-      stage = 0;
-      phase ^= 1;
-    }
-    const int dot_row = M::row(M::dot_row());
+    if (kMmaRows && use_mma) {
+      // On tensor cores straight from the stage: a warp per 16 rows, an n-tile per 4 drafts (column
+      // 2c of lane c's quad: draft 4 j + c's key, 2c + 1 its query).
+      mbarrier_wait(sm.full(stage), phase);
+      if (warp < kV / 16) {
+        const int g = lane >> 2, quad_lane = lane & 3;
+        const int v = 16 * warp + g;
 #pragma unroll 1
-    for (int i = 0; i < T; ++i) {
-      const float a = rows_dot<kK, kV>(f, sm.kn() + (w + i) * kK);
-      const float b = rows_dot<kK, kV>(f, sm.qn() + i * kK);
-      if (M::dot_writer()) {
-        sm.A()[i * kV + dot_row] = a;
-        sm.B()[i * kV + dot_row] = b;
+        for (int j = 0; j < Layout::padded_drafts(T) / 4; ++j) {
+          float acc[4];
+          Mma::dot_words(sm.tile(stage) + 16 * warp * Mma::kRowBytes,
+                         sm.rows_b() + (8 * j + g) * Layout::kMmaVecWords + quad_lane * Mma::kStride, acc);
+          const int i = 4 * j + quad_lane;
+          if (i < T) {
+            const float km = sm.rows_mul()[2 * i], qm = sm.rows_mul()[2 * i + 1];
+            sm.A()[i * kV + v] = acc[0] * km;
+            sm.B()[i * kV + v] = acc[1] * qm;
+            sm.A()[i * kV + v + 8] = acc[2] * km;
+            sm.B()[i * kV + v + 8] = acc[3] * qm;
+          }
+        }
+      }
+      __syncthreads();  // every warp is done with the stage: it may be refilled
+      if (producer && hi + S < nh) issue_tile(slot, hv + S, stage);
+      if (++stage == S) {
+        stage = 0;
+        phase ^= 1;
+      }
+    } else {
+      TileFrag<kK, kV> f;
+      mbarrier_wait(sm.full(stage), phase);
+      load_tile_shared<kK, kV, kSrc>(f, sm.tile(stage));
+      __syncthreads();  // every thread has its part of the tile: the stage may be refilled
+      if (producer && hi + S < nh) issue_tile(slot, hv + S, stage);
+      if (++stage == S) {
+        stage = 0;
+        phase ^= 1;
+      }
+      const int dot_row = M::row(M::dot_row());
+#pragma unroll 1
+      for (int i = 0; i < T; ++i) {
+        const float a = rows_dot<kK, kV>(f, sm.kn() + (w + i) * kK);
+        const float b = rows_dot<kK, kV>(f, sm.qn() + i * kK);
+        if (M::dot_writer()) {
+          sm.A()[i * kV + dot_row] = a;
+          sm.B()[i * kV + dot_row] = b;
+        }
       }
     }
     cp_async_wait<1>();  // u(hv); raw(hv + 1) may still be in flight
