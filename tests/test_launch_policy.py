@@ -183,6 +183,14 @@ SPLIT_CASES = [
     # replay CTAs (384) leave no room, so 6-head ones and one-head folds (256 + 80 = 336); 40 needs folds
     # of 3 heads (more than 2).
     ((NANO4B, 16, 3, {}), {8: (0, 1, 0), 12: (0, 1, 0), 16: (6, 6, 1), 32: (12, 6, 2), 40: (0, 1, 0)}),
+    # Sharded heads: from 2 waves where every step folds (batch >= L). super120b@tp8 (16 heads, one group):
+    # batch 48's hint launch is 768 CTAs (< 792), 50's 800: 4-head replay CTAs and one-head folds of 4 rows
+    # (200 + 48), batch 64 (256 + 48), 75 (3 waves by the first rule; 5 rows). super120b@tp4 batch 32
+    # (1,024 CTAs): 4-head replays, two rows of one-head folds (256 + 48); batch 24 (768) none.
+    ((SUPER120B_TP8, 16, 3, {}), {32: (0, 1, 0), 48: (0, 1, 0), 50: (4, 4, 4), 64: (4, 4, 4), 75: (4, 4, 5)}),
+    ((SUPER120B_TP4, 16, 3, {}), {24: (0, 1, 0), 32: (4, 4, 2)}),
+    # ... but not where some steps fold nothing (batch < L): L = 64 at batch 50 (super120b at batch 8, above).
+    ((SUPER120B_TP8, 64, 3, {}), {50: (0, 1, 0), 64: (4, 4, 1)}),
     # A shorter buffer folds more rows per step: batch 16 at L = 4 serves 4 rows, in 2-head CTAs.
     ((SUPER120B, 4, 3, {}), {16: (16, 8, 4)}),
     # Either override turns it off; -1 is the rule.
@@ -192,10 +200,10 @@ SPLIT_CASES = [
     # step_fold_split = k >= 1: folds of k heads (the largest divisor of the replay block <= k) from the
     # rule's replay block where the rule splits (super120b@tp4 batch 64: 8 heads), else from the hint's
     # own block, in any number of waves (batch 256: 4-head CTAs, 5 waves); none where the block is not
-    # larger (super120b@tp8 batch 64: 1 head) or the grid's rows would pass 65535.
+    # larger (super120b@tp8 batch 32: 1 head) or the grid's rows would pass 65535.
     ((SUPER120B_TP4, 16, 3, {"step_fold_split": 2}), {64: (8, 4, 4), 128: (16, 8, 8)}),
     ((SUPER120B_TP4, 16, 3, {"step_fold_split": 1}), {64: (8, 8, 4), 128: (16, 16, 8), 256: (4, 4, 16)}),
-    ((SUPER120B_TP8, 16, 3, {"step_fold_split": 1}), {64: (0, 1, 0)}),
+    ((SUPER120B_TP8, 16, 3, {"step_fold_split": 1}), {64: (4, 4, 4), 32: (0, 1, 0)}),
     ((NANO4B_TP2, 16, 3, {"step_fold_split": 5}), {64: (12, 3, 4)}),
     ((SUPER120B, 16, 3, {"step_fold_split": 8}), {60000: (16, 2, 3750), 61000: (16, 2, 3813), 65000: (0, 1, 0)}),
     # step_staggered_heads_per_cta: the replay block by hand; the split only where step_fold_split >= 1.
@@ -297,7 +305,9 @@ def test_step_plan_staggered_overrides(probe):
     # lock-step launch's 4 heads, one wave) and the lock-step launch keeps its rules (two-group CTAs at
     # nano4b batch 64 with an fp8 copy).
     k4 = {"step_staggered_heads_per_cta": 4}
-    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True) == ("plain", 1, 1, 0, 16, 64)
+    assert step_plan(probe, 32, SUPER120B_TP8, "fp8", staggered=True) == ("plain", 1, 1, 0, 16, 32)
+    # (batch 64 splits by rule: test_fold_split; the same launch as the overrides' below.)
+    assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True) == ("ordered", 4, 4, 4, 4, 64 + 12)
     assert step_plan(probe, 64, SUPER120B_TP8, "fp8", staggered=True, overrides={**k4, "step_order": 0}) == (
         "plain", 4, 1, 0, 4, 64)
     assert step_plan(probe, 64, SUPER120B_TP8, "fp8", overrides=k4) == ("plain", 4, 1, 0, 4, 64)

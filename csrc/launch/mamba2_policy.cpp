@@ -84,8 +84,9 @@ bool mamba2_two_group_ctas(int64_t batch, int groups, int ctas_per_sm, int sm_co
 
 // The fold split: under the hint a step folds about batch / L slots, one folding CTA's heads one
 // after the other, so the folding rows get smaller CTAs than the replaying ones, all in one wave. Only
-// where every row's whole-group CTAs fit in one wave and the hint's own launch makes >= 3 waves (below
-// that the order pass costs more than the split saves), with folding CTAs of at most 2 heads.
+// where every row's whole-group CTAs fit in one wave and the hint's own launch makes >= 3 waves, or >= 2
+// where every step has a fold (batch >= L; below both the order pass costs more than the split saves:
+// at batch < L it runs in steps that fold nothing), with folding CTAs of at most 2 heads.
 // step_fold_split = k >= 1 (an override, for tuning the shapes the rule was not measured at) forces folds
 // of k heads: from step_staggered_heads_per_cta's block where that is set, else from the rule's replay
 // block where the rule splits, else from the hint's own block, in any number of waves.
@@ -98,8 +99,9 @@ FoldSplit mamba2_fold_split(int64_t batch, int heads, int groups, int buffer_len
   const int64_t resident = resident_ctas(sm_count, ctas_per_sm);
   const int64_t rows = (batch + buffer_len - 1) / buffer_len;  // the folds of a step of an even stagger
   FoldSplit rule = none;
-  if (overrides.step_staggered_heads_per_cta <= 0 && batch * groups <= resident &&
-      batch * (heads / hint_heads) >= 3 * resident) {
+  const int64_t hint_ctas = batch * (heads / hint_heads);
+  const bool enough_waves = hint_ctas >= 3 * resident || (batch >= buffer_len && hint_ctas >= 2 * resident);
+  if (overrides.step_staggered_heads_per_cta <= 0 && batch * groups <= resident && enough_waves) {
     constexpr int kMaxFoldHeads = 2;
     for (int replay = 2; replay <= heads_per_group && rule.split == 1; ++replay) {
       if (heads_per_group % replay != 0 || batch * (heads / replay) > resident) continue;

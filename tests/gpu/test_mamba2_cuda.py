@@ -707,7 +707,10 @@ def test_step_below_one_wave_takes_the_most_ctas_one_wave_holds(set_overrides):
     (SUPER120B, 20, 4, torch.bfloat16, (8, 16 + 4 * 7)),   # whole-group replay, four rows of 2-head folds
     (NANO4B, 20, 4, FP8, (16, 16 + 4 * 2)),                # 6-head replay, four rows of 2-head folds
     (SUPER120B, 20, 4, None, (8, 16 + 4 * 7)),             # no copy (tf32 replay, 3 CTAs an SM): as bf16
-], ids=["super120b-b16-L16-fp8", "super120b-b16-L4-bf16", "nano4b-b16-L4-fp8", "super120b-b16-L4-no-copy"])
+    ((16, 64, 128, 1), 68, 16, FP8, (4, 64 + 4 * 3)),      # super120b@tp8 b64 (2-3 waves, batch >= L): 4-head
+                                                           # replay, four rows of 1-head folds
+], ids=["super120b-b16-L16-fp8", "super120b-b16-L4-bf16", "nano4b-b16-L4-fp8", "super120b-b16-L4-no-copy",
+        "super120b-tp8-b64-L16-fp8"])
 def test_step_fold_split_changes_no_bits(dims, num_slots, L, rc, grid, set_overrides):
     set_overrides(step_heads_per_cta=None, step_fold_split=None)
     layer = Layer(dims, seed=31)
