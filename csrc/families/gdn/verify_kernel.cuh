@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(kFoldThreads, 2) verify_kernel(const GdnParams
     }
 
     // ---- P2: the tile, and 2T dot products per state row ----
-    if (kMmaRows && use_mma) {
+    if (use_mma) {
       // On tensor cores straight from the stage: a warp per 16 rows, an n-tile per 4 drafts (column
       // 2c of lane c's quad: draft 4 j + c's key, 2c + 1 its query).
       mbarrier_wait(sm.full(stage), phase);

@@ -29,8 +29,6 @@
 namespace replayssm {
 namespace mamba2 {
 
-
-
 // kSrc = fp32 (an fp32 checkpoint read without a copy): m16n8k8 tf32 mma, each element split into two
 // tf32 parts (split_tf32) against C, which is tf32-exact (a bf16 or fp16 activation), so S C stays
 // within 2^-21 of each fp32 product, summed in fp32: two mma per 8 columns.
