@@ -8,6 +8,12 @@ recorded by a diagnostic build (csrc/diag/):
     REPLAYSSM_CTA_TIMELINE=1 REPLAYSSM_CUDA_ARCHS=90a python3 setup.py build_ext --inplace
     PYTHONPATH=. python3 tools/cta_timeline.py [--dims nano4b super120b super120b@tp4] [--batches 64 512]
         [--kernels update step-none step-fp8 fold-none fold-fp8 stag-none stag-fp8] [--csv FILE.csv.gz]
+    PYTHONPATH=. python3 tools/cta_timeline.py --family gdn [--dims qwen4b qwen122b@tp4] [--kernels step-fp8 ...]
+
+--family gdn (or kda) times gdn_step (kda_step) instead: its CTAs mark their start, the slot and cursor
+known to every thread ("cursor"), the window terms done ("dots"), the tile landed ("first tile") and
+their end; a folding CTA only its start, cursor and end. Its update has no time line ("update" is
+refused), and a step CTA has one tile, so "item" and the ramp's tile are that tile.
 
 Each case is timed the benchmark's way (replayssm_cuda.bench: a CUDA graph of one launch per slot group
 of a rotating pool, cold L2, behind the GPU hold), and the records of the graph's launches are read after
@@ -109,6 +115,20 @@ def summarise(launches, ctas_per_sm):
     return {k: median(v) for k, v in out.items()}
 
 
+def run_gdn_case(kind, s):
+    """run_case for gdn_step / kda_step (replayssm_cuda.bench.gdn's pool; s a gdn.Setup)."""
+    from replayssm_cuda.bench import gdn
+    pool = gdn.ReplayPool(s, COPIES[kind], staggered_flush=kind.startswith("stag"))
+    inputs = gdn.make_inputs(s, pool.k)
+    out = torch.empty(s.batch, s.HV, s.V, device="cuda", dtype=s.act)
+    keep = (pool, out)
+    if kind.startswith("stag"):
+        nbytes = sum(pool.step_bytes(w) for w in range(L)) / L
+        return (lambda: pool.record_steps(inputs, out)), pool.stagger, pool.k, nbytes, keep
+    w = L - 1 if kind.startswith("fold") else L // 2
+    return (lambda: pool.record_steps(inputs, out)), (lambda: pool.cursors.fill_(w)), pool.k, pool.step_bytes(w), keep
+
+
 def run_case(kind, s: Setup):
     """(graph record, before_replay, launches per replay, bytes per launch) of one case."""
     if kind == "update":
@@ -126,30 +146,48 @@ def run_case(kind, s: Setup):
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--dims", nargs="*", default=list(DIMS), help="model names, NAME@tpK or H=..,P=..,N=..,G=..")
+    parser.add_argument("--family", default="mamba2", choices=["mamba2", "gdn", "kda"],
+                        help="whose update / step (gdn, kda: the step only)")
+    parser.add_argument("--dims", nargs="*", default=None,
+                        help="model names, NAME@tpK or explicit dims (mamba2 H=..,P=..,N=..,G=..; gdn H=..,HV=..,K=..,V=..)")
     parser.add_argument("--batches", nargs="*", type=int, default=[64, 512])
-    parser.add_argument("--kernels", nargs="*", default=["update", "step-none"], choices=["update", *COPIES])
+    parser.add_argument("--kernels", nargs="*", default=None, choices=["update", *COPIES],
+                        help="default: update step-none (mamba2), step-none (gdn, kda)")
     parser.add_argument("--csv", default=None, help="write every case's records to this .csv.gz file")
     args = parser.parse_args()
+    mamba2 = args.family == "mamba2"
+    if args.kernels is None:
+        args.kernels = ["update", "step-none"] if mamba2 else ["step-none"]
+    if not mamba2 and "update" in args.kernels:
+        parser.error(f"--family {args.family}: the update has no time line (its kernel marks nothing)")
+    if mamba2:
+        dims_table = DIMS_TABLE
+    else:
+        from replayssm_cuda.bench import gdn, kda
+        dims_table = gdn.DIMS_TABLE if args.family == "gdn" else kda.DIMS_TABLE
+    if args.dims is None:
+        args.dims = list(DIMS) if mamba2 else (["qwen4b"] if args.family == "gdn" else ["kimi48b"])
     import replayssm_cuda._extension  # noqa: F401  (loads the extension and with it its ops)
     if not hasattr(torch.ops, "replayssm_diag") or not hasattr(torch.ops.replayssm_diag, "set_cta_timeline"):
         print("this build has no CTA time line: rebuild with REPLAYSSM_CTA_TIMELINE=1 (see the doc)", file=sys.stderr)
         return 2
     copy_bw = measure_copy_bandwidth()
-    print(f"# {torch.cuda.get_device_name()}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = {L // 2} / fold at "
-          f"w = {L - 1} / staggered at w = slot % {L}, L = {L}, bf16 activations, z gate; us, medians over a graph's "
-          f"launches after its first")
+    print(f"# {torch.cuda.get_device_name()}; {args.family}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = "
+          f"{L // 2} / fold at w = {L - 1} / staggered at w = slot % {L}, L = {L}, bf16 activations"
+          f"{', z gate' if mamba2 else ''}; us, medians over a graph's launches after its first")
     print("| dims | kernel | batch | CTAs | kernel us | ideal us | gap | ramp med / last | item | "
           "tail med / first | CTA life p10 / p50 / p90 | busy | set-up: cursor / dots / first tile |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     csv_rows = ["dims,kernel,batch,launch,cta,sm,start_ns,end_ns,item_ns..."]
     for name in args.dims:
-        dims = DIMS_TABLE.parse(name)
-        H, P, N, G = dims.H, dims.P, dims.N, dims.G
+        dims = dims_table.parse(name)
         for batch in args.batches:
             for kind in args.kernels:
-                s = Setup(H, P, N, G, batch, L)
-                record, before, k, nbytes, keep = run_case(kind, s)
+                if mamba2:
+                    record, before, k, nbytes, keep = run_case(kind, Setup(dims.H, dims.P, dims.N, dims.G, batch, L))
+                else:
+                    s = gdn.Setup.of(dims, batch, L, family=args.family)
+                    record, before, k, nbytes, keep = run_gdn_case(kind, s)
                 # The capture's warm-up call takes the first k record sets, the captured launches the next k.
                 buf = torch.zeros(2 * k, MAX_CTAS, WORDS, dtype=torch.int64, device="cuda")
                 torch.ops.replayssm_diag.set_cta_timeline(buf)

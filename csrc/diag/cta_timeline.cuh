@@ -8,7 +8,7 @@
 // finish early and leave SMs idle) or a steady rate (tools/cta_timeline.py reads and summarises it).
 //
 // A launch writes one record of kCtaTimelineWords int64 words per CTA (blockIdx.y * gridDim.x +
-// blockIdx.x; CTAs beyond the record count write nothing) into Mamba2Params::cta_timeline:
+// blockIdx.x; CTAs beyond the record count write nothing) into the params' cta_timeline:
 //   word 0: the SM the CTA ran on; word 1: %globaltimer (ns) at the CTA's start;
 //   word 2: when its first consumer warp finished (after its last item's stores were issued);
 //   word 3: when another role finished (the update's producer, the split epilogue's first warp);
@@ -17,6 +17,9 @@
 //   word 6 + i: when the first consumer warp saw item i's tile land (i < kCtaTimelineItems).
 // A step CTA that folds marks words 2 and 6 + i from thread 0: head i's checkpoint tile landed, and
 // the fold's end (before its cursor ticket).
+// gdn_step / kda_step (GdnParams::cta_timeline) mark, from thread 0: word 1 the start (after the PDL
+// wait), word 4 the slot and cursor known to every thread, word 5 the window terms done, word 6 the
+// tile landed, word 2 the end (after the stores are issued); a folding CTA words 1, 4 and 2.
 #pragma once
 
 #include <cstdint>

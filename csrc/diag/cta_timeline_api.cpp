@@ -39,9 +39,9 @@ void set_cta_timeline(const std::optional<at::Tensor>& buffer) {
 // How many launches have taken a record set since set_cta_timeline.
 int64_t cta_timeline_launches() { return sink.next; }
 
-}  // namespace
-
-void attach_cta_timeline(Mamba2Params& p) {
+// The next record set into a launch's params (any family's: the same two fields).
+template <class Params>
+void attach_next(Params& p) {
   p.cta_timeline = nullptr;
   p.cta_timeline_ctas = 0;
   if (sink.base == nullptr || sink.next >= sink.launches) return;
@@ -49,6 +49,11 @@ void attach_cta_timeline(Mamba2Params& p) {
   p.cta_timeline_ctas = sink.ctas;
   ++sink.next;
 }
+
+}  // namespace
+
+void attach_cta_timeline(Mamba2Params& p) { attach_next(p); }
+void attach_cta_timeline(GdnParams& p) { attach_next(p); }
 
 }  // namespace replayssm
 

@@ -14,6 +14,7 @@
 #include "api/checks.h"
 #include "api/ops.h"
 #include "api/tensor_args.h"
+#include "diag/cta_timeline_api.h"
 #include "families/gdn/cache_args.h"
 #include "families/gdn/params.h"
 
@@ -127,6 +128,7 @@ void step(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std:
     row_order = at::empty({2 * batch}, checkpoint.options().dtype(at::kInt));
     p.row_order = row_order.data_ptr<int32_t>();
   }
+  attach_cta_timeline(p);
   launch_checked(op, checkpoint, launch_gdn_step, p);
 }
 

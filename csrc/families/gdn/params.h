@@ -168,6 +168,13 @@ struct GdnParams {
   // step, staggered_flush: int32[2 batch] of device memory the API layer allocates per call for the
   // order pass (cache/row_order.cuh), or nullptr; the launch plan decides whether the pass runs.
   int32_t* row_order;
+
+#if REPLAYSSM_CTA_TIMELINE
+  // Diagnostic builds only (diag/cta_timeline.cuh): int64[cta_timeline_ctas][kCtaTimelineWords] of device
+  // memory for this launch's per-CTA time line (gdn_step / kda_step), or nullptr.
+  int64_t* cta_timeline;
+  int64_t cta_timeline_ctas;
+#endif
 };
 
 // The order pass's mark on the folding rows whose v-heads the fold split cuts into fold_parts CTAs

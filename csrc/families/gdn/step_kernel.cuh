@@ -65,6 +65,7 @@
 #include "common/bulk_copy.cuh"
 #include "common/programmatic_launch.cuh"
 #include "common/reduce.cuh"
+#include "diag/cta_timeline.cuh"
 #include "families/gdn/fold.cuh"
 #include "families/gdn/gates.cuh"
 #include "families/gdn/params.h"
@@ -187,6 +188,9 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // global (the CTA may have started while that kernel ended) ----
   wait_for_prior_grids(pdl_wait || after_order_pass);
   if (pdl_trigger && tid == 0) launch_dependent_grids();
+  // A diagnostic build's time line (diag/cta_timeline.cuh; empty in a product build): start, the slot
+  // and cursor known to every thread, the window terms done (set-up), the tile landed (item 0), the end.
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineStart);
   // The CTA's row and part. With a fold split (fold_parts > 1, ordered launches of one part a v-head),
   // the rows the order pass marked (its first folding rows) take fold_parts CTAs a v-head: part 0 at
   // their own grid row, parts 1 .. fold_parts - 1 in the helper rows after the batch, fold_parts - 1 per
@@ -329,6 +333,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   for (int t = tid; t < kV; t += kStepThreads) sh.v[t] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + t);
   __syncthreads();
 
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineCursor);
   const int64_t out_at = row * tk.out_row_stride + hv * tk.out_head_stride;
   const int64_t slot = sh.slot;
   const int w = sh.w;
@@ -365,6 +370,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
                            kCopy ? &sh.tile_full : nullptr, fold_part, fold_of);
     for (int t = fold_row0 + tid; t < fold_row0 + fold_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
+    if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
     move_cursor(slot, 0, fold_of);
     return;
   }
@@ -501,6 +507,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wq[slice][vc] = wq;
   }
   __syncthreads();
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
 
   // ---- 3. the rows: S_c k_hat and S_c q_hat from the tile ----
   if constexpr (Traits::kRowsMma) {
@@ -514,6 +521,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
         if (quad_lane < 2) sc = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr);
       }
       mbarrier_wait(&sh.tile_full, 0);
+      if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
       float acc[4];
       Traits::RowsMmaT::dot(dyn + 16 * warp * Traits::kRowBytes, sh.rows_b, acc);
       if (quad_lane < 2) {
@@ -562,6 +570,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       }
     }
     mbarrier_wait(&sh.tile_full, 0);
+    if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
     // Rows unrolled by 2 where a copy or KDA's vector gate keeps more live (fewer spills: sm_90a ptxas,
     // fp32 checkpoint + bf16 copy 4 / 4 bytes of spill stores / loads against 16 / 12 unrolled fully),
     // fully for GDN's copy-less replay (16-bit checkpoint 12 / 8 against 32 / 128).
@@ -632,6 +641,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     c.g_buf[slot * c.gb_slot_stride + hv * c.gb_head_stride + w] = sh.g;
     c.beta_buf[slot * c.bb_slot_stride + hv * c.bb_head_stride + w] = sh.beta;
   }
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
   move_cursor(slot, w + 1, parts);
 }
 
