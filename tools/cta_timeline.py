@@ -115,33 +115,34 @@ def summarise(launches, ctas_per_sm):
     return {k: median(v) for k, v in out.items()}
 
 
+def pool_case(kind, pool, record, keep):
+    """A step case of a replay pool (either family's: cursors, stagger, step_bytes): the run_case tuple,
+    the cursors set before each replay (w = L / 2 a replay, L - 1 a fold, slot % L staggered)."""
+    if kind.startswith("stag"):
+        # Every launch from the same spread (slot % L): the bytes are the mean over w of a launch at w.
+        nbytes = sum(pool.step_bytes(w) for w in range(L)) / L
+        return record, pool.stagger, pool.k, nbytes, keep
+    w = L - 1 if kind.startswith("fold") else L // 2
+    return record, (lambda: pool.cursors.fill_(w)), pool.k, pool.step_bytes(w), keep
+
+
+def run_case(kind, s: Setup):
+    """(graph record, before_replay, launches per replay, bytes per launch, what to keep alive) of one case."""
+    if kind == "update":
+        record, k, nbytes = conventional_steps(s)
+        return record, None, k, nbytes, None
+    pool = ReplayPool(s, COPIES[kind], staggered_flush=kind.startswith("stag"))
+    inputs = make_inputs(s, pool.k)
+    return pool_case(kind, pool, lambda: pool.record_steps(inputs), pool)
+
+
 def run_gdn_case(kind, s):
     """run_case for gdn_step / kda_step (replayssm_cuda.bench.gdn's pool; s a gdn.Setup)."""
     from replayssm_cuda.bench import gdn
     pool = gdn.ReplayPool(s, COPIES[kind], staggered_flush=kind.startswith("stag"))
     inputs = gdn.make_inputs(s, pool.k)
     out = torch.empty(s.batch, s.HV, s.V, device="cuda", dtype=s.act)
-    keep = (pool, out)
-    if kind.startswith("stag"):
-        nbytes = sum(pool.step_bytes(w) for w in range(L)) / L
-        return (lambda: pool.record_steps(inputs, out)), pool.stagger, pool.k, nbytes, keep
-    w = L - 1 if kind.startswith("fold") else L // 2
-    return (lambda: pool.record_steps(inputs, out)), (lambda: pool.cursors.fill_(w)), pool.k, pool.step_bytes(w), keep
-
-
-def run_case(kind, s: Setup):
-    """(graph record, before_replay, launches per replay, bytes per launch) of one case."""
-    if kind == "update":
-        record, k, nbytes = conventional_steps(s)
-        return record, None, k, nbytes, None
-    pool = ReplayPool(s, COPIES[kind], staggered_flush=kind.startswith("stag"))
-    inputs = make_inputs(s, pool.k)
-    if kind.startswith("stag"):
-        # Every launch from the same spread (slot % L): the bytes are the mean over w of a launch at w.
-        nbytes = sum(pool.step_bytes(w) for w in range(L)) / L
-        return (lambda: pool.record_steps(inputs)), pool.stagger, pool.k, nbytes, pool
-    w = L - 1 if kind.startswith("fold") else L // 2
-    return (lambda: pool.record_steps(inputs)), (lambda: pool.cursors.fill_(w)), pool.k, pool.step_bytes(w), pool
+    return pool_case(kind, pool, lambda: pool.record_steps(inputs, out), (pool, out))
 
 
 def main() -> int:
