@@ -20,9 +20,7 @@
 // Decays: e^{Lambda_t} from prefix sums; e^{Lambda_t - Lambda_j} = exp(g_{j+1} + ... + g_t) from suffix
 // sums, never a difference of prefix sums (no cancellation when |Lambda| is large).
 // Exactness: fp32, no fast math; per element s = e^{Lambda} S_c, then for j = 0 .. n-1:
-// s = fma(u_j[v] e^{Lambda - Lambda_j}, kn_j[k], s), in every kernel. The recomputed entries' dots
-// S_c kn_t go on tensor cores where fold_dots_on_tensor_cores says (bf16 activations, 4 or more
-// recomputed entries: exact products, fp32 sums, below), the same rule in every kernel.
+// s = fma(u_j[v] e^{Lambda - Lambda_j}, kn_j[k], s), in every kernel.
 //
 // ---- Interface -----------------------------------------------------------------------------------
 // The step: Fold<K, V, ckpt, copy, read, act>::head (below), all 256 threads: stages the entries,
@@ -35,15 +33,12 @@
 //      from elsewhere (the step's token) into entry j with plain loads.
 //   3. prepare_entries(ws, n, first_recompute, use_qk_l2norm): waits for all cp.async groups, normalised
 //      keys, decays, U (stored u_j, or v_t to be corrected), the c_tj. Begins and ends with a CTA
-//      barrier; afterwards the raw area is free (the next item may be staged at once), unless the
-//      tensor-core dots are to come: they read the raw keys.
-//   4. fold_passes(ws, n, first_recompute, rows, first_rows, sink, q, o, ..., dots_done): the passes
-//      (the fold kernel takes the tensor-core dots from its ring stage first: dots_mma); `rows` gives a
+//      barrier; afterwards the raw area is free (the next item may be staged at once).
+//   4. fold_passes(ws, n, first_recompute, rows, first_rows, sink, q, o): the passes; `rows` gives a
 //      pass's rows (StagedRows: from the checkpoint by cp.async, a pass ahead; RegisterRows: a tile in
 //      registers),
 //      `sink` stores them (CheckpointSink: checkpoint + read copy; StateSink: materialize's output).
-//      No CTA barrier with staged rows' CUDA-core dots; the caller puts one before the workspace is
-//      staged again for a later fold.
+//      No CTA barrier; the caller puts one before the workspace is staged again for a later fold.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +47,6 @@
 #include "cache/read_copy_store.cuh"
 #include "common/bulk_copy.cuh"
 #include "common/convert.cuh"
-#include "common/mma.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
 #include "families/gdn/gates.cuh"
@@ -115,7 +109,7 @@ struct TileFrag {
 // key_scale(sum)) scale (gates.cuh; scale 1 for keys, exact). Every lane calls.
 template <int kK, DType kAct>
 __device__ __forceinline__ void normalize_key(const typename Storage<kAct>::type* raw, float* out, bool l2norm,
-                                              float scale = 1.0f, float* key_scale_out = nullptr) {
+                                              float scale = 1.0f) {
   constexpr int kPer = kK / 32;  // 4 or 2 elements per lane
   const int lane = static_cast<int>(threadIdx.x) & 31;
   float x[kPer];
@@ -133,7 +127,6 @@ __device__ __forceinline__ void normalize_key(const typename Storage<kAct>::type
   const float inv = key_scale(row_sum<32>(ss), l2norm);
 #pragma unroll
   for (int e = 0; e < kPer; ++e) out[lane * kPer + e] = (x[e] * inv) * scale;
-  if (key_scale_out != nullptr && lane == 0) *key_scale_out = inv;
 }
 
 // One row's dot product with a K-vector in shared memory (fp32 [K]): the lane's blocks in order, then
@@ -203,7 +196,6 @@ struct StagedRows {
   using M = TileMap<kK, kV>;
   using V4 = Vec4<kSrc>;
   static_assert(kSrc != DType::kFloat8E4M3, "checkpoints are fp32 / bf16 / fp16");
-  static constexpr DType kSrcType = kSrc;
   static constexpr int kBlockBytes = 4 * dtype_size(kSrc);  // 16 (fp32) or 8 (16-bit)
   static constexpr size_t kAreaBytes = static_cast<size_t>(M::kBlocks) * kFoldThreads * kBlockBytes;
   struct Raw {};
@@ -230,24 +222,12 @@ struct StagedRows {
 #pragma unroll
     for (int b = 0; b < M::kBlocks; ++b) V4::to_float(*reinterpret_cast<const typename V4::Raw*>(block(b)), x[b]);
   }
-  // For the tensor-core dots (dots_mma), after every thread's copies have landed (a CTA barrier): columns
-  // 4 m .. 4 m + 3 of the pass's row i (0 .. 31, the row of the threads whose first_row() is i), held by
-  // that row's lane m % 8 in block (m / 8 - i) mod kBlocks (TileMap::col inverted).
-  static constexpr bool kStaged = true;
-  __device__ const unsigned char* chunk(int i, int m) const {
-    const int l = m % kRowLanes;
-    const int b = ((m / kRowLanes - i) % M::kBlocks + M::kBlocks) % M::kBlocks;
-    // TileMap::first_row() inverted: warp (i & 3) + 4 (i >> 4), lane bits 0 and 4 from i, bits 1..3 = l.
-    const int holder = 32 * ((i & 3) | ((i >> 4) << 2)) + (((i >> 2) & 1) | (l << 1) | (((i >> 3) & 1) << 4));
-    return area + (b * kFoldThreads + holder) * kBlockBytes;
-  }
 };
 
 // The rows of a tile already in registers (the fold kernel loads whole tiles from its ring).
 template <int kK, int kV>
 struct RegisterRows {
   using M = TileMap<kK, kV>;
-  static constexpr bool kStaged = false;  // no chunk(): the fold kernel takes the dots from its ring stage
   struct Raw {
     float b[M::kBlocks][4];
   };
@@ -306,7 +286,7 @@ struct StateSink {
 // u_j (fp32) for a stored entry or v_t (act, the row's first half) for a recomputed one; g, beta [L].
 // fp32 area: kn [L][K] normalised keys; U [L][V] (u_j, or v_t until the passes correct it to u_t);
 // coef [L][L] (c_tj at [j][t]: a row's lanes read consecutive t); elam (e^{Lambda_t}), rel
-// (e^{Lambda - Lambda_j}), beta [L]; the decay e^{Lambda}; key_scale (the keys' l2 scales r_j) [L].
+// (e^{Lambda - Lambda_j}), beta [L]; the decay e^{Lambda}.
 //
 // KDA (kVectorGate: a log decay per key channel) appends the raw log decays gv [L][K] and the decay
 // e^{Lambda} per channel [K]; g, rel and elam are unused. prepare_entries then overwrites kn_j with the
@@ -324,8 +304,7 @@ struct FoldWorkspace {
   __host__ __device__ static constexpr size_t U(int L) { return kn(L) + 4 * static_cast<size_t>(L) * kK; }
   __host__ __device__ static constexpr size_t coef(int L) { return U(L) + 4 * static_cast<size_t>(L) * kV; }
   __host__ __device__ static constexpr size_t scalars(int L) { return coef(L) + a16(4 * static_cast<size_t>(L) * L); }
-  __host__ __device__ static constexpr size_t key_scale(int L) { return scalars(L) + 3 * a16(4 * static_cast<size_t>(L)) + 16; }
-  __host__ __device__ static constexpr size_t gdn_bytes(int L) { return key_scale(L) + a16(4 * static_cast<size_t>(L)); }
+  __host__ __device__ static constexpr size_t gdn_bytes(int L) { return scalars(L) + 3 * a16(4 * static_cast<size_t>(L)) + 16; }
   __host__ __device__ static constexpr size_t gv(int L) { return gdn_bytes(L); }
   __host__ __device__ static constexpr size_t channel_decay(int L) { return gv(L) + 4 * static_cast<size_t>(L) * kK; }
   __host__ __device__ static constexpr size_t bytes(int L) {
@@ -358,7 +337,6 @@ struct FoldView {
   __device__ float* rel() const { return scalar(1); }
   __device__ float* beta() const { return scalar(2); }
   __device__ float* decay() const { return scalar(3); }
-  __device__ float* key_scale() const { return reinterpret_cast<float*>(base + W::key_scale(L)); }  // r_j: kn_j = r_j k_j
   // KDA only.
   __device__ float* gv_raw() const { return reinterpret_cast<float*>(base + W::gv(L)); }
   __device__ float* channel_decay() const { return reinterpret_cast<float*>(base + W::channel_decay(L)); }
@@ -550,11 +528,7 @@ __device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct, kVe
     }
     if (lane == 0) *ws.decay() = expf(n > 0 ? total : 0.0f);
   }
-  for (int j = warp; j < n; j += kWarps) {
-    // r_j for the tensor-core dots (dots_mma: bf16 activations only)
-    normalize_key<kK, kAct>(ws.k_raw() + j * kK, ws.kn() + j * kK, l2norm, 1.0f,
-                            kAct == DType::kBFloat16 ? ws.key_scale() + j : nullptr);
-  }
+  for (int j = warp; j < n; j += kWarps) normalize_key<kK, kAct>(ws.k_raw() + j * kK, ws.kn() + j * kK, l2norm);
   for (int i = tid; i < n * kV; i += kFoldThreads) {
     const int j = i / kV, v = i % kV;
     ws.U()[i] = j < first_recompute ? ws.u_raw(j)[v] : to_float(ws.v_raw(j)[v]);
@@ -590,112 +564,22 @@ __device__ __forceinline__ void prepare_entries(const FoldView<kK, kV, kAct, kVe
   __syncthreads();
 }
 
-// ---- The recomputed entries' dots on tensor cores ---------------------------------------------------
-// p_t[v] = S_c[v] . kn_t for every recomputed entry t is a [V] x [K] x [entries] product. With bf16
-// activations it goes on tensor cores: mma.sync m16n8k16, A = 16 entries' raw keys (bf16, staged in the
-// raw area), B = 8 state rows, each element split exactly into bf16 pieces (split_bf16x3: three for an
-// fp32 checkpoint, the pieces a 16-bit one needs) so that every product is exact in fp32, summed in fp32
-// inside the tensor core, then p_t = r_t (S_c . k_t) with the key's l2 scale r_t (key_scale). A lane's
-// four k of a k-step are the four columns of one 16-byte chunk of its row (chunk m = 4 s + c for quad
-// lane c at k-step s), and the same four columns of the keys.
-//
-// Why: a read copy's fold recomputes every u_t, and the CUDA-core dots (a 16-byte shared load per four
-// fma, a butterfly per row and entry: ~36 instructions per row, entry and thread) were the largest part
-// of a fold step that is bound by instruction issue (~10K instructions a thread at K = V = 128, L = 16).
-//
-// Exactness: fp32 sums of exact products, in the tensor core's order rather than the CUDA-core dot's,
-// and r_t applied after the sum rather than inside kn_t: both within fp32 rounding of the exact dot
-// (the tests' fp64 oracle). fold_dots_on_tensor_cores is the one rule, on (n, first_recompute) only, and
-// the step's fused fold and the fold kernel feed the same chunks in the same k-step order, so the same
-// buffer folds to the same bits in either. fp16 activations (and KDA's per-channel keys) keep the
-// CUDA-core dots: three f16 pieces would not hold every fp32 element's range.
-template <DType kAct, bool kVectorGate>
-__device__ __forceinline__ bool fold_dots_on_tensor_cores(int n, int first_recompute) {
-  // From 4 recomputed entries: the step's fold without a read copy recomputes one (its token), where
-  // 16-row tiles would be mostly padding.
-  return kAct == DType::kBFloat16 && !kVectorGate && n - first_recompute >= 4;
-}
-
-// One warp: u_t[v] -= e^{Lambda_t} p_t[v] for rows v0 .. v0 + 7 and every recomputed t (ws.U holds
-// a_t, or v_t before the first correction). chunk(v, m): the address of columns 4 m .. 4 m + 3 of row
-// v (kSrc). Every lane of the warp calls.
-template <int kK, int kV, DType kSrc, DType kAct, bool kVectorGate, class Chunk>
-__device__ __forceinline__ void dots_mma(const FoldView<kK, kV, kAct, kVectorGate>& ws, int n, int first_recompute, int v0,
-                                         const Chunk& chunk) {
-  using V4 = Vec4<kSrc>;
-  constexpr int kPieces = kSrc == DType::kFloat32 ? 3 : kSrc == DType::kFloat16 ? 2 : 1;
-  const int lane = static_cast<int>(threadIdx.x) & 31, g = lane >> 2, c = lane & 3;
-  const uint16_t* keys = reinterpret_cast<const uint16_t*>(ws.k_raw());
-  for (int t0 = first_recompute & ~15; t0 < n; t0 += 16) {
-    // Entries past n are zero, not loaded (past the raw area the workspace may end).
-    const bool has_a = t0 + g < n, has_b = t0 + g + 8 < n;
-    const uint16_t* ka = keys + (t0 + g) * kK;
-    const uint16_t* kb = ka + 8 * kK;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int s = 0; s < kK / 16; ++s) {
-      const int m = 4 * s + c;
-      float x[4];
-      V4::to_float(*reinterpret_cast<const typename V4::Raw*>(chunk(v0 + g, m)), x);
-      const uint2 a = has_a ? *reinterpret_cast<const uint2*>(ka + 4 * m) : make_uint2(0u, 0u);
-      const uint2 b = has_b ? *reinterpret_cast<const uint2*>(kb + 4 * m) : make_uint2(0u, 0u);
-      Bf16x3 e[4];
-#pragma unroll
-      for (int q = 0; q < 4; ++q) e[q] = split_bf16x3(x[q]);
-      // The smallest piece first.
-      if constexpr (kPieces == 3) mma_m16n8k16<true>(acc, a.x, b.x, a.y, b.y, e[0].lo | (e[1].lo << 16), e[2].lo | (e[3].lo << 16));
-      if constexpr (kPieces >= 2) mma_m16n8k16<true>(acc, a.x, b.x, a.y, b.y, e[0].mid | (e[1].mid << 16), e[2].mid | (e[3].mid << 16));
-      mma_m16n8k16<true>(acc, a.x, b.x, a.y, b.y, e[0].hi | (e[1].hi << 16), e[2].hi | (e[3].hi << 16));
-    }
-    // acc: entries t0 + g (acc[0], acc[1]) and t0 + g + 8 (acc[2], acc[3]), rows v0 + 2 c and + 1.
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int t = t0 + g + 8 * h;
-      if (t >= first_recompute && t < n) {
-        const float elam = ws.elam()[t], r = ws.key_scale()[t];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float* u = ws.U() + t * kV + v0 + 2 * c + e;
-          *u = fmaf(-elam, r * acc[2 * h + e], *u);
-        }
-      }
-    }
-  }
-}
-
 // Step 4: the passes first_pass .. last_pass - 1 (all by default: a step CTA that folds a part of the
 // rows takes its passes). first_rows = rows.fetch(first_pass), issued by the caller as early as it
-// likes. Where fold_dots_on_tensor_cores, staged rows take their dots on tensor cores in the pass (two
-// CTA barriers a pass: all 256 threads take every pass), and a caller with its rows in registers has
-// taken them already (dots_done: the fold kernel, from its ring stage).
+// likes.
 // KDA (kVectorGate): a_t = v_t - S_c kel_t, the row decayed per column, and the fold's key kd_j (in
 // kn) with rel 1.
 template <int kK, int kV, DType kAct, bool kVectorGate, class Rows, class Sink>
 __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct, kVectorGate>& ws, int n, int first_recompute, const Rows& rows,
                                             typename Rows::Raw first_rows, const Sink& sink, const float* q, float* o,
-                                            int first_pass = 0, int last_pass = TileMap<kK, kV>::R, bool dots_done = false) {
+                                            int first_pass = 0, int last_pass = TileMap<kK, kV>::R) {
   using M = TileMap<kK, kV>;
   const int L = ws.L;
   const bool writer = M::lane() == 0;
-  constexpr bool kDotsMma = Rows::kStaged && kAct == DType::kBFloat16 && !kVectorGate;
-  const bool dots_mma_here = kDotsMma && !dots_done && fold_dots_on_tensor_cores<kAct, kVectorGate>(n, first_recompute);
-  const int first_dot = dots_done || dots_mma_here ? n : first_recompute;  // the CUDA-core dots' entries
   typename Rows::Raw next = first_rows;
 #pragma unroll
   for (int r = 0; r < M::R; ++r) {
     if (r < first_pass || r >= last_pass) continue;
-    if constexpr (kDotsMma) {
-      if (dots_mma_here) {  // the pass's 32 rows: warps 0 .. 3 a block of 8 each
-        cp_async_wait_all();
-        __syncthreads();  // every thread's rows have landed
-        const int warp = static_cast<int>(threadIdx.x) / 32;
-        if (warp < M::kRowsPerPass / 8) {
-          dots_mma<kK, kV, Rows::kSrcType>(ws, n, first_recompute, M::kRowsPerPass * r + 8 * warp,
-                                           [&](int v, int m) { return rows.chunk(v % M::kRowsPerPass, m); });
-        }
-        __syncthreads();  // U holds the pass's a_t
-      }
-    }
     float x[M::kBlocks][4];
     rows.convert(next, x);
     const int v = M::row(r);
@@ -709,7 +593,7 @@ __device__ __forceinline__ void fold_passes(const FoldView<kK, kV, kAct, kVector
     // fma and one shuffle per entry instead of a dot, a butterfly and t fmas.
     const int lane = M::lane();
 #pragma unroll 2
-    for (int t = first_dot; t < n; ++t) {
+    for (int t = first_recompute; t < n; ++t) {
       if constexpr (kVectorGate) {
         const float p = row_dot<kK, kV>(x, ws.kel() + t * kK);
         if (lane == t % kRowLanes) u_col[t * kV] -= p;

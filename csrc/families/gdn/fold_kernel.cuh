@@ -183,31 +183,14 @@ __device__ __forceinline__ void fold_items(const GdnParams& p, const int stages)
       const int first_recompute = recompute ? 0 : n;
       prepare_entries(ws, n, first_recompute, l2norm);
       const int k_next = next_tile_item(k + grid);
-      // The recomputed entries' dots on tensor cores (fold.cuh's dots_mma, the step's rule and k-step
-      // order) from the stage, before its rows go to registers: they read the raw keys, so the next
-      // item is staged after them.
-      const bool dots_on_mma = fold_dots_on_tensor_cores<kAct, kVectorGate>(n, first_recompute);
       if constexpr (!kVectorGate) {
-        if (k_next < items && !dots_on_mma) stage_item(k_next);  // the raw area is free now
+        if (k_next < items) stage_item(k_next);  // the raw area is free now
       }
 
       TileFrag<kK, kV> f;
       mbarrier_wait(full + stage, phase);
-      if constexpr (kAct == DType::kBFloat16 && !kVectorGate) {
-        if (dots_on_mma) {
-          const unsigned char* tile = tile_smem(stage);
-          for (int v0 = 8 * (tid / 32); v0 < kV; v0 += kFoldThreads / 4) {  // a warp 8 rows at a time
-            dots_mma<kK, kV, kCkpt>(ws, n, first_recompute, v0, [&](int v, int m) {
-              return tile + (static_cast<size_t>(v) * kK + 4 * m) * kCkBytes;
-            });
-          }
-        }
-      }
       load_tile_shared<kK, kV, kCkpt>(f, tile_smem(stage));
-      __syncthreads();  // every thread has its part of the tile: the stage may be refilled; the dots are in U
-      if constexpr (!kVectorGate) {
-        if (k_next < items && dots_on_mma) stage_item(k_next);
-      }
+      __syncthreads();  // every thread has its part of the tile: the stage may be refilled
       if (producer) {
         int k_ahead = k;
         for (int s = 0; s < S && k_ahead < items; ++s) k_ahead = next_tile_item(k_ahead + grid);
@@ -223,7 +206,7 @@ __device__ __forceinline__ void fold_items(const GdnParams& p, const int stages)
           materialize,
           StateSink<kK, kV>{p.state_out, row * p.so_row_stride + head * p.so_head_stride, p.so_v_stride},
           CheckpointSink<kK, kV, kCkpt, kCopy, kRead, true>{c, slot, head}};
-      fold_passes(ws, n, first_recompute, tile_rows, tile_rows.fetch(0), sink, nullptr, nullptr, 0, TileMap<kK, kV>::R, dots_on_mma);
+      fold_passes(ws, n, first_recompute, tile_rows, tile_rows.fetch(0), sink, nullptr, nullptr);
       if constexpr (kVectorGate) {
         __syncthreads();  // every pass has read the raw area (kel, the log decays)
         if (k_next < items) stage_item(k_next);
