@@ -47,3 +47,26 @@ def test_turnover_start_order_and_lives(tmp_path):
     assert cells[5] == "3"
     # Lives: CTAs 0-3 10, 12, 19, 16 us (median 14.0); CTAs 4-6 8, 9, 9 us (median 9.0).
     assert "< 4 14.0 (4)" in cells[6] and ">= 4 9.0 (3)" in cells[6], cells[6]
+
+
+def test_timeline_csv_carries_the_marks_and_reads_back(tmp_path):
+    # tools/cta_timeline.py --csv: start, end, then the cursor and set-up marks (empty where a kernel makes
+    # none) and the item times, in ns from the first launch's start; cta_timeline_gaps reads the first
+    # eight columns of the same lines.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("cta_timeline", os.path.join(os.path.dirname(SCRIPT), "cta_timeline.py"))
+    timeline = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(timeline)
+    launches = [[(0, 5, 1_000, 9_000, [4_000, 6_000], 2_000, 3_000)],   # (cta, sm, start, end, items, cursor, set_up)
+                [(1, 7, 10_000, 20_000, [], 0, 0)]]
+    lines = timeline.csv_lines("qwen4b,step-fp8,64", launches)
+    assert lines == ["qwen4b,step-fp8,64,0,0,5,0,8000,1000,2000,3000,5000",
+                     "qwen4b,step-fp8,64,1,1,7,9000,19000,,"]
+    path = tmp_path / "tl.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write(timeline.CSV_HEADER + "\n" + "\n".join(lines) + "\n")
+    spec = importlib.util.spec_from_file_location("cta_timeline_gaps", SCRIPT)
+    gaps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gaps)
+    assert dict(gaps.load(str(path))) == {("qwen4b", "step-fp8", "64", 0): [(0, 5, 0, 8000)],
+                                          ("qwen4b", "step-fp8", "64", 1): [(1, 7, 9000, 19000)]}

@@ -33,7 +33,8 @@ launch of the same kind, as in decode):
                set-up barrier (window dots, C's fragments) -> its first tile landed (medians over CTAs;
                the fold and the CUDA-core replay have no set-up mark: "dots" is nan, "first tile" counts
                from the cursor)
---csv FILE writes every record (ns from the case's first launch) for a closer look. A product build has no
+--csv FILE writes every record (ns from the case's first launch: start, end, the cursor and set-up marks
+where the kernel makes them, the item times) for a closer look. A product build has no
 time line: the script says so and exits 2."""
 
 import argparse
@@ -179,7 +180,7 @@ def main() -> int:
     print("| dims | kernel | batch | CTAs | kernel us | ideal us | gap | ramp med / last | item | "
           "tail med / first | CTA life p10 / p50 / p90 | busy | set-up: cursor / dots / first tile |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    csv_rows = ["dims,kernel,batch,launch,cta,sm,start_ns,end_ns,item_ns..."]
+    csv_rows = [CSV_HEADER]
     for name in args.dims:
         dims = dims_table.parse(name)
         for batch in args.batches:
@@ -237,11 +238,20 @@ def max_concurrent(launches) -> int:
     return best
 
 
+CSV_HEADER = "dims,kernel,batch,launch,cta,sm,start_ns,end_ns,cursor_ns,set_up_ns,item_ns..."
+
+
 def csv_lines(case, launches):
-    """One line per CTA record, times in ns from the first launch's start."""
+    """One line per CTA record, times in ns from the first launch's start; cursor_ns and set_up_ns empty
+    where the kernel does not mark them (tools/cta_timeline_gaps.py reads the first eight columns)."""
     t_base = min((r[2] for rows in launches for r in rows), default=0)
-    return [",".join([case, *(str(v) for v in [j, cta, sm, start - t_base, end - t_base, *[t - t_base for t in items]])])
-            for j, rows in enumerate(launches) for cta, sm, start, end, items, *_ in rows]
+
+    def mark(t):
+        return str(t - t_base) if t else ""
+
+    return [",".join([case, *(str(v) for v in [j, cta, sm, start - t_base, end - t_base]), mark(cursor), mark(set_up),
+                      *[str(t - t_base) for t in items]])
+            for j, rows in enumerate(launches) for cta, sm, start, end, items, cursor, set_up in rows]
 
 
 if __name__ == "__main__":
