@@ -3,11 +3,20 @@ a CTA's start minus the latest end before it among that SM's earlier CTAs, skipp
 --ctas-per-sm CTAs; and it reads only the launch asked for."""
 
 import gzip
+import importlib.util
 import os
 import subprocess
 import sys
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "tools", "cta_timeline_gaps.py")
+
+
+def load_tool(name):
+    """tools/<name>.py as a module (tools/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(SCRIPT), f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_records(path, rows):
@@ -53,10 +62,7 @@ def test_timeline_csv_carries_the_marks_and_reads_back(tmp_path):
     # tools/cta_timeline.py --csv: start, end, then the cursor and set-up marks (empty where a kernel makes
     # none) and the item times, in ns from the first launch's start; cta_timeline_gaps reads the first
     # eight columns of the same lines.
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("cta_timeline", os.path.join(os.path.dirname(SCRIPT), "cta_timeline.py"))
-    timeline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(timeline)
+    timeline = load_tool("cta_timeline")
     launches = [[(0, 5, 1_000, 9_000, [4_000, 6_000], 2_000, 3_000)],   # (cta, sm, start, end, items, cursor, set_up)
                 [(1, 7, 10_000, 20_000, [], 0, 0)]]
     lines = timeline.csv_lines("qwen4b,step-fp8,64", launches)
@@ -65,8 +71,6 @@ def test_timeline_csv_carries_the_marks_and_reads_back(tmp_path):
     path = tmp_path / "tl.csv.gz"
     with gzip.open(path, "wt") as f:
         f.write(timeline.CSV_HEADER + "\n" + "\n".join(lines) + "\n")
-    spec = importlib.util.spec_from_file_location("cta_timeline_gaps", SCRIPT)
-    gaps = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gaps)
+    gaps = load_tool("cta_timeline_gaps")
     assert dict(gaps.load(str(path))) == {("qwen4b", "step-fp8", "64", 0): [(0, 5, 0, 8000)],
                                           ("qwen4b", "step-fp8", "64", 1): [(1, 7, 9000, 19000)]}

@@ -31,8 +31,8 @@ launch of the same kind, as in decode):
     CTA life   p10 / p50 / p90 of the CTAs' start -> end
     set-up     a step CTA's start -> every thread has read the slot's cursor -> the tensor-core replay's
                set-up barrier (window dots, C's fragments) -> its first tile landed (medians over CTAs;
-               the fold and the CUDA-core replay have no set-up mark: "dots" is nan, "first tile" counts
-               from the cursor)
+               Mamba-2's fold and CUDA-core replay, and every folding CTA, have no set-up mark: "dots" is
+               nan, "first tile" counts from the cursor; a GDN / KDA replay CTA marks it in every variant)
 --csv FILE writes every record (ns from the case's first launch: start, end, the cursor and set-up marks
 where the kernel makes them, the item times) for a closer look. A product build has no
 time line: the script says so and exits 2."""
