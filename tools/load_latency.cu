@@ -1,6 +1,7 @@
-// How long a small load takes while the SMs stream tiles (the question behind the GDN step's set-up:
-// README "Where the time goes"). Standalone, no torch:
+// How long a small load takes while the SMs stream tiles (the question behind the GDN step's set-up,
+// README, Performance). Standalone, no torch:
 //   nvcc -arch=sm_90a -O3 -std=c++17 -o /tmp/load_latency tools/load_latency.cu && /tmp/load_latency
+// (CMakeLists.txt builds it too, for every target arch, so CI keeps it compiling)
 // 3 CTAs of 256 threads an SM (64 KB of shared memory each, as gdn_step's fp32 tiles); thread 0 of each
 // streams tiles of `tile` bytes from a 4 GB buffer into shared memory with `depth` copies in flight
 // (bulk copies on an mbarrier each, or cp.async 16 B by every thread but warp 1; L2 evict_first, so the
