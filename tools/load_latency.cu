@@ -2,7 +2,7 @@
 // README, Performance). Standalone, no torch:
 //   nvcc -arch=sm_90a -O3 -std=c++17 -o /tmp/load_latency tools/load_latency.cu && /tmp/load_latency
 // (CMakeLists.txt builds it too, for every target arch, so CI keeps it compiling)
-// 3 CTAs of 256 threads an SM (64 KB of shared memory each, as gdn_step's fp32 tiles); thread 0 of each
+// 3 or 4 CTAs of 256 threads an SM (as gdn_step's with fp32 tiles, or 16-bit / fp8 ones); thread 0 of each
 // streams tiles of `tile` bytes from a 4 GB buffer into shared memory with `depth` copies in flight
 // (bulk copies on an mbarrier each, or cp.async 16 B by every thread but warp 1; L2 evict_first, so the
 // stream does not evict the probe's lines), while warp 1 lane 0 times two chains of dependent 4-byte
@@ -113,17 +113,23 @@ int main() {
   CK(cudaMalloc(&hot, 1 << 20));
   CK(cudaMemset(hot, 0, 1 << 20));
   CK(cudaMalloc(&out, sizeof(Out)));
-  const int ctas = 3 * sms;
-  struct Cfg { bool tma; int tile, depth; } cfgs[] = {
-      {true, 65536, 0}, {true, 4096, 1}, {true, 8192, 1}, {true, 16384, 1}, {true, 32768, 1}, {true, 65536, 1}, {true, 32768, 2},
-      {true, 16384, 4}, {false, 65536, 1}, {false, 16384, 4}};
+  // CTAs an SM: 3 (64 KB of shared memory each: gdn_step's fp32 checkpoint) or 4 (48 KB: its 16-bit and
+  // fp8 read copies, 32 and 16 KB tiles).
+  struct Cfg { bool tma; int tile, depth, per_sm; } cfgs[] = {
+      {true, 65536, 0, 3}, {true, 4096, 1, 3}, {true, 8192, 1, 3}, {true, 16384, 1, 3}, {true, 24576, 1, 3},
+      {true, 32768, 1, 3}, {true, 65536, 1, 3}, {true, 32768, 2, 3}, {true, 16384, 4, 3}, {false, 65536, 1, 3},
+      {false, 16384, 4, 3}, {true, 16384, 1, 4}, {true, 32768, 1, 4}, {true, 8192, 2, 4}};
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  printf("sms %d, %d CTAs of 256 threads, 3 an SM; probes: warp 1 lane 0 of every CTA\n", sms, ctas);
-  printf("| loader | tile KB x depth | in flight MB | loader TB/s | hot-line load ns | cold load ns |\n|---|---|---|---|---|---|\n");
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  printf("%s, %d SMs; CTAs of 256 threads; probes: warp 1 lane 0 of every CTA\n", prop.name, sms);
+  printf("| loader | CTAs an SM | tile KB x depth | in flight MB | loader TB/s | hot-line load ns | cold load ns |\n"
+         "|---|---|---|---|---|---|---|\n");
   for (const Cfg& c : cfgs) {
-    const size_t smem = 65536;  // 3 an SM whatever the tile
+    const int ctas = c.per_sm * sms;
+    const size_t smem = c.per_sm == 3 ? 65536 : 49152;  // fixes the CTAs an SM whatever the tile
     auto k = c.tma ? stream_and_probe<true> : stream_and_probe<false>;
     CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const size_t stream_bytes = size_t(6) << 30;
@@ -142,7 +148,8 @@ int main() {
     Out h;
     CK(cudaMemcpy(&h, out, sizeof(Out), cudaMemcpyDeviceToHost));
     const double bytes = double(iters) * ctas * c.tile;
-    printf("| %s | %d x %d | %.1f | %.2f | %.0f | %.0f |\n", c.depth ? (c.tma ? "bulk copy" : "cp.async") : "none", c.tile / 1024, c.depth,
+    printf("| %s | %d | %d x %d | %.1f | %.2f | %.0f | %.0f |\n", c.depth ? (c.tma ? "bulk copy" : "cp.async") : "none", c.per_sm,
+           c.tile / 1024, c.depth,
            double(ctas) * c.tile * c.depth / 1e6, c.depth ? bytes / (ms * 1e-3) / 1e12 : 0.0, double(h.hot_ns) / h.hot_n,
            double(h.cold_ns) / h.cold_n);
   }
