@@ -562,6 +562,24 @@ def test_gdn_step_parts(probe):
     assert answers(probe, ["gdnstep 64 32 128 1 3"], overrides={"gdn_step_order": 0}) == ["1 32 64"]
 
 
+def test_gdn_step_asks_l2_a_wave_ahead(probe):
+    # Unordered launches of more than two waves (132 x 3 = 396 CTAs here): the rows in a wave of CTAs,
+    # rounded up (qwen4b, 32 v-heads: 396 / 32 -> 13); none within two waves, none with the order pass.
+    # The window too where the source tile is 32 KB or more (fp32: 64 KB, bf16: 32, fp8: 16), not for KDA.
+    assert answers(probe, ["gdnahead 256 32 128 0 3", "gdnahead 64 32 128 0 3", "gdnahead 24 32 128 0 3",
+                           "gdnahead 25 32 128 0 3", "gdnahead 256 32 128 0 4"]) == ["13 window", "13 window", "0",
+                                                                                   "13 window", "17 window"]
+    assert answers(probe, ["gdnahead 256 32 128 0 4 32", "gdnahead 256 32 128 0 4 16", "gdnahead 256 32 128 0 3 64 1"]) == [
+        "17 window", "17", "13"]
+    assert answers(probe, ["gdnahead 256 32 128 1 3", "gdnahead 8 32 128 1 3"]) == ["0", "0"]
+    # gdn_step_ahead 1 at every unordered launch without the window, 2 with it, 0 never.
+    assert answers(probe, ["gdnahead 8 32 128 0 3", "gdnahead 256 32 128 1 3", "gdnahead 256 32 128 0 3"],
+                   overrides={"gdn_step_ahead": 1}) == ["13", "0", "13"]
+    assert answers(probe, ["gdnahead 8 32 128 0 3 16", "gdnahead 256 32 128 0 3 16 1"], overrides={"gdn_step_ahead": 2}) == [
+        "13 window", "13 window"]
+    assert answers(probe, ["gdnahead 256 32 128 0 3"], overrides={"gdn_step_ahead": 0}) == ["0"]
+
+
 def test_gdn_step_fold_split(probe):
     # The rule: under the hint, with the workspace and one part a v-head, the first ceil(batch / L) folding
     # rows in 4 CTAs a v-head (2 at V = 64), with the order pass, the grid's helper rows after the batch,

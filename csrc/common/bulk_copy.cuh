@@ -116,6 +116,9 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes
   cute::SM90_BULK_COPY_G2S::PREFETCH::copy(src, static_cast<int32_t>(bytes));
 }
 
+// Asks for the line holding `p` in L2 (prefetch.global.L2); nothing waits.
+__device__ __forceinline__ void prefetch_l2_line(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+
 // bulk_prefetch_l2 where the copy engine allows it (16-byte aligned, a non-zero multiple of 16 bytes);
 // a hint only, so anything else is simply not prefetched.
 __device__ __forceinline__ void prefetch_l2_if_aligned(const void* src, size_t bytes) {

@@ -88,6 +88,24 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
       plan.grid_y = grid_y;
     }
   }
+  // L2 requests a wave ahead (step_kernel.cuh): a replay CTA's set-up waits on small loads (slot, cursor,
+  // the token, the window) queued behind every SM's tiles, 4-9 us at qwen4b b256 on an H100 (README);
+  // the CTA that starts when this one ends finds them in L2. Unordered launches only (the order pass
+  // gives the slots from L2 already), and only past two waves: the first waves have no one ahead of
+  // them. The window too where the tiles are 32 KB or more (fp32 checkpoint, 16-bit copy at K = V =
+  // 128): the deeper the tile queue, the more a window round trip costs. H100, one run, lock-step
+  // cycles none / token and slot / and window: qwen4b b256 288.4 / 280.7 / 272.1 us without a copy,
+  // 210.2 / 207.4 / 194.6 bf16, 186.3 / 177.8 / 179.5 fp8 (the window lost there); qwen122b@tp4 b256
+  // 149.4 / 145.3 / 141.5, 112.0 / 110.7 / 105.9, 96.9 / 93.5 / 92.9; b64 within -4.0 .. +1.1%.
+  // KDA (token and slot only; its window was not measured): kimi48b b256 -0.2 / -2.3 / -2.0%.
+  const int64_t resident = resident_ctas(device.sm_count, problem.ctas_per_sm);
+  const int64_t wave_rows = plan.grid_x > 0 ? (resident + plan.grid_x - 1) / plan.grid_x : 0;
+  const bool past_two_waves = problem.batch * plan.grid_x > 2 * resident;
+  if (!plan.ordered && wave_rows > 0 && overrides.gdn_step_ahead != 0 && (overrides.gdn_step_ahead >= 1 || past_two_waves)) {
+    plan.ahead_rows = static_cast<int>(std::min<int64_t>(wave_rows, 65535));
+    const bool window_by_rule = !problem.vector_gate && problem.source_tile_bytes >= 32 * 1024;
+    plan.ahead_window = overrides.gdn_step_ahead == 2 || (overrides.gdn_step_ahead == -1 && window_by_rule);
+  }
   return plan;
 }
 

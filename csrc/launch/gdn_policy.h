@@ -37,9 +37,12 @@ struct GdnStepProblem {
   int v_dim = 0;                 // V (head_v_dim): parts divide V / 32
   bool staggered_flush = false;  // the caller's hint: slots fold at different steps
   bool order_workspace = false;  // the caller gave row_order, so the order pass may run
-  int ctas_per_sm = 0;           // resident CTAs an SM (occupancy query): asked only where the order pass may run
+  int ctas_per_sm = 0;           // resident CTAs an SM (occupancy query where the order pass may run, else
+                                 // the launch bounds' count)
   int buffer_len = 16;           // L: about batch / L rows fold in a step of an even stagger
   bool read_copy = false;        // the replay reads a read copy (the fold split's rule)
+  int source_tile_bytes = 0;     // a (row, v-head)'s replay tile: V K x the source's bytes (the L2-ahead rule)
+  bool vector_gate = false;      // KDA (the L2-ahead rule: its window was not measured)
 };
 
 struct GdnStepPlan {
@@ -50,6 +53,10 @@ struct GdnStepPlan {
   int fold_parts = 1;
   int fold_rows = 0;
   int64_t grid_x = 0, grid_y = 0;  // (v_heads parts, batch)
+  // Unordered launches of more than two waves: the rows in a wave of CTAs, the distance at which a CTA
+  // asks L2 for a later row's inputs (gdn_step_ahead). 0: none.
+  int ahead_rows = 0;
+  bool ahead_window = false;  // and the window of the row a wave on (gdn_step_ahead 2)
 };
 
 // Parts per (row, v-head). `forced` > 0 (the gdn_step_parts override) takes the largest allowed part

@@ -52,6 +52,11 @@ namespace launch {
     "gdn_step and kda_step under staggered_flush, one part a v-head: the first ceil(batch / L) folding rows " \
     "in k CTAs a v-head (the largest of 2, 4 <= k), with the order pass; 1: none; 0: the rule (4 where "     \
     "batch x HV <= 2 x SMs (and, without a read copy, batch >= L / 2), or <= 4 x SMs with one)")            \
+  X(gdn_step_ahead, "REPLAYSSM_GDN_STEP_AHEAD", -1, -1, 2,                                                  \
+    "gdn_step and kda_step without the order pass: 1 each CTA asks L2 for the token inputs and slot entry "  \
+    "of its v-head a wave of rows ahead, and for the cursor two waves ahead; 2 also for that row's window "  \
+    "(u, keys, gates); 0 never; -1: the rule (where "                                                       \
+    "the CTAs take more than two waves)")                                                                   \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

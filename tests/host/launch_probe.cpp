@@ -27,6 +27,8 @@
 //   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
 //   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1 [L, default 16 [COPY, default 0]]]]
 //                                           -> "parts grid_x grid_y[ ordered][ fold F ROWS]" (plan_gdn_step)
+//   gdnahead BATCH HV V STAGGERED CTAS [TILE_KB [KDA]] -> ahead_rows of plan_gdn_step (with the order
+//                                           workspace), " window" where it asks for the window too
 //   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
@@ -208,6 +210,19 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     in >> problem.batch >> problem.v_heads >> problem.ctas_per_head;
     const GdnGridPlan plan = plan_gdn_update(problem);
     return std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y);
+  }
+  if (command == "gdnahead") {
+    GdnStepProblem problem;
+    int staggered;
+    int tile_kb = 64, kda = 0;
+    in >> problem.batch >> problem.v_heads >> problem.v_dim >> staggered >> problem.ctas_per_sm;
+    if (in >> tile_kb) in >> kda;
+    problem.staggered_flush = staggered != 0;
+    problem.order_workspace = true;
+    problem.source_tile_bytes = tile_kb * 1024;
+    problem.vector_gate = kda != 0;
+    const GdnStepPlan plan = plan_gdn_step(problem, device, overrides);
+    return std::to_string(plan.ahead_rows) + (plan.ahead_window ? " window" : "");
   }
   if (command == "gdnstep") {
     GdnStepProblem problem;

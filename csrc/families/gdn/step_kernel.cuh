@@ -165,11 +165,13 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // ordered: the order pass (cache/row_order.cuh) ran before this launch and filled p.row_order: CTA row
 // y takes the batch row and slot it put at y (the folding rows first). after_order_pass: launched with PDL
 // behind that pass (launch/pdl.h): the CTA waits for it as for any kernel ahead, and lets nothing start
-// early unless pdl_trigger.
+// early unless pdl_trigger. ahead_rows > 0 (unordered launches, launch/gdn_policy.h): the rows in a wave
+// of CTAs; each CTA asks L2 for its v-head's token and slot entry that many rows ahead, and for the
+// cursor twice as far; ahead_window: also for that row's window (u, keys, gates) of its v-head.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
-                const int fold_parts, const bool after_order_pass) {
+                const int fold_parts, const bool after_order_pass, const int ahead_rows, const bool ahead_window) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -216,6 +218,42 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   auto mine = [&](int v) { return v >= row0 && v < row0 + part_rows; };
   const int h = hv / (p.v_heads / p.heads);
   auto row_slot = [&]() -> int64_t { return ordered ? __ldg(p.row_order + p.batch + pos) : resolve_slot(p, row); };
+
+  // ---- 0b. L2 requests for the CTAs a wave and two waves on (ahead_rows > 0: unordered, one row a grid
+  // row) ----
+  // A replay CTA's set-up waits on a few small loads, the slot, then the cursor, and the token, that
+  // queue behind every SM's tiles (4-9 us at qwen4b b256 on an H100, README). The CTA of this v-head
+  // ahead_rows rows on starts about when this one ends: its token and slot entry are asked for now; its
+  // cursor needs its slot, so the cursor two waves on is asked for once the window terms are done (this
+  // CTA's slot load for it has long returned by then). The same lines, earlier: no byte more from memory.
+  int64_t far_slot = -1;  // warp 2 lane 3 of v-head 0's CTAs: the slot two waves on
+  // ahead_window: warp 2 lane 0 of part 0 resolves the slot a wave on and, once the window terms are
+  // done, loads its cursor, then (before the stores) asks L2 for that row's window of this v-head.
+  int64_t near_slot = -1;
+  int32_t near_w = 0;
+  if (ahead_rows > 0 && warp == 2 && lane < 4 && part == 0) {
+    const int64_t near_row = static_cast<int64_t>(row) + ahead_rows, far_row = near_row + ahead_rows;
+    const bool first_of_k_head = hv % (p.v_heads / p.heads) == 0;
+    const int act_bytes = dtype_size(kAct);
+    if (near_row < p.batch) {
+      if (lane == 0) {
+        prefetch_l2_if_aligned(static_cast<const unsigned char*>(tk.v) + (near_row * tk.v_row_stride + hv * tk.v_head_stride) * act_bytes,
+                               static_cast<size_t>(kV) * act_bytes);
+      } else if (lane == 1 && first_of_k_head) {
+        prefetch_l2_if_aligned(static_cast<const unsigned char*>(tk.k) + (near_row * tk.k_row_stride + h * tk.k_head_stride) * act_bytes,
+                               static_cast<size_t>(kK) * act_bytes);
+        prefetch_l2_if_aligned(static_cast<const unsigned char*>(tk.q) + (near_row * tk.q_row_stride + h * tk.q_head_stride) * act_bytes,
+                               static_cast<size_t>(kK) * act_bytes);
+      } else if (lane == 2) {
+        prefetch_l2_line(static_cast<const unsigned char*>(tk.a) + (near_row * tk.a_row_stride + hv * tk.a_head_stride) * dtype_size(tk.a_dtype));
+        prefetch_l2_line(static_cast<const unsigned char*>(tk.b) + (near_row * tk.b_row_stride + hv * tk.b_head_stride) * dtype_size(tk.b_dtype));
+      } else if (lane == 3 && hv == 0 && p.slots != nullptr) {
+        prefetch_l2_line(static_cast<const unsigned char*>(p.slots) + near_row * p.slots_stride * dtype_size(p.slots_dtype));
+      }
+    }
+    if (lane == 3 && hv == 0 && far_row < p.batch) far_slot = resolve_slot(p, far_row);
+    if (lane == 0 && ahead_window && near_row < p.batch) near_slot = resolve_slot(p, near_row);
+  }
 
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
@@ -508,6 +546,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   }
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
+  if (far_slot >= 0) prefetch_l2_line(c.num_committed + far_slot);
+  if (near_slot >= 0) near_w = __ldcg(c.num_committed + near_slot) & kCursorMask;
 
   // ---- 3. the rows: S_c k_hat and S_c q_hat from the tile ----
   if constexpr (Traits::kRowsMma) {
@@ -622,6 +662,22 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   // ---- 4. the output and the entry at w; the cursor ----
   using Act = typename Storage<kAct>::type;
+  if (near_slot >= 0 && near_w > 0 && near_w < L) {  // the window a wave on (ahead_window), into L2
+    const float* u_next = c.u_buf + near_slot * c.ub_slot_stride + hv * c.ub_head_stride;
+    const unsigned char* k_next = static_cast<const unsigned char*>(c.k_buf) +
+                                  (near_slot * c.kb_slot_stride + h * c.kb_head_stride) * dtype_size(kAct);
+    const bool first_of_k_head = hv % (p.v_heads / p.heads) == 0;
+    for (int j = 0; j < near_w; ++j) {
+      prefetch_l2_if_aligned(u_next + j * c.ub_entry_stride, static_cast<size_t>(kV) * 4);
+      if (first_of_k_head) prefetch_l2_if_aligned(k_next + j * c.kb_entry_stride * dtype_size(kAct), static_cast<size_t>(kK) * dtype_size(kAct));
+    }
+    const float* g_next = c.g_buf + near_slot * c.gb_slot_stride + hv * c.gb_head_stride;
+    if constexpr (kVectorGate) {
+      for (int j = 0; j < near_w; ++j) prefetch_l2_if_aligned(g_next + j * p.kda.gb_entry_stride, static_cast<size_t>(kK) * 4);
+    } else {
+      prefetch_l2_line(g_next);
+    }
+  }
   for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) {
     store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     c.u_buf[slot * c.ub_slot_stride + hv * c.ub_head_stride + w * c.ub_entry_stride + t] = sh.u[t];

@@ -29,6 +29,9 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   launch::GdnStepProblem problem{p.batch, p.v_heads, kV, p.staggered_flush, p.row_order != nullptr};
   problem.buffer_len = p.cache.buffer_len;
   problem.read_copy = kCopy;
+  problem.source_tile_bytes = Traits::kTileBytes;
+  problem.vector_gate = kVectorGate;
+  problem.ctas_per_sm = Traits::kMinCtasPerSm;  // the launch bounds' count, unless the query below runs
   if (problem.staggered_flush && problem.order_workspace) {
     // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
     const cudaError_t occupancy =
@@ -55,7 +58,8 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
-                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass);
+                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass, plan.ahead_rows,
+                     plan.ahead_window);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's
