@@ -150,6 +150,10 @@ struct StepShared {
   // into S k_hat and S q_hat (the l2 scales, the query's scale, F16RangeScale's unscale).
   alignas(16) uint32_t rows_b[kRowsMmaWords];
   float k_mul, q_mul;
+  // L2 requests ahead (ahead_rows > 0): the slots a wave and two waves on and the cursor a wave on, kept
+  // here by the lanes that ask for them (in registers they would live through the rows and spill).
+  int64_t ahead_near_slot, ahead_far_slot;
+  int32_t ahead_near_w;
 };
 
 // KDA: the token's log decays per key channel besides.
@@ -226,11 +230,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // ahead_rows rows on starts about when this one ends: its token and slot entry are asked for now; its
   // cursor needs its slot, so the cursor two waves on is asked for once the window terms are done (this
   // CTA's slot load for it has long returned by then). The same lines, earlier: no byte more from memory.
-  int64_t far_slot = -1;  // warp 2 lane 3 of v-head 0's CTAs: the slot two waves on
-  // ahead_window: warp 2 lane 0 of part 0 resolves the slot a wave on and, once the window terms are
-  // done, loads its cursor, then (before the stores) asks L2 for that row's window of this v-head.
-  int64_t near_slot = -1;
-  int32_t near_w = 0;
+  // Warp 2 lane 3 of v-head 0's CTAs resolves the slot two waves on (its cursor is asked for after the
+  // window terms); with ahead_window, warp 2 lane 0 resolves the slot a wave on, loads its cursor during
+  // the window terms and, before the stores, asks L2 for that row's window of this v-head.
+  const bool far_lane = ahead_rows > 0 && warp == 2 && lane == 3 && part == 0;
+  const bool near_lane = ahead_rows > 0 && ahead_window && warp == 2 && lane == 0 && part == 0;
+  int64_t far_slot = -1, near_slot = -1;
   if (ahead_rows > 0 && warp == 2 && lane < 4 && part == 0) {
     const int64_t near_row = static_cast<int64_t>(row) + ahead_rows, far_row = near_row + ahead_rows;
     const bool first_of_k_head = hv % (p.v_heads / p.heads) == 0;
@@ -369,6 +374,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     }
   }
   for (int t = tid; t < kV; t += kStepThreads) sh.v[t] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + t);
+  if (far_lane) sh.ahead_far_slot = far_slot;
+  if (near_lane) sh.ahead_near_slot = near_slot;
   __syncthreads();
 
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineCursor);
@@ -417,6 +424,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // This thread's u_j[v] first (value channel vc, entries slice, slice + kSlices, ...): in flight
   // while the coefficients are made.
   // (Channels of other parts load nothing: w_mine = 0.)
+  int32_t near_w = 0;  // the cursor a wave on (near_lane), stored before the window terms' last barrier
+  if (near_lane && sh.ahead_near_slot >= 0) near_w = __ldcg(c.num_committed + sh.ahead_near_slot) & kCursorMask;
   const int vc = tid % kV, slice = tid / kV;
   const int w_mine = mine(vc) ? w : 0;
   const float* u_win = c.u_buf + slot * c.ub_slot_stride + hv * c.ub_head_stride + vc;
@@ -544,10 +553,10 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wk[slice][vc] = wk;
     sh.wq[slice][vc] = wq;
   }
+  if (near_lane) sh.ahead_near_w = near_w;
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
-  if (far_slot >= 0) prefetch_l2_line(c.num_committed + far_slot);
-  if (near_slot >= 0) near_w = __ldcg(c.num_committed + near_slot) & kCursorMask;
+  if (far_lane && sh.ahead_far_slot >= 0) prefetch_l2_line(c.num_committed + sh.ahead_far_slot);
 
   // ---- 3. the rows: S_c k_hat and S_c q_hat from the tile ----
   if constexpr (Traits::kRowsMma) {
@@ -662,7 +671,9 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   // ---- 4. the output and the entry at w; the cursor ----
   using Act = typename Storage<kAct>::type;
-  if (near_slot >= 0 && near_w > 0 && near_w < L) {  // the window a wave on (ahead_window), into L2
+  if (near_lane && sh.ahead_near_slot >= 0 && sh.ahead_near_w > 0 && sh.ahead_near_w < L) {  // the window a wave on
+    const int64_t near_slot = sh.ahead_near_slot;
+    const int32_t near_w = sh.ahead_near_w;
     const float* u_next = c.u_buf + near_slot * c.ub_slot_stride + hv * c.ub_head_stride;
     const unsigned char* k_next = static_cast<const unsigned char*>(c.k_buf) +
                                   (near_slot * c.kb_slot_stride + h * c.kb_head_stride) * dtype_size(kAct);
