@@ -106,6 +106,7 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
     const bool window_by_rule = !problem.vector_gate && problem.source_tile_bytes >= 32 * 1024;
     plan.ahead_window = overrides.gdn_step_ahead == 2 || (overrides.gdn_step_ahead == -1 && window_by_rule);
   }
+  plan.tile_stages = overrides.gdn_step_tile_stages;
   return plan;
 }
 

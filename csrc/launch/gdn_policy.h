@@ -57,6 +57,7 @@ struct GdnStepPlan {
   // asks L2 for a later row's inputs (gdn_step_ahead). 0: none.
   int ahead_rows = 0;
   bool ahead_window = false;  // and the window of the row a wave on (gdn_step_ahead 2)
+  int tile_stages = 0;         // chunks of the source tile in flight (gdn_step_tile_stages; 0: all)
 };
 
 // Parts per (row, v-head). `forced` > 0 (the gdn_step_parts override) takes the largest allowed part

@@ -57,6 +57,9 @@ namespace launch {
     "of its v-head a wave of rows ahead, and for the cursor two waves ahead; 2 also for that row's window "  \
     "(u, keys, gates); 0 never; -1: the rule (where "                                                       \
     "the CTAs take more than two waves)")                                                                   \
+  X(gdn_step_tile_stages, "REPLAYSSM_GDN_STEP_TILE_STAGES", 0, 0, 4,                                        \
+    "gdn_step and kda_step replays: the source tile in chunks of one pass of rows, at most n in flight "    \
+    "(the next asked for as one lands or is reached); 0: the whole tile with the slot")                     \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

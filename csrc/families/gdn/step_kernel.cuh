@@ -90,6 +90,12 @@ struct StepTraits {
   static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
   static constexpr int kRowBytes = kK * dtype_size(kSrc);
   static constexpr int kTileBytes = kV * kRowBytes;
+  // tile_stages > 0 (experiment): the tile in chunks of one replay pass of rows, at most tile_stages in
+  // flight (the SMs reach full bandwidth with about 16 KB a CTA in flight, tools/load_latency.cu; more
+  // only lengthens the queue the set-up's small loads wait in).
+  static constexpr int kChunkRows = Lanes::kRowsPerPass;
+  static constexpr int kChunkBytes = kChunkRows * kRowBytes;
+  static constexpr int kMaxChunks = 4;
   // The window terms: thread t sums entries slice, slice + kSlices, ... of value channel t % V.
   static constexpr int kSlices = kStepThreads / kV;
   // u_j[v] loads a thread issues before the coefficients are ready: a window of up to 8 kSlices entries
@@ -141,6 +147,11 @@ struct StepShared {
   float rel[kGdnMaxBufferLen];             // e^{Lambda_t - Lambda_j}
   float kdot[kGdnMaxBufferLen], qdot[kGdnMaxBufferLen];  // k_hat_j . k_hat_t, k_hat_j . q_hat_t
   uint64_t tile_full;  // the source tile's bulk copy
+  uint64_t chunk_full[4];  // or its chunks' (tile_stages > 0)
+  const unsigned char* chunk_src;  // the tile's first row in global memory, and the rows' stride (chunks)
+  int64_t chunk_stride;
+  int32_t chunks;      // 0: the tile in one copy (tile_full)
+  int32_t next_chunk;  // thread 0: the chunks asked for
   int64_t slot;        // -1: the row touches nothing
   int32_t w;           // the cursor
   int32_t split_part;  // fold split: this CTA's part of fold_parts; -1: not split
@@ -175,7 +186,8 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
-                const int fold_parts, const bool after_order_pass, const int ahead_rows, const bool ahead_window) {
+                const int fold_parts, const bool after_order_pass, const int ahead_rows, const bool ahead_window,
+                const int tile_stages) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -260,6 +272,34 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     if (lane == 0 && ahead_window && near_row < p.batch) near_slot = resolve_slot(p, near_row);
   }
 
+  // The tile in chunks (tile_stages > 0): replay-sized CTAs whose rows are whole chunks, 2 to 4 of them;
+  // thread 0 asks for the first tile_stages with the slot, then for the next as earlier ones land (tested
+  // at the set-up's barriers) or are reached by the rows.
+  // Kept in shared memory (sh.chunks, sh.next_chunk), not registers, which the rows need.
+  auto ask_chunk = [&](int q) {
+    mbarrier_arrive_expect_tx(&sh.chunk_full[q], Traits::kChunkBytes);
+    bulk_copy_row_range_to_shared<Traits::kRowBytes>(dyn, sh.chunk_src, q * Traits::kChunkRows, Traits::kChunkRows,
+                                                     sh.chunk_stride, &sh.chunk_full[q]);
+  };
+  auto ask_chunks_through = [&](int last) {  // thread 0
+    int next = sh.next_chunk;
+    for (; next < sh.chunks && next <= last; ++next) ask_chunk(next);
+    sh.next_chunk = next;
+  };
+  auto ask_landed_chunks = [&]() {  // thread 0: one more for each of the first chunks that has landed
+    int next = sh.next_chunk;
+    while (next < sh.chunks && mbarrier_test(&sh.chunk_full[next - tile_stages], 0)) ask_chunk(next++);
+    sh.next_chunk = next;
+  };
+  auto wait_tile = [&]() {  // every thread; with chunks, thread 0 first asks for the rest
+    if (sh.chunks > 0) {
+      if (tid == 0) ask_chunks_through(sh.chunks - 1);
+      for (int q = 0; q < sh.chunks; ++q) mbarrier_wait(&sh.chunk_full[q], 0);
+    } else {
+      mbarrier_wait(&sh.tile_full, 0);
+    }
+  };
+
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
   if (tid == 0) {
@@ -269,7 +309,16 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       // The tile's barrier, set up by the thread that arms it and issues its copy, right before them
       // (only a CTA with a slot waits on it, after the CTA barrier below). Initialised at the top of the
       // kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the arm.
-      mbarrier_init(&sh.tile_full, 1);
+      const int cta_rows = split ? kV / fold_parts : part_rows;
+      const int chunks = cta_rows / Traits::kChunkRows;
+      const bool chunked = tile_stages > 0 && !split && cta_rows % Traits::kChunkRows == 0 && chunks >= 2 && chunks <= Traits::kMaxChunks;
+      sh.chunks = chunked ? chunks : 0;
+      sh.next_chunk = 0;
+      if (chunked) {
+        for (int q = 0; q < chunks; ++q) mbarrier_init(&sh.chunk_full[q], 1);
+      } else {
+        mbarrier_init(&sh.tile_full, 1);
+      }
       fence_barrier_init();
       // The tile's bulk copy first (the part's rows, at the start of the dynamic shared memory): its
       // address needs only the slot, so the tile is in flight during the cursor's round trip instead
@@ -280,8 +329,14 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const int64_t tile = (kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride) +
                            copy_row0 * row_stride;
       const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
-      bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
-                                                  &sh.tile_full);
+      if (sh.chunks > 0) {
+        sh.chunk_src = src + tile * dtype_size(kSrc);
+        sh.chunk_stride = row_stride * dtype_size(kSrc);
+        ask_chunks_through(tile_stages - 1);
+      } else {
+        bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
+                                                    &sh.tile_full);
+      }
       // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
       // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
       // ticket and is left as it is.
@@ -376,6 +431,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   for (int t = tid; t < kV; t += kStepThreads) sh.v[t] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + t);
   if (far_lane) sh.ahead_far_slot = far_slot;
   if (near_lane) sh.ahead_near_slot = near_slot;
+  if (tid == 0 && sh.slot >= 0 && sh.chunks > 0) ask_landed_chunks();
   __syncthreads();
 
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineCursor);
@@ -387,7 +443,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     return;
   }
   if (w >= L) {  // a cursor with no room: nothing touched, zero output
-    mbarrier_wait(&sh.tile_full, 0);  // the tile lands before the CTA leaves
+    wait_tile();  // the tile lands before the CTA leaves
     for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
     return;
   }
@@ -398,7 +454,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
     // The fold's workspace overlaps the tile: the fold waits for it (with a copy, after its first
     // checkpoint rows have gone out).
-    if constexpr (!kCopy) mbarrier_wait(&sh.tile_full, 0);
+    const bool chunked = sh.chunks > 0;
+    if (chunked) {
+      wait_tile();  // every chunk (the fold then has no pending copy)
+    } else if constexpr (!kCopy) {
+      mbarrier_wait(&sh.tile_full, 0);
+    }
     FoldTail tail;
     tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
     tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
@@ -413,7 +474,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     const int fold_of = sh.split_part >= 0 ? fold_parts : parts;
     const int fold_rows = kV / fold_of, fold_row0 = fold_part * fold_rows;
     Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
-                           kCopy ? &sh.tile_full : nullptr, fold_part, fold_of);
+                           kCopy && !chunked ? &sh.tile_full : nullptr, fold_part, fold_of);
     for (int t = fold_row0 + tid; t < fold_row0 + fold_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
     move_cursor(slot, 0, fold_of);
@@ -530,6 +591,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       }
     }
   }
+  if (tid == 0 && sh.chunks > 0) ask_landed_chunks();
   __syncthreads();
   {
     float wk = 0.0f, wq = 0.0f;
@@ -554,6 +616,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wq[slice][vc] = wq;
   }
   if (near_lane) sh.ahead_near_w = near_w;
+  if (tid == 0 && sh.chunks > 0) ask_landed_chunks();
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
   if (far_lane && sh.ahead_far_slot >= 0) prefetch_l2_line(c.num_committed + sh.ahead_far_slot);
@@ -569,7 +632,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       if constexpr (kRead == DType::kFloat8E4M3) {
         if (quad_lane < 2) sc = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr);
       }
-      mbarrier_wait(&sh.tile_full, 0);
+      if (sh.chunks > 0) {
+        if (tid == 0) ask_chunks_through(sh.chunks - 1);
+        mbarrier_wait(&sh.chunk_full[(16 * warp) / Traits::kChunkRows], 0);
+      } else {
+        mbarrier_wait(&sh.tile_full, 0);
+      }
       if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
       float acc[4];
       Traits::RowsMmaT::dot(dyn + 16 * warp * Traits::kRowBytes, sh.rows_b, acc);
@@ -618,7 +686,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
         }
       }
     }
-    mbarrier_wait(&sh.tile_full, 0);
+    if (sh.chunks == 0) mbarrier_wait(&sh.tile_full, 0);
     if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
     // Rows unrolled by 2 where a copy or KDA's vector gate keeps more live (fewer spills: sm_90a ptxas,
     // fp32 checkpoint + bf16 copy 4 / 4 bytes of spill stores / loads against 16 / 12 unrolled fully),
@@ -628,6 +696,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     for (int r = 0; r < R; ++r) {
       const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
       if (!mine(vr)) continue;  // whole rows: a row's lanes agree
+      if (sh.chunks > 0) {  // this pass's chunk (the same for every thread), then thread 0 asks tile_stages on
+        const int q = (vr - row0) / Traits::kChunkRows;
+        mbarrier_wait(&sh.chunk_full[q], 0);
+        if (tid == 0) ask_chunks_through(q + tile_stages);
+      }
       float dk = 0.0f, dq = 0.0f;
 #pragma unroll
       for (int i = 0; i < C; ++i) {

@@ -59,7 +59,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   }
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
                      pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass, plan.ahead_rows,
-                     plan.ahead_window);
+                     plan.ahead_window, plan.tile_stages);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's
