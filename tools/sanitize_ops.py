@@ -12,7 +12,8 @@ folds and verify + commit rounds with random acceptance, materialize and flush, 
 and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
 v-head a CTA and with all of a row's; the fold over 1,030 rows; the step on 4 rows in its row parts (the
 launch rule: 2 CTAs per (row, v-head) at V = 64, 4 at V = 128), on 1,030 rows whole, with and without
-the order pass (staggered_flush). The other CTA shapes are forced through
+the order pass (staggered_flush); with an fp32 checkpoint and no copy the tile in chunks (one and two in
+flight, one and two parts, 4 and 1,030 rows). The other CTA shapes are forced through
 replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per key channel) as
 GDN's.
 
@@ -245,6 +246,11 @@ def gdn(family="gdn"):
             ops.make_read_copy(layer.checkpoint, layer.read_copy, layer.read_scale, slots, -1, backend="cuda")
         for _ in range(L + 1):
             layer.step(slots)
+        if ck_dtype == torch.float32 and copy_dtype is None:  # the tile in chunks, in one and two parts a v-head
+            for stages, parts in ((1, 1), (2, 2)):
+                with launch_overrides(gdn_step_tile_stages=stages, gdn_step_parts=parts):
+                    for _ in range(L + 1):
+                        layer.step(slots)
         with launch_overrides(verify_heads_per_cta=verify_heads):
             for T in (1, 3, 2):
                 layer.spec_round(slots, T, 3)
@@ -269,6 +275,13 @@ def gdn(family="gdn"):
     layer.step(rows, staggered_flush=True)  # the order pass first (more than one wave of CTAs)
     layer.spec_round(rows, 2, 2)
     layer.op("flush")(*layer.cache(), True, backend="cuda")
+    # The same rows with an fp32 checkpoint and no copy: the tile in chunks, one in flight (GDN's rule past
+    # one wave; KDA by the override), then two under the staggered-flush hint.
+    layer = GdnLayer(GDN_K64, 1100, family=family)
+    with launch_overrides(gdn_step_tile_stages=1):
+        layer.step(rows)
+    with launch_overrides(gdn_step_tile_stages=2):
+        layer.step(rows, staggered_flush=True)
 
 
 FAMILIES = {"mamba2": mamba2, "gdn": gdn, "kda": lambda: gdn("kda")}

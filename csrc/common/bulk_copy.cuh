@@ -84,6 +84,20 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// Whether the phase with the given parity has completed, without waiting (a producer thread that asks
+// for the next copy as soon as an earlier one has landed, gdn/step_kernel.cuh).
+__device__ __forceinline__ bool mbarrier_test(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n .reg .pred ready;\n"
+      " mbarrier.test_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, ready;\n}\n"
+      : "=r"(done)
+      : "r"(smem_address(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 // Global -> shared copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) whose
 // completion is counted on `bar`.
 __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
@@ -101,6 +115,18 @@ __device__ __forceinline__ void bulk_copy_rows_to_shared(unsigned char* dst, con
     bulk_copy_to_shared(dst, src, static_cast<uint32_t>(rows) * kRowBytes, bar);
   } else {
     for (int r = 0; r < rows; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
+  }
+}
+
+// Rows first .. first + count - 1 of such a copy, counted on `bar`, which the caller arms: a tile asked
+// for in chunks, each on its own barrier.
+template <int kRowBytes>
+__device__ __forceinline__ void bulk_copy_row_range_to_shared(unsigned char* dst, const unsigned char* src, int first,
+                                                              int count, int64_t row_stride_bytes, uint64_t* bar) {
+  if (row_stride_bytes == kRowBytes) {
+    bulk_copy_to_shared(dst + first * kRowBytes, src + first * row_stride_bytes, static_cast<uint32_t>(count) * kRowBytes, bar);
+  } else {
+    for (int r = first; r < first + count; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
   }
 }
 

@@ -40,6 +40,8 @@ struct GdnStepProblem {
   int ctas_per_sm = 0;           // resident CTAs an SM (occupancy query): asked only where the order pass may run
   int buffer_len = 16;           // L: about batch / L rows fold in a step of an even stagger
   bool read_copy = false;        // the replay reads a read copy (the fold split's rule)
+  bool chunked_tile = false;     // the kernel can take its tile in chunks (an fp32 tile without a copy)
+  bool vector_gate = false;      // KDA
 };
 
 struct GdnStepPlan {
@@ -50,6 +52,7 @@ struct GdnStepPlan {
   int fold_parts = 1;
   int fold_rows = 0;
   int64_t grid_x = 0, grid_y = 0;  // (v_heads parts, batch)
+  int tile_stages = 0;  // the tile in chunks of one replay pass, at most this many in flight; 0: one copy
 };
 
 // Parts per (row, v-head). `forced` > 0 (the gdn_step_parts override) takes the largest allowed part

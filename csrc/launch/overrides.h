@@ -52,6 +52,10 @@ namespace launch {
     "gdn_step and kda_step under staggered_flush, one part a v-head: the first ceil(batch / L) folding rows " \
     "in k CTAs a v-head (the largest of 2, 4 <= k), with the order pass; 1: none; 0: the rule (4 where "     \
     "batch x HV <= 2 x SMs (and, without a read copy, batch >= L / 2), or <= 4 x SMs with one)")            \
+  X(gdn_step_tile_stages, "REPLAYSSM_GDN_STEP_TILE_STAGES", -1, -1, 4,                                      \
+    "gdn_step and kda_step with an fp32 checkpoint and no read copy: the tile in chunks of 32 value rows, "  \
+    "at most n in flight; 0 the whole tile in one copy; -1: the rule (one chunk for GDN where the CTAs take " \
+    "more than one wave, else the whole tile)")                                                             \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

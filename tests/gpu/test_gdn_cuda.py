@@ -602,6 +602,52 @@ def test_step_fold_split_changes_no_bit(dims, ck, rc, set_overrides):
         assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_fold_parts={fold_parts}"
 
 
+# The tile in chunks of 32 rows (gdn_step_tile_stages 1 / 2 / 4 in flight; an fp32 checkpoint without a
+# copy) changes no bit against the whole tile, which matches the reference: staggered fold cycles of an
+# odd batch with pad and out-of-range rows (replaying, folding and idle CTAs in one launch), one and two
+# parts a v-head (two parts of V = 64 are one chunk each: the whole tile).
+@pytest.mark.parametrize("dims", [QWEN4B, KV_128_64], ids=["qwen4b", "k128v64"])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_step_tile_chunks_change_no_bit(dims, parts, set_overrides):
+    layer = Layer(dims, seed=21)
+    L, mdt, num_slots, init, slots, valid, steps = staggered_rows(layer, torch.float32)
+    results = []
+    for stages in (0, 1, 2, 4):
+        set_overrides(gdn_step_parts=parts, gdn_step_tile_stages=stages)
+        cache = Cache(layer, num_slots, L, torch.float32, None, mdt, init=init)
+        cache.stagger(L - mdt + 1)
+        if stages == 0:
+            outs = [step_and_compare(cache, tok, slots, valid, f"at step {i}", staggered=True) for i, tok in enumerate(steps)]
+        else:
+            outs = [cache.step(tok, slots, staggered=True) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    for stages, got in zip((1, 2, 4), results[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_tile_stages={stages}"
+
+
+# The same under load: 300 rows of qwen4b (9600 CTAs, 24 waves), so that chunks land while CTAs queue and
+# thread 0's requests at the set-up's barriers find some landed and some not; every seventh cursor has no
+# room (its CTAs wait for their first chunks and leave).
+def test_step_tile_chunks_change_no_bit_under_load(set_overrides):
+    layer = Layer(QWEN4B, seed=22)
+    L, mdt, num_slots, batch = 6, 2, 310, 300
+    init = layer.states(num_slots, torch.float32)
+    slots = torch.randperm(num_slots, device=DEV)[:batch].to(torch.int32)
+    steps = [layer.tokens(batch) for _ in range(L - mdt + 2)]
+    full = slots[::7].long()
+    results = []
+    for stages in (0, 1, 2):
+        set_overrides(gdn_step_tile_stages=stages)
+        cache = Cache(layer, num_slots, L, torch.float32, None, mdt, init=init)
+        cache.stagger(L - mdt + 1)
+        cache.num_committed[full] = L
+        outs = [cache.step(tok, slots, staggered=True) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    assert not results[0][0][::7].any(), "rows whose cursor has no room: zero output"
+    for stages, got in zip((1, 2), results[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_tile_stages={stages}"
+
+
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as
 # it was with the slot's cache untouched and zero output, while the other rows step as usual.
 def test_step_leaves_cursors_with_no_room_as_they_were():

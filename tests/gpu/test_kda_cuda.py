@@ -611,6 +611,24 @@ def test_step_fold_split_changes_no_bit(ck, rc, set_overrides):
     assert all(torch.equal(a, b) for a, b in zip(results[0], results[1]))
 
 
+# The tile in chunks of 32 rows (gdn_step_tile_stages 1 / 2 / 4; an fp32 checkpoint without a copy)
+# changes no bit against the whole tile: staggered fold cycles with a pad row, one and two parts a v-head.
+@pytest.mark.parametrize("dims", [KIMI, KV_64_128], ids=["kimi", "k64v128"])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_step_tile_chunks_change_no_bit(dims, parts, set_overrides):
+    layer = Layer(dims, seed=23)
+    L, mdt, num_slots, init, slots, steps = staggered_rows(layer, torch.float32)
+    results = []
+    for stages in (0, 1, 2, 4):
+        set_overrides(gdn_step_parts=parts, gdn_step_tile_stages=stages)
+        cache = Cache(layer, num_slots, L, torch.float32, None, mdt, init=init)
+        cache.stagger(L - mdt + 1)
+        outs = [cache.step(tok, slots, staggered=True) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    for stages, got in zip((1, 2, 4), results[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_tile_stages={stages}"
+
+
 # A strided pool, int64 slots and pad id 0 give the bits of the plain layout with int32 slots; a CUDA
 # graph of one step replayed over two cycles gives the bits of eager steps.
 @pytest.mark.parametrize("ck,rc", [(torch.float32, None), (torch.float32, FP8), (torch.bfloat16, None)],

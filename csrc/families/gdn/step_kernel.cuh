@@ -35,9 +35,10 @@
 // `parts`, so the bits do not depend on it. The fold split applies the same cut to folding rows only
 // (fold_parts CTAs a v-head for the first rows the order pass marks, the rest in one): under staggered
 // folds a step's few folding rows are its longest CTAs. Phases:
-//   1. thread 0: slot, the part's source rows' bulk copy (TMA, into dynamic shared memory), cursor and
-//      the CTA's ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat,
-//      k_hat, g, beta; all: v.
+//   1. thread 0: slot, the part's source rows' bulk copy (TMA, into dynamic shared memory; an fp32 tile
+//      without a copy possibly in chunks of one replay pass, tile_stages below), cursor and the CTA's
+//      ticket (cursor.cuh), whose answer is used at the end; warp 1: the token's q_hat, k_hat, g, beta;
+//      all: v.
 //   2. replay only: warp 0 the decays (suffix sums of g, no cancellation), every warp the window keys'
 //      dots with k_hat and q_hat (8 lanes an entry), every thread its u_j[v] loads (issued first);
 //      then the window terms sum_j (...) u_j[v], a value channel per thread, in slices.
@@ -90,6 +91,16 @@ struct StepTraits {
   static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
   static constexpr int kRowBytes = kK * dtype_size(kSrc);
   static constexpr int kTileBytes = kV * kRowBytes;
+  // An fp32 tile without a copy (64 KB at K = V = 128, 3 CTAs an SM) may be asked for in chunks of one
+  // replay pass of rows, at most tile_stages in flight (launch/gdn_policy.h): an SM reaches full
+  // bandwidth with about 16 KB a CTA in flight (tools/load_latency.cu), and three whole tiles an SM
+  // only lengthen the queue that the set-up's small loads wait in; a folding CTA, which replays
+  // nothing, then reads one chunk instead of the tile. 16-bit tiles and copies (32 KB or less, 4 CTAs
+  // an SM) keep the one copy.
+  static constexpr bool kChunkedTile = !kCopy && kSrc == DType::kFloat32;
+  static constexpr int kChunkRows = Lanes::kRowsPerPass;
+  static constexpr int kChunkBytes = kChunkRows * kRowBytes;
+  static constexpr int kMaxTileChunks = 4;
   // The window terms: thread t sums entries slice, slice + kSlices, ... of value channel t % V.
   static constexpr int kSlices = kStepThreads / kV;
   // u_j[v] loads a thread issues before the coefficients are ready: a window of up to 8 kSlices entries
@@ -150,6 +161,14 @@ struct StepShared {
   // into S k_hat and S q_hat (the l2 scales, the query's scale, F16RangeScale's unscale).
   alignas(16) uint32_t rows_b[kRowsMmaWords];
   float k_mul, q_mul;
+  // The tile in chunks (StepTraits::kChunkedTile and tile_stages > 0): a barrier each, the tile's first
+  // row in global memory and the rows' stride, and how many of them thread 0 has asked for. Kept here,
+  // not in registers, which the rows need.
+  uint64_t chunk_full[4];
+  const unsigned char* chunk_src;
+  int64_t chunk_stride;
+  int32_t chunks;        // 0: the tile in one copy (tile_full)
+  int32_t chunks_asked;  // chunks 0 .. chunks_asked - 1 are in flight or landed
 };
 
 // KDA: the token's log decays per key channel besides.
@@ -158,6 +177,9 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
   alignas(16) float gv[kK];
 };
 
+// tile_stages (StepTraits::kChunkedTile variants only): > 0 the tile in chunks of one replay pass of
+// rows, the first tile_stages asked for with the slot and one more each time an earlier chunk lands
+// (thread 0 tests at the set-up's barriers) or the rows reach it; 0 the whole tile in one copy.
 // pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
 // start early.
 // parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
@@ -169,7 +191,7 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
-                const int fold_parts, const bool after_order_pass) {
+                const int fold_parts, const bool after_order_pass, const int tile_stages) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -217,28 +239,70 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int h = hv / (p.v_heads / p.heads);
   auto row_slot = [&]() -> int64_t { return ordered ? __ldg(p.row_order + p.batch + pos) : resolve_slot(p, row); };
 
+  // The tile in chunks (false at compile time in every other variant, whose code is then as before).
+  auto chunked = [&]() { return Traits::kChunkedTile && sh.chunks > 0; };
+  auto ask_chunk = [&](int q) {  // thread 0
+    mbarrier_arrive_expect_tx(&sh.chunk_full[q], Traits::kChunkBytes);
+    bulk_copy_row_range_to_shared<Traits::kRowBytes>(dyn, sh.chunk_src, q * Traits::kChunkRows, Traits::kChunkRows,
+                                                     sh.chunk_stride, &sh.chunk_full[q]);
+  };
+  auto ask_chunks_through = [&](int last) {  // thread 0
+    int next = sh.chunks_asked;
+    for (; next < sh.chunks && next <= last; ++next) ask_chunk(next);
+    sh.chunks_asked = next;
+  };
+  // Thread 0: one more chunk for each of the oldest in flight that has landed (tile_stages in flight).
+  auto ask_landed_chunks = [&]() {
+    int next = sh.chunks_asked;
+    while (next < sh.chunks && mbarrier_test(&sh.chunk_full[next - tile_stages], 0)) ask_chunk(next++);
+    sh.chunks_asked = next;
+  };
+  // Every thread, after a CTA barrier that follows thread 0's last request: the chunks asked for land
+  // before their shared memory is reused or the CTA leaves (a folding or full CTA asks for no more).
+  auto wait_asked_chunks = [&]() {
+    for (int q = 0; q < sh.chunks_asked; ++q) mbarrier_wait(&sh.chunk_full[q], 0);
+  };
+
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
   if (tid == 0) {
     const int64_t slot = row_slot();
     int32_t w = -1;
+    if constexpr (Traits::kChunkedTile) sh.chunks = 0;
     if (slot >= 0) {
-      // The tile's barrier, set up by the thread that arms it and issues its copy, right before them
-      // (only a CTA with a slot waits on it, after the CTA barrier below). Initialised at the top of the
-      // kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the arm.
-      mbarrier_init(&sh.tile_full, 1);
+      const int copy_rows = split ? kV / fold_parts : part_rows;
+      const int copy_row0 = split ? split_part * copy_rows : row0;
+      // In chunks: 2 to kMaxTileChunks whole passes of rows (with more parts, one chunk is the tile).
+      const int chunks = copy_rows / Traits::kChunkRows;
+      const bool in_chunks = Traits::kChunkedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
+                             chunks >= 2 && chunks <= Traits::kMaxTileChunks;
+      // The tile's barriers, set up by the thread that arms them and issues the copies, right before
+      // them (only a CTA with a slot waits on them, after the CTA barrier below). Initialised at the top
+      // of the kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the
+      // arm.
+      if (in_chunks) {
+        for (int q = 0; q < chunks; ++q) mbarrier_init(&sh.chunk_full[q], 1);
+      } else {
+        mbarrier_init(&sh.tile_full, 1);
+      }
       fence_barrier_init();
       // The tile's bulk copy first (the part's rows, at the start of the dynamic shared memory): its
       // address needs only the slot, so the tile is in flight during the cursor's round trip instead
       // of after it (one DRAM round trip less before the rows).
-      const int copy_rows = split ? kV / fold_parts : part_rows;
-      const int copy_row0 = split ? split_part * copy_rows : row0;
       const int64_t row_stride = kCopy ? c.rc_row_stride : c.ck_row_stride;
       const int64_t tile = (kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride) +
                            copy_row0 * row_stride;
       const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
-      bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
-                                                  &sh.tile_full);
+      if (in_chunks) {
+        sh.chunks = chunks;
+        sh.chunks_asked = 0;
+        sh.chunk_src = src + tile * dtype_size(kSrc);
+        sh.chunk_stride = row_stride * dtype_size(kSrc);
+        ask_chunks_through(tile_stages - 1);
+      } else {
+        bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
+                                                    &sh.tile_full);
+      }
       // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
       // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
       // ticket and is left as it is.
@@ -331,6 +395,9 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     }
   }
   for (int t = tid; t < kV; t += kStepThreads) sh.v[t] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + t);
+  // A replaying CTA's next chunks where its first have landed already (a folding or full one asks for no
+  // more: it reads no tile).
+  if (tid == 0 && chunked() && sh.w < L && !folds_after_append(sh.w, c.max_draft_tokens, L)) ask_landed_chunks();
   __syncthreads();
 
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineCursor);
@@ -342,7 +409,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     return;
   }
   if (w >= L) {  // a cursor with no room: nothing touched, zero output
-    mbarrier_wait(&sh.tile_full, 0);  // the tile lands before the CTA leaves
+    if (chunked()) {  // the tile lands before the CTA leaves
+      wait_asked_chunks();
+    } else {
+      mbarrier_wait(&sh.tile_full, 0);
+    }
     for (int t = row0 + tid; t < row0 + part_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, 0.0f);
     return;
   }
@@ -353,7 +424,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
     // The fold's workspace overlaps the tile: the fold waits for it (with a copy, after its first
     // checkpoint rows have gone out).
-    if constexpr (!kCopy) mbarrier_wait(&sh.tile_full, 0);
+    if (chunked()) {
+      wait_asked_chunks();
+    } else if constexpr (!kCopy) {
+      mbarrier_wait(&sh.tile_full, 0);
+    }
     FoldTail tail;
     tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
     tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
@@ -483,6 +558,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       }
     }
   }
+  if (tid == 0 && chunked()) ask_landed_chunks();
   __syncthreads();
   {
     float wk = 0.0f, wq = 0.0f;
@@ -506,6 +582,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wk[slice][vc] = wk;
     sh.wq[slice][vc] = wq;
   }
+  if (tid == 0 && chunked()) ask_landed_chunks();
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
 
@@ -569,7 +646,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
         }
       }
     }
-    mbarrier_wait(&sh.tile_full, 0);
+    if (!chunked()) mbarrier_wait(&sh.tile_full, 0);  // in chunks: each pass waits for its own
     if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
     // Rows unrolled by 2 where a copy or KDA's vector gate keeps more live (fewer spills: sm_90a ptxas,
     // fp32 checkpoint + bf16 copy 4 / 4 bytes of spill stores / loads against 16 / 12 unrolled fully),
@@ -579,6 +656,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     for (int r = 0; r < R; ++r) {
       const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
       if (!mine(vr)) continue;  // whole rows: a row's lanes agree
+      if (chunked()) {  // this pass's chunk (the same for every thread); thread 0 asks tile_stages on
+        const int q = (vr - row0) / Traits::kChunkRows;
+        mbarrier_wait(&sh.chunk_full[q], 0);
+        if (tid == 0) ask_chunks_through(q + tile_stages);
+      }
       float dk = 0.0f, dq = 0.0f;
 #pragma unroll
       for (int i = 0; i < C; ++i) {

@@ -29,6 +29,11 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   launch::GdnStepProblem problem{p.batch, p.v_heads, kV, p.staggered_flush, p.row_order != nullptr};
   problem.buffer_len = p.cache.buffer_len;
   problem.read_copy = kCopy;
+  problem.chunked_tile = Traits::kChunkedTile;
+  problem.vector_gate = kVectorGate;
+  // The CTAs an SM its launch bounds ask for, unless the order rule queries them below (the tile rule
+  // needs only whether the CTAs take more than one wave).
+  problem.ctas_per_sm = Traits::kMinCtasPerSm;
   if (problem.staggered_flush && problem.order_workspace) {
     // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
     const cudaError_t occupancy =
@@ -55,7 +60,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
-                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass);
+                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass, plan.tile_stages);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's
