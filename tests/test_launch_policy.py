@@ -595,20 +595,16 @@ def test_gdn_step_fold_split(probe):
 
 
 def test_gdn_step_tile_chunks(probe):
-    # An fp32 tile without a copy (CHUNKED, the second-to-last argument) in chunks, one in flight, where the
-    # CTAs take more than one wave (132 x 3 = 396 here: qwen4b b13, 416 CTAs, not b12); never for a kernel
-    # that cannot (a copy or a 16-bit checkpoint) nor for KDA (the last argument).
-    assert answers(probe, ["gdnstep 12 32 128 0 3 1 16 0 1", "gdnstep 13 32 128 0 3 1 16 0 1", "gdnstep 256 16 128 0 3 1 16 0 1",
-                           "gdnstep 256 32 128 0 3 1 16 0 0", "gdnstep 256 32 128 0 3 1 16 0 1 1",
-                           "gdnstep 1 32 128 0 3 1 16 0 1"]) == \
-        ["1 32 12", "1 32 13 stages 1", "1 16 256 stages 1", "1 32 256", "1 32 256", "4 128 1"]
-    # The wave is counted with the CTAs an SM (4 CTAs: 528), and beside the order pass and the fold split.
-    assert answers(probe, ["gdnstep 13 32 128 0 4 1 16 0 1", "gdnstep 64 32 128 1 3 1 16 0 1",
-                           "gdnstep 8 32 128 1 3 1 16 0 1"]) == \
-        ["1 32 13", "1 32 64 ordered stages 1", "1 32 11 ordered fold 4 1"]
-    # gdn_step_tile_stages: n chunks in flight at any batch, KDA too; 0 the whole tile; only where the kernel can.
-    assert answers(probe, ["gdnstep 1 32 128 0 3 1 16 0 1", "gdnstep 8 32 128 0 3 1 16 0 1 1", "gdnstep 8 32 128 0 3 1 16 0 0"],
-                   overrides={"gdn_step_tile_stages": 2}) == ["4 128 1 stages 2", "1 32 8 stages 2", "1 32 8"]
+    # An fp32 tile without a copy (CHUNKED, the last argument) in chunks, one in flight, at every batch and
+    # beside the order pass and the fold split; never for a kernel that cannot (a copy or a 16-bit checkpoint).
+    assert answers(probe, ["gdnstep 8 32 128 0 3 1 16 0 1", "gdnstep 256 16 128 0 3 1 16 0 1", "gdnstep 256 32 128 0 3 1 16 0 0",
+                           "gdnstep 256 32 128 0 3 1 16 1 0", "gdnstep 1 32 128 0 3 1 16 0 1"]) == \
+        ["1 32 8 stages 1", "1 16 256 stages 1", "1 32 256", "1 32 256", "4 128 1 stages 1"]
+    assert answers(probe, ["gdnstep 64 32 128 1 3 1 16 0 1", "gdnstep 8 32 128 1 3 1 16 0 1"]) == \
+        ["1 32 64 ordered stages 1", "1 32 11 ordered fold 4 1 stages 1"]
+    # gdn_step_tile_stages: n chunks in flight, 0 the whole tile; only where the kernel can.
+    assert answers(probe, ["gdnstep 1 32 128 0 3 1 16 0 1", "gdnstep 8 32 128 0 3 1 16 0 0"],
+                   overrides={"gdn_step_tile_stages": 2}) == ["4 128 1 stages 2", "1 32 8"]
     assert answers(probe, ["gdnstep 256 32 128 0 3 1 16 0 1"], overrides={"gdn_step_tile_stages": 0}) == ["1 32 256"]
 
 

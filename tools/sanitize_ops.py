@@ -275,11 +275,10 @@ def gdn(family="gdn"):
     layer.step(rows, staggered_flush=True)  # the order pass first (more than one wave of CTAs)
     layer.spec_round(rows, 2, 2)
     layer.op("flush")(*layer.cache(), True, backend="cuda")
-    # The same rows with an fp32 checkpoint and no copy: the tile in chunks, one in flight (GDN's rule past
-    # one wave; KDA by the override), then two under the staggered-flush hint.
+    # The same rows with an fp32 checkpoint and no copy: the tile in chunks, one in flight (the rule), then
+    # two under the staggered-flush hint.
     layer = GdnLayer(GDN_K64, 1100, family=family)
-    with launch_overrides(gdn_step_tile_stages=1):
-        layer.step(rows)
+    layer.step(rows)
     with launch_overrides(gdn_step_tile_stages=2):
         layer.step(rows, staggered_flush=True)
 

@@ -56,16 +56,13 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   const bool more_than_one_wave = problem.batch * plan.grid_x > resident_ctas(device.sm_count, problem.ctas_per_sm);
   plan.ordered = problem.staggered_flush && problem.order_workspace && overrides.gdn_step_order != 0 &&
                  (overrides.gdn_step_order == 1 || more_than_one_wave);
-  // An fp32 tile without a copy in chunks of 32 rows (16 KB at K = 128), one in flight, where the CTAs
-  // take more than one wave: 3 CTAs an SM then keep 48 KB in flight instead of 192 KB, so the set-up's
-  // small loads (slot, cursor, window) of the next CTAs do not queue behind whole tiles, and a folding
-  // CTA reads 16 KB of a tile it does not use instead of 64 KB. H200, one build, lock-step cycles, whole
-  // tile / one chunk: qwen4b b64 74.2 / 64.0 us, b256 246.3 / 220.8; qwen122b@tp4 b64 40.6 / 35.4. Within
-  // a wave nothing queues. KDA (a replay twice as long per row) keeps the whole tile.
-  if (problem.chunked_tile) {
-    plan.tile_stages = overrides.gdn_step_tile_stages >= 0 ? overrides.gdn_step_tile_stages
-                                                           : (!problem.vector_gate && more_than_one_wave ? 1 : 0);
-  }
+  // An fp32 tile without a copy in chunks of 32 rows (16 KB at K = 128), one in flight: 3 CTAs an SM
+  // then keep 48 KB in flight instead of 192 KB, so the small loads of the CTAs' set-up (slot, cursor,
+  // window) do not queue behind whole tiles, and a folding CTA reads 16 KB of a tile it does not use
+  // instead of 64 KB. H100, one run, lock-step cycles whole tile / 1 / 2 chunks in flight: qwen4b b8
+  // 14.56 / 13.43 / 14.22 us, b64 83.41 / 67.51 / 74.66, b256 286.46 / 237.83 / 264.68; qwen122b@tp4 b256
+  // 148.58 / 123.78 / 136.24; KDA kimi48b b256 360.74 / 303.24 (1). At batch 1 the parts are one chunk.
+  if (problem.chunked_tile) plan.tile_stages = overrides.gdn_step_tile_stages >= 0 ? overrides.gdn_step_tile_stages : 1;
   // The fold split: under the hint, with the order workspace and one part a v-head, the first
   // ceil(batch / L) folding rows (a step's folds under an even stagger) in k CTAs a v-head (the largest of
   // 2, 4 <= k with V / k >= 32 and a slot's CTAs within the cursor's tickets), so that a folding row,

@@ -26,7 +26,7 @@
 //   fold BATCH H STAGES CTAS [LAYERS]       -> "ring_stages grid" (grid: CTAs per layer)
 //   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
 //   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1 [L, default 16 [COPY, default 0
-//           [CHUNKED, default 0 [KDA, default 0]]]]]]
+//           [CHUNKED, default 0]]]]]
 //                                           -> "parts grid_x grid_y[ ordered][ fold F ROWS][ stages N]"
 //                                              (plan_gdn_step; CHUNKED: the kernel takes its tile in chunks)
 //   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
@@ -215,11 +215,10 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     GdnStepProblem problem;
     int staggered, workspace = 1;
     in >> problem.batch >> problem.v_heads >> problem.v_dim >> staggered;
-    int copy = 0, chunked = 0, kda = 0;
-    if (in >> problem.ctas_per_sm && in >> workspace && in >> problem.buffer_len && in >> copy && in >> chunked) in >> kda;
+    int copy = 0, chunked = 0;
+    if (in >> problem.ctas_per_sm && in >> workspace && in >> problem.buffer_len && in >> copy) in >> chunked;
     problem.read_copy = copy != 0;
     problem.chunked_tile = chunked != 0;
-    problem.vector_gate = kda != 0;
     problem.staggered_flush = staggered != 0;
     problem.order_workspace = workspace != 0;
     const GdnStepPlan plan = plan_gdn_step(problem, device, overrides);

@@ -30,10 +30,6 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   problem.buffer_len = p.cache.buffer_len;
   problem.read_copy = kCopy;
   problem.chunked_tile = Traits::kChunkedTile;
-  problem.vector_gate = kVectorGate;
-  // The CTAs an SM its launch bounds ask for, unless the order rule queries them below (the tile rule
-  // needs only whether the CTAs take more than one wave).
-  problem.ctas_per_sm = Traits::kMinCtasPerSm;
   if (problem.staggered_flush && problem.order_workspace) {
     // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
     const cudaError_t occupancy =
