@@ -163,12 +163,13 @@ struct StepShared {
   float k_mul, q_mul;
   // The tile in chunks (StepTraits::kChunkedTile and tile_stages > 0): a barrier each, the tile's first
   // row in global memory and the rows' stride, and how many of them thread 0 has asked for. Kept here,
-  // not in registers, which the rows need.
+  // not in registers, which the rows need. Thread 0 writes chunks_asked while the other threads read
+  // the rest: it has 16 bytes of its own, so that no wider load of a neighbour reads it (racecheck).
   uint64_t chunk_full[4];
   const unsigned char* chunk_src;
   int64_t chunk_stride;
-  int32_t chunks;        // 0: the tile in one copy (tile_full)
-  int32_t chunks_asked;  // chunks 0 .. chunks_asked - 1 are in flight or landed
+  int32_t chunks;                     // 0: the tile in one copy (tile_full); written before the first barrier
+  alignas(16) int32_t chunks_asked;   // chunks 0 .. chunks_asked - 1 are in flight or landed
 };
 
 // KDA: the token's log decays per key channel besides.
@@ -239,8 +240,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int h = hv / (p.v_heads / p.heads);
   auto row_slot = [&]() -> int64_t { return ordered ? __ldg(p.row_order + p.batch + pos) : resolve_slot(p, row); };
 
-  // The tile in chunks (false at compile time in every other variant, whose code is then as before).
-  auto chunked = [&]() { return Traits::kChunkedTile && sh.chunks > 0; };
+  // The tile in chunks: thread 0 asks for them (only it reads or writes chunks_asked until the CTA's
+  // last request is behind a barrier), every thread waits. Whether the CTA takes its tile in chunks is
+  // read from shared memory once, after the first barrier (`in_chunks` below; false at compile time in
+  // every other variant, whose code is then as before): a check of sh.chunks in a condition of thread 0's
+  // before that barrier may be evaluated by every thread, which racecheck reports against its write.
   auto ask_chunk = [&](int q) {  // thread 0
     mbarrier_arrive_expect_tx(&sh.chunk_full[q], Traits::kChunkBytes);
     bulk_copy_row_range_to_shared<Traits::kRowBytes>(dyn, sh.chunk_src, q * Traits::kChunkRows, Traits::kChunkRows,
@@ -265,6 +269,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
+  bool replay_asks_early = false;  // thread 0: a replaying CTA in chunks (it asks for more at the barriers)
   if (tid == 0) {
     const int64_t slot = row_slot();
     int32_t w = -1;
@@ -274,13 +279,13 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const int copy_row0 = split ? split_part * copy_rows : row0;
       // In chunks: 2 to kMaxTileChunks whole passes of rows (with more parts, one chunk is the tile).
       const int chunks = copy_rows / Traits::kChunkRows;
-      const bool in_chunks = Traits::kChunkedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
-                             chunks >= 2 && chunks <= Traits::kMaxTileChunks;
+      const bool tile_in_chunks = Traits::kChunkedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
+                                  chunks >= 2 && chunks <= Traits::kMaxTileChunks;
       // The tile's barriers, set up by the thread that arms them and issues the copies, right before
       // them (only a CTA with a slot waits on them, after the CTA barrier below). Initialised at the top
       // of the kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the
       // arm.
-      if (in_chunks) {
+      if (tile_in_chunks) {
         for (int q = 0; q < chunks; ++q) mbarrier_init(&sh.chunk_full[q], 1);
       } else {
         mbarrier_init(&sh.tile_full, 1);
@@ -293,7 +298,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const int64_t tile = (kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride) +
                            copy_row0 * row_stride;
       const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
-      if (in_chunks) {
+      if (tile_in_chunks) {
         sh.chunks = chunks;
         sh.chunks_asked = 0;
         sh.chunk_src = src + tile * dtype_size(kSrc);
@@ -308,6 +313,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       // ticket and is left as it is.
       w = __ldcg(c.num_committed + slot) & kCursorMask;
       if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
+      replay_asks_early = tile_in_chunks && w < L && !folds_after_append(w, c.max_draft_tokens, L);
     }
     sh.slot = slot;
     sh.w = w;
@@ -397,8 +403,9 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   for (int t = tid; t < kV; t += kStepThreads) sh.v[t] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + t);
   // A replaying CTA's next chunks where its first have landed already (a folding or full one asks for no
   // more: it reads no tile).
-  if (tid == 0 && chunked() && sh.w < L && !folds_after_append(sh.w, c.max_draft_tokens, L)) ask_landed_chunks();
+  if (replay_asks_early) ask_landed_chunks();
   __syncthreads();
+  const bool in_chunks = Traits::kChunkedTile && sh.chunks > 0;
 
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineCursor);
   const int64_t out_at = row * tk.out_row_stride + hv * tk.out_head_stride;
@@ -409,7 +416,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     return;
   }
   if (w >= L) {  // a cursor with no room: nothing touched, zero output
-    if (chunked()) {  // the tile lands before the CTA leaves
+    if (in_chunks) {  // the tile lands before the CTA leaves
       wait_asked_chunks();
     } else {
       mbarrier_wait(&sh.tile_full, 0);
@@ -424,7 +431,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
     // The fold's workspace overlaps the tile: the fold waits for it (with a copy, after its first
     // checkpoint rows have gone out).
-    if (chunked()) {
+    if (in_chunks) {
       wait_asked_chunks();
     } else if constexpr (!kCopy) {
       mbarrier_wait(&sh.tile_full, 0);
@@ -558,7 +565,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       }
     }
   }
-  if (tid == 0 && chunked()) ask_landed_chunks();
+  if (tid == 0 && in_chunks) ask_landed_chunks();
   __syncthreads();
   {
     float wk = 0.0f, wq = 0.0f;
@@ -582,7 +589,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wk[slice][vc] = wk;
     sh.wq[slice][vc] = wq;
   }
-  if (tid == 0 && chunked()) ask_landed_chunks();
+  if (tid == 0 && in_chunks) ask_landed_chunks();
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
 
@@ -646,7 +653,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
         }
       }
     }
-    if (!chunked()) mbarrier_wait(&sh.tile_full, 0);  // in chunks: each pass waits for its own
+    if (!in_chunks) mbarrier_wait(&sh.tile_full, 0);  // in chunks: each pass waits for its own
     if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
     // Rows unrolled by 2 where a copy or KDA's vector gate keeps more live (fewer spills: sm_90a ptxas,
     // fp32 checkpoint + bf16 copy 4 / 4 bytes of spill stores / loads against 16 / 12 unrolled fully),
@@ -656,7 +663,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     for (int r = 0; r < R; ++r) {
       const int vr = Lanes::first_row() + r * Lanes::kRowsPerPass;
       if (!mine(vr)) continue;  // whole rows: a row's lanes agree
-      if (chunked()) {  // this pass's chunk (the same for every thread); thread 0 asks tile_stages on
+      if (in_chunks) {  // this pass's chunk (the same for every thread); thread 0 asks tile_stages on
         const int q = (vr - row0) / Traits::kChunkRows;
         mbarrier_wait(&sh.chunk_full[q], 0);
         if (tid == 0) ask_chunks_through(q + tile_stages);
