@@ -97,7 +97,8 @@ struct StepTraits {
   // only lengthen the queue that the set-up's small loads wait in; a folding CTA, which replays
   // nothing, then reads one chunk instead of the tile. 16-bit tiles and copies (32 KB or less, 4 CTAs
   // an SM) keep the one copy.
-  static constexpr bool kChunkedTile = !kCopy && kSrc == DType::kFloat32;
+  static constexpr bool kChunkedTile = kRowsMma || (!kCopy && kSrc == DType::kFloat32);
+  static constexpr bool kChunkedByRule = !kCopy && kSrc == DType::kFloat32;  // experiment: copies by override only
   static constexpr int kChunkRows = Lanes::kRowsPerPass;
   static constexpr int kChunkBytes = kChunkRows * kRowBytes;
   static constexpr int kMaxTileChunks = 4;
@@ -450,7 +451,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     const int fold_of = sh.split_part >= 0 ? fold_parts : parts;
     const int fold_rows = kV / fold_of, fold_row0 = fold_part * fold_rows;
     Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
-                           kCopy ? &sh.tile_full : nullptr, fold_part, fold_of);
+                           kCopy && !in_chunks ? &sh.tile_full : nullptr, fold_part, fold_of);
     for (int t = fold_row0 + tid; t < fold_row0 + fold_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
     move_cursor(slot, 0, fold_of);
@@ -589,7 +590,13 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wk[slice][vc] = wk;
     sh.wq[slice][vc] = wq;
   }
-  if (tid == 0 && in_chunks) ask_landed_chunks();
+  if (tid == 0 && in_chunks) {
+    if constexpr (Traits::kRowsMma) {
+      ask_chunks_through(sh.chunks - 1);
+    } else {
+      ask_landed_chunks();
+    }
+  }
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
 
@@ -604,7 +611,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       if constexpr (kRead == DType::kFloat8E4M3) {
         if (quad_lane < 2) sc = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr);
       }
-      mbarrier_wait(&sh.tile_full, 0);
+      if (in_chunks) {  // each warp its rows' chunk (all asked for before the rows)
+        mbarrier_wait(&sh.chunk_full[(16 * warp) / Traits::kChunkRows], 0);
+      } else {
+        mbarrier_wait(&sh.tile_full, 0);
+      }
       if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
       float acc[4];
       Traits::RowsMmaT::dot(dyn + 16 * warp * Traits::kRowBytes, sh.rows_b, acc);
