@@ -62,7 +62,8 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   // instead of 64 KB. H100, one run, lock-step cycles whole tile / 1 / 2 chunks in flight: qwen4b b8
   // 14.56 / 13.43 / 14.22 us, b64 83.41 / 67.51 / 74.66, b256 286.46 / 237.83 / 264.68; qwen122b@tp4 b256
   // 148.58 / 123.78 / 136.24; KDA kimi48b b256 360.74 / 303.24 (1). At batch 1 the parts are one chunk.
-  if (problem.chunked_tile) plan.tile_stages = overrides.gdn_step_tile_stages >= 0 ? overrides.gdn_step_tile_stages : (problem.chunks_by_rule ? 1 : 0);
+  if (problem.chunked_tile) plan.tile_stages = overrides.gdn_step_tile_stages >= 0 ? overrides.gdn_step_tile_stages : 1;
+  if (problem.staged_tile) plan.tile_stages = std::max(overrides.gdn_step_tile_stages, 0);
   // The fold split: under the hint, with the order workspace and one part a v-head, the first
   // ceil(batch / L) folding rows (a step's folds under an even stagger) in k CTAs a v-head (the largest of
   // 2, 4 <= k with V / k >= 32 and a slot's CTAs within the cursor's tickets), so that a folding row,

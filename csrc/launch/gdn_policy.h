@@ -41,7 +41,7 @@ struct GdnStepProblem {
   int buffer_len = 16;           // L: about batch / L rows fold in a step of an even stagger
   bool read_copy = false;        // the replay reads a read copy (the fold split's rule)
   bool chunked_tile = false;     // the kernel can take its tile in chunks (an fp32 tile without a copy)
-  bool chunks_by_rule = true;    // experiment: the rule's chunk only where this is set
+  bool staged_tile = false;      // experiment: a read copy on tensor cores asked for over the set-up (override only)
 };
 
 struct GdnStepPlan {

@@ -608,13 +608,14 @@ def test_step_fold_split_changes_no_bit(dims, ck, rc, set_overrides):
 # parts a v-head (two parts of V = 64 are one chunk each: the whole tile).
 @pytest.mark.parametrize("dims", [QWEN4B, KV_128_64], ids=["qwen4b", "k128v64"])
 @pytest.mark.parametrize("parts", [1, 2])
-def test_step_tile_chunks_change_no_bit(dims, parts, set_overrides):
+@pytest.mark.parametrize("rc", [None, torch.bfloat16, FP8], ids=["none", "bf16", "fp8"])
+def test_step_tile_chunks_change_no_bit(dims, parts, rc, set_overrides):
     layer = Layer(dims, seed=21)
     L, mdt, num_slots, init, slots, valid, steps = staggered_rows(layer, torch.float32)
     results = []
     for stages in (0, 1, 2, 4):
         set_overrides(gdn_step_parts=parts, gdn_step_tile_stages=stages)
-        cache = Cache(layer, num_slots, L, torch.float32, None, mdt, init=init)
+        cache = Cache(layer, num_slots, L, torch.float32, rc, mdt, init=init)
         cache.stagger(L - mdt + 1)
         if stages == 0:
             outs = [step_and_compare(cache, tok, slots, valid, f"at step {i}", staggered=True) for i, tok in enumerate(steps)]

@@ -97,8 +97,11 @@ struct StepTraits {
   // only lengthen the queue that the set-up's small loads wait in; a folding CTA, which replays
   // nothing, then reads one chunk instead of the tile. 16-bit tiles and copies (32 KB or less, 4 CTAs
   // an SM) keep the one copy.
-  static constexpr bool kChunkedTile = kRowsMma || (!kCopy && kSrc == DType::kFloat32);
-  static constexpr bool kChunkedByRule = !kCopy && kSrc == DType::kFloat32;  // experiment: copies by override only
+  static constexpr bool kChunkedTile = !kCopy && kSrc == DType::kFloat32;
+  // Experiment: a read copy on tensor cores (bf16 / fp8: 32 / 16 KB) on its one barrier, but asked for a
+  // chunk at a time over the set-up (one with the slot, one at each of its barriers, the rest before the
+  // rows; a folding or full CTA all at once), so that fewer of its bytes queue ahead of the set-up's loads.
+  static constexpr bool kStagedTile = kRowsMma;
   static constexpr int kChunkRows = Lanes::kRowsPerPass;
   static constexpr int kChunkBytes = kChunkRows * kRowBytes;
   static constexpr int kMaxTileChunks = 4;
@@ -262,6 +265,16 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     while (next < sh.chunks && mbarrier_test(&sh.chunk_full[next - tile_stages], 0)) ask_chunk(next++);
     sh.chunks_asked = next;
   };
+  // A staged tile (kStagedTile): thread 0 asks for chunks through `last` on the tile's one barrier, armed
+  // for the whole tile.
+  auto ask_staged_through = [&](int last) {
+    int next = sh.chunks_asked;
+    for (; next < sh.chunks && next <= last; ++next) {
+      bulk_copy_row_range_to_shared<Traits::kRowBytes>(dyn, sh.chunk_src, next * Traits::kChunkRows, Traits::kChunkRows,
+                                                       sh.chunk_stride, &sh.tile_full);
+    }
+    sh.chunks_asked = next;
+  };
   // Every thread, after a CTA barrier that follows thread 0's last request: the chunks asked for land
   // before their shared memory is reused or the CTA leaves (a folding or full CTA asks for no more).
   auto wait_asked_chunks = [&]() {
@@ -271,6 +284,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
   bool replay_asks_early = false;  // thread 0: a replaying CTA in chunks (it asks for more at the barriers)
+  bool staged_asks = false;        // thread 0: a replaying CTA whose staged tile it asks for at the barriers
   if (tid == 0) {
     const int64_t slot = row_slot();
     int32_t w = -1;
@@ -282,6 +296,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const int chunks = copy_rows / Traits::kChunkRows;
       const bool tile_in_chunks = Traits::kChunkedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
                                   chunks >= 2 && chunks <= Traits::kMaxTileChunks;
+      const bool tile_staged = Traits::kStagedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
+                               chunks >= 2 && chunks <= Traits::kMaxTileChunks;
       // The tile's barriers, set up by the thread that arms them and issues the copies, right before
       // them (only a CTA with a slot waits on them, after the CTA barrier below). Initialised at the top
       // of the kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the
@@ -305,6 +321,13 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
         sh.chunk_src = src + tile * dtype_size(kSrc);
         sh.chunk_stride = row_stride * dtype_size(kSrc);
         ask_chunks_through(tile_stages - 1);
+      } else if (tile_staged) {
+        sh.chunks = chunks;
+        sh.chunks_asked = 1;
+        sh.chunk_src = src + tile * dtype_size(kSrc);
+        sh.chunk_stride = row_stride * dtype_size(kSrc);
+        mbarrier_arrive_expect_tx(&sh.tile_full, static_cast<uint32_t>(copy_rows) * Traits::kRowBytes);
+        bulk_copy_row_range_to_shared<Traits::kRowBytes>(dyn, sh.chunk_src, 0, Traits::kChunkRows, sh.chunk_stride, &sh.tile_full);
       } else {
         bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
                                                     &sh.tile_full);
@@ -314,7 +337,10 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       // ticket and is left as it is.
       w = __ldcg(c.num_committed + slot) & kCursorMask;
       if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
-      replay_asks_early = tile_in_chunks && w < L && !folds_after_append(w, c.max_draft_tokens, L);
+      const bool replays = w < L && !folds_after_append(w, c.max_draft_tokens, L);
+      replay_asks_early = tile_in_chunks && replays;
+      staged_asks = tile_staged && replays;
+      if (tile_staged && !replays) ask_staged_through(chunks - 1);  // the fold and a full CTA wait for it all
     }
     sh.slot = slot;
     sh.w = w;
@@ -405,6 +431,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // A replaying CTA's next chunks where its first have landed already (a folding or full one asks for no
   // more: it reads no tile).
   if (replay_asks_early) ask_landed_chunks();
+  if (staged_asks) ask_staged_through(1);
   __syncthreads();
   const bool in_chunks = Traits::kChunkedTile && sh.chunks > 0;
 
@@ -451,7 +478,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     const int fold_of = sh.split_part >= 0 ? fold_parts : parts;
     const int fold_rows = kV / fold_of, fold_row0 = fold_part * fold_rows;
     Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
-                           kCopy && !in_chunks ? &sh.tile_full : nullptr, fold_part, fold_of);
+                           kCopy ? &sh.tile_full : nullptr, fold_part, fold_of);
     for (int t = fold_row0 + tid; t < fold_row0 + fold_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
     if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
     move_cursor(slot, 0, fold_of);
@@ -567,6 +594,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     }
   }
   if (tid == 0 && in_chunks) ask_landed_chunks();
+  if (staged_asks) ask_staged_through(2);
   __syncthreads();
   {
     float wk = 0.0f, wq = 0.0f;
@@ -590,13 +618,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wk[slice][vc] = wk;
     sh.wq[slice][vc] = wq;
   }
-  if (tid == 0 && in_chunks) {
-    if constexpr (Traits::kRowsMma) {
-      ask_chunks_through(sh.chunks - 1);
-    } else {
-      ask_landed_chunks();
-    }
-  }
+  if (tid == 0 && in_chunks) ask_landed_chunks();
+  if (staged_asks) ask_staged_through(Traits::kMaxTileChunks - 1);  // the rest, before the rows
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
 
@@ -611,11 +634,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       if constexpr (kRead == DType::kFloat8E4M3) {
         if (quad_lane < 2) sc = __ldg(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + vr);
       }
-      if (in_chunks) {  // each warp its rows' chunk (all asked for before the rows)
-        mbarrier_wait(&sh.chunk_full[(16 * warp) / Traits::kChunkRows], 0);
-      } else {
-        mbarrier_wait(&sh.tile_full, 0);
-      }
+      mbarrier_wait(&sh.tile_full, 0);
       if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineItem0);
       float acc[4];
       Traits::RowsMmaT::dot(dyn + 16 * warp * Traits::kRowBytes, sh.rows_b, acc);
