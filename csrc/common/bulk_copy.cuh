@@ -104,22 +104,10 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
   cute::SM90_BULK_COPY_G2S::copy(src, bar, dst, static_cast<int32_t>(bytes));
 }
 
-// `rows` rows of kRowBytes from global memory (rows `row_stride_bytes` apart) to contiguous shared
-// memory, counted on `bar` (which this thread arms for all of them): one bulk copy when the rows are
-// contiguous, one per row otherwise (strided slot pools).
-template <int kRowBytes>
-__device__ __forceinline__ void bulk_copy_rows_to_shared(unsigned char* dst, const unsigned char* src, int rows,
-                                                         int64_t row_stride_bytes, uint64_t* bar) {
-  mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(rows) * kRowBytes);
-  if (row_stride_bytes == kRowBytes) {
-    bulk_copy_to_shared(dst, src, static_cast<uint32_t>(rows) * kRowBytes, bar);
-  } else {
-    for (int r = 0; r < rows; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
-  }
-}
-
-// Rows first .. first + count - 1 of such a copy, counted on `bar`, which the caller arms: a tile asked
-// for in chunks, each on its own barrier.
+// Rows first .. first + count - 1 of kRowBytes from global memory (rows `row_stride_bytes` apart) to the
+// same rows of contiguous shared memory, counted on `bar`, which the caller arms: one bulk copy when the
+// rows are contiguous, one per row otherwise (strided slot pools). A tile asked for in chunks, each on its
+// own barrier, takes it a chunk at a time.
 template <int kRowBytes>
 __device__ __forceinline__ void bulk_copy_row_range_to_shared(unsigned char* dst, const unsigned char* src, int first,
                                                               int count, int64_t row_stride_bytes, uint64_t* bar) {
@@ -128,6 +116,14 @@ __device__ __forceinline__ void bulk_copy_row_range_to_shared(unsigned char* dst
   } else {
     for (int r = first; r < first + count; ++r) bulk_copy_to_shared(dst + r * kRowBytes, src + r * row_stride_bytes, kRowBytes, bar);
   }
+}
+
+// `rows` such rows from the first, counted on `bar`, which this thread arms for all of them.
+template <int kRowBytes>
+__device__ __forceinline__ void bulk_copy_rows_to_shared(unsigned char* dst, const unsigned char* src, int rows,
+                                                         int64_t row_stride_bytes, uint64_t* bar) {
+  mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>(rows) * kRowBytes);
+  bulk_copy_row_range_to_shared<kRowBytes>(dst, src, 0, rows, row_stride_bytes, bar);
 }
 
 // A whole kRows x kRowBytes tile (the row count known at compile time).
