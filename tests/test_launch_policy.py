@@ -392,16 +392,19 @@ def test_update_stages(probe):
 
 
 def test_update_grid_and_claims(probe):
-    # nano4b, fp32 80 x 128 at two CTAs an SM: 264 a wave. Claims from 8 rounds of items (batch 22: 2112
+    # nano4b, fp32 80 x 128 at two CTAs an SM: 264 a wave. Claims from 5 rounds of items (batch 14: 1344
     # items), one wave of CTAs; below, fixed shares with the grid trimmed to even them (batch 8: 768 items
-    # in 3 rounds of 256; batch 21: 2016 in 8 rounds of 252).
+    # in 3 rounds of 256; batch 13: 1248 in 5 rounds of 250).
     assert update_plan(probe, 64, 96, FP32_80x128) == (2, 264, 1)
-    assert update_plan(probe, 22, 96, FP32_80x128) == (2, 264, 1)
-    assert update_plan(probe, 21, 96, FP32_80x128) == (2, 252, 0)
+    assert update_plan(probe, 14, 96, FP32_80x128) == (2, 264, 1)
+    assert update_plan(probe, 13, 96, FP32_80x128) == (2, 250, 0)
     assert update_plan(probe, 8, 96, FP32_80x128) == (2, 256, 0)
-    # super120b (fp32 64 x 128, 3 stages): claims from batch 17 (2176 items).
-    assert update_plan(probe, 17, 128, FP32_64x128) == (3, 264, 1)
-    assert update_plan(probe, 16, 128, FP32_64x128) == (3, 256, 0)
+    # super120b (fp32 64 x 128, 3 stages): claims from batch 11 (1408 items); super120b@tp4 (H = 32) from
+    # batch 42 (1344), so at batch 64, not at 32.
+    assert update_plan(probe, 11, 128, FP32_64x128) == (3, 264, 1)
+    assert update_plan(probe, 10, 128, FP32_64x128) == (3, 256, 0)
+    assert update_plan(probe, 64, 32, FP32_64x128) == (3, 264, 1)
+    assert update_plan(probe, 32, 32, FP32_64x128) == (3, 256, 0)
     # Without the counter's memory: fixed shares. The overrides: claims wherever an item lies past the
     # first S rounds (1), never (0); a capped grid (batch 1 wraps a ring of 10 CTAs).
     assert update_plan(probe, 64, 96, FP32_80x128, work_counter=False) == (2, 256, 0)
