@@ -598,8 +598,8 @@ def test_gdn_step_fold_split(probe):
 
 
 def test_gdn_step_tile_chunks(probe):
-    # An fp32 tile without a copy (CHUNKED, the last argument) in chunks, one in flight, at every batch and
-    # beside the order pass and the fold split; never for a kernel that cannot (a copy or a 16-bit checkpoint).
+    # An fp32 tile without a copy (TILE 1, the last argument) in chunks, one in flight, at every batch and
+    # beside the order pass and the fold split; never for a kernel that cannot (an fp8 copy or a 16-bit checkpoint).
     assert answers(probe, ["gdnstep 8 32 128 0 3 1 16 0 1", "gdnstep 256 16 128 0 3 1 16 0 1", "gdnstep 256 32 128 0 3 1 16 0 0",
                            "gdnstep 256 32 128 0 3 1 16 1 0", "gdnstep 1 32 128 0 3 1 16 0 1"]) == \
         ["1 32 8 stages 1", "1 16 256 stages 1", "1 32 256", "1 32 256", "4 128 1 stages 1"]
@@ -609,6 +609,15 @@ def test_gdn_step_tile_chunks(probe):
     assert answers(probe, ["gdnstep 1 32 128 0 3 1 16 0 1", "gdnstep 8 32 128 0 3 1 16 0 0"],
                    overrides={"gdn_step_tile_stages": 2}) == ["4 128 1 stages 2", "1 32 8"]
     assert answers(probe, ["gdnstep 256 32 128 0 3 1 16 0 1"], overrides={"gdn_step_tile_stages": 0}) == ["1 32 256"]
+
+
+def test_gdn_step_staged_copy_tile(probe):
+    # A 16-bit read copy on tensor cores (TILE 2) asked for over the set-up at every batch, lock-step or
+    # staggered (beside the order pass and the fold split); 0 keeps the one copy.
+    assert answers(probe, ["gdnstep 256 32 128 0 4 1 16 1 2", "gdnstep 64 16 128 1 4 1 16 1 2", "gdnstep 8 32 128 1 4 1 16 1 2",
+                           "gdnstep 256 32 128 0 4 1 16 1 0"]) == \
+        ["1 32 256 stages 1", "1 16 64 ordered stages 1", "1 32 11 ordered fold 4 1 stages 1", "1 32 256"]
+    assert answers(probe, ["gdnstep 256 32 128 0 4 1 16 1 2"], overrides={"gdn_step_tile_stages": 0}) == ["1 32 256"]
 
 
 # ---- programmatic dependent launch: both halves where the tiles do not outnumber the SMs ----

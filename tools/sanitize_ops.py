@@ -235,12 +235,14 @@ def gdn(family="gdn"):
     # staggered over the slots, so folding and replaying CTAs share each launch), verify + commit rounds with
     # random acceptance (T = 1, 3, 2 under max_draft_tokens 3: some rows have no room, some fold), materialize,
     # flush of the named slots and of all, the conventional update and update_snapshots; with no read copy, a
-    # bf16 and an fp8 one, and a bf16 checkpoint with an fp8 copy. verify takes one v-head a CTA or all of a
+    # bf16 and an fp8 one (a bf16 copy's tile asked for over the set-up, in 2 and 4 chunks), and a bf16
+    # checkpoint with an fp8 copy. verify takes one v-head a CTA or all of a
     # row's (verify_heads_per_cta=64: on K = V = 128 more heads than the fp32 ring has stages, so it refills).
     for dims, ck_dtype, copy_dtype, verify_heads in [
             (GDN_K64, torch.float32, None, 1), (GDN_K64, torch.float32, torch.bfloat16, 64),
             (GDN_K64, torch.float32, torch.float8_e4m3fn, 1), (GDN_K64, torch.bfloat16, torch.float8_e4m3fn, 64),
-            (GDN_K128, torch.float32, None, 64), (GDN_K128, torch.float32, torch.float8_e4m3fn, 1)]:
+            (GDN_K128, torch.float32, None, 64), (GDN_K128, torch.float32, torch.bfloat16, 1),
+            (GDN_K128, torch.float32, torch.float8_e4m3fn, 1)]:
         layer = GdnLayer(dims, S, ck_dtype, copy_dtype, family)
         if copy_dtype is not None:
             ops.make_read_copy(layer.checkpoint, layer.read_copy, layer.read_scale, slots, -1, backend="cuda")
@@ -281,6 +283,10 @@ def gdn(family="gdn"):
     layer.step(rows)
     with launch_overrides(gdn_step_tile_stages=2):
         layer.step(rows, staggered_flush=True)
+    # And with a bf16 copy, whose tile is asked for over the set-up (GDN; KDA keeps the one copy).
+    layer = GdnLayer(GDN_K64, 1100, copy_dtype=torch.bfloat16, family=family)
+    layer.step(rows)
+    layer.step(rows, staggered_flush=True)
 
 
 FAMILIES = {"mamba2": mamba2, "gdn": gdn, "kda": lambda: gdn("kda")}

@@ -50,6 +50,14 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
   cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(bar, bytes);
 }
 
+// `bytes` of an armed phase counted as landed, with no copy and no arrival: a thread that armed the
+// barrier for copies it then does not issue settles their bytes, so that the phase completes when the
+// copies it did issue land.
+__device__ __forceinline__ void mbarrier_complete_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.complete_tx.shared::cta.relaxed.cta.b64 [%1], %0;\n" ::"r"(bytes), "r"(smem_address(bar))
+               : "memory");
+}
+
 // One arrival that announces no bytes: a consumer handing a buffer back (after its ordinary loads of
 // it: ours, a compiler memory barrier), or a producer completing a phase it has nothing to copy for.
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {

@@ -602,19 +602,21 @@ def test_step_fold_split_changes_no_bit(dims, ck, rc, set_overrides):
         assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_fold_parts={fold_parts}"
 
 
-# The tile in chunks of 32 rows (gdn_step_tile_stages 1 / 2 / 4 in flight; an fp32 checkpoint without a
-# copy) changes no bit against the whole tile, which matches the reference: staggered fold cycles of an
-# odd batch with pad and out-of-range rows (replaying, folding and idle CTAs in one launch), one and two
-# parts a v-head (two parts of V = 64 are one chunk each: the whole tile).
+# The tile in chunks of 32 rows (gdn_step_tile_stages 1 / 2 / 4 in flight with an fp32 checkpoint and no
+# copy; a bf16 copy's tile asked for over the set-up; the fp8 copy's kernels keep the one copy, whatever
+# the override) changes no bit against the whole tile, which matches the reference: staggered fold cycles
+# of an odd batch with pad and out-of-range rows (replaying, folding and idle CTAs in one launch), one and
+# two parts a v-head (two parts of V = 64 are one chunk each: the whole tile).
 @pytest.mark.parametrize("dims", [QWEN4B, KV_128_64], ids=["qwen4b", "k128v64"])
 @pytest.mark.parametrize("parts", [1, 2])
-def test_step_tile_chunks_change_no_bit(dims, parts, set_overrides):
+@pytest.mark.parametrize("rc", [None, torch.bfloat16, FP8], ids=["none", "bf16", "fp8"])
+def test_step_tile_chunks_change_no_bit(dims, parts, rc, set_overrides):
     layer = Layer(dims, seed=21)
     L, mdt, num_slots, init, slots, valid, steps = staggered_rows(layer, torch.float32)
     results = []
     for stages in (0, 1, 2, 4):
         set_overrides(gdn_step_parts=parts, gdn_step_tile_stages=stages)
-        cache = Cache(layer, num_slots, L, torch.float32, None, mdt, init=init)
+        cache = Cache(layer, num_slots, L, torch.float32, rc, mdt, init=init)
         cache.stagger(L - mdt + 1)
         if stages == 0:
             outs = [step_and_compare(cache, tok, slots, valid, f"at step {i}", staggered=True) for i, tok in enumerate(steps)]
@@ -627,8 +629,10 @@ def test_step_tile_chunks_change_no_bit(dims, parts, set_overrides):
 
 # The same under load: 300 rows of qwen4b (9600 CTAs, 24 waves), so that chunks land while CTAs queue and
 # thread 0's requests at the set-up's barriers find some landed and some not; every seventh cursor has no
-# room (its CTAs wait for their first chunks and leave).
-def test_step_tile_chunks_change_no_bit_under_load(set_overrides):
+# room (its CTAs wait for their first chunks and leave; with a bf16 copy they settle the rest of the
+# tile's bytes, as the folding CTAs do).
+@pytest.mark.parametrize("rc", [None, torch.bfloat16], ids=["none", "bf16"])
+def test_step_tile_chunks_change_no_bit_under_load(rc, set_overrides):
     layer = Layer(QWEN4B, seed=22)
     L, mdt, num_slots, batch = 6, 2, 310, 300
     init = layer.states(num_slots, torch.float32)
@@ -638,7 +642,7 @@ def test_step_tile_chunks_change_no_bit_under_load(set_overrides):
     results = []
     for stages in (0, 1, 2):
         set_overrides(gdn_step_tile_stages=stages)
-        cache = Cache(layer, num_slots, L, torch.float32, None, mdt, init=init)
+        cache = Cache(layer, num_slots, L, torch.float32, rc, mdt, init=init)
         cache.stagger(L - mdt + 1)
         cache.num_committed[full] = L
         outs = [cache.step(tok, slots, staggered=True) for tok in steps]

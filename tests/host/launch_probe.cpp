@@ -26,9 +26,10 @@
 //   fold BATCH H STAGES CTAS [LAYERS]       -> "ring_stages grid" (grid: CTAs per layer)
 //   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
 //   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1 [L, default 16 [COPY, default 0
-//           [CHUNKED, default 0]]]]]
+//           [TILE, default 0]]]]]
 //                                           -> "parts grid_x grid_y[ ordered][ fold F ROWS][ stages N]"
-//                                              (plan_gdn_step; CHUNKED: the kernel takes its tile in chunks)
+//                                              (plan_gdn_step; TILE 1: the kernel takes its tile in chunks,
+//                                              2: it asks for its 16-bit read copy's tile over the set-up)
 //   gdnverify BATCH HV CTAS                 -> "heads_per_cta grid_x grid_y" (plan_gdn_verify)
 //   gdnring COMPILED_STAGES COMPILED_CTAS STATIC_BYTES BYTES_1 .. BYTES_COMPILED
 //                                           -> stages of plan_gdn_verify_stages / plan_gdn_fold_stages (one rule)
@@ -215,10 +216,11 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     GdnStepProblem problem;
     int staggered, workspace = 1;
     in >> problem.batch >> problem.v_heads >> problem.v_dim >> staggered;
-    int copy = 0, chunked = 0;
-    if (in >> problem.ctas_per_sm && in >> workspace && in >> problem.buffer_len && in >> copy) in >> chunked;
+    int copy = 0, tile = 0;
+    if (in >> problem.ctas_per_sm && in >> workspace && in >> problem.buffer_len && in >> copy) in >> tile;
     problem.read_copy = copy != 0;
-    problem.chunked_tile = chunked != 0;
+    problem.chunked_tile = tile == 1;
+    problem.staged_tile = tile == 2;
     problem.staggered_flush = staggered != 0;
     problem.order_workspace = workspace != 0;
     const GdnStepPlan plan = plan_gdn_step(problem, device, overrides);

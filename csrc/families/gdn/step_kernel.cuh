@@ -98,6 +98,13 @@ struct StepTraits {
   // nothing, then reads one chunk instead of the tile. 16-bit tiles and copies (32 KB or less, 4 CTAs
   // an SM) keep the one copy.
   static constexpr bool kChunkedTile = !kCopy && kSrc == DType::kFloat32;
+  // A 16-bit read copy on tensor cores (32 KB at K = V = 128, 4 CTAs an SM) stays on its one barrier but
+  // is asked for a chunk at a time over the set-up: one with the slot, one at each of the set-up's two
+  // barriers, the rest before the rows, so that fewer of its bytes queue ahead of the set-up's loads; a
+  // folding or full CTA, which reads no tile, asks for no more and settles the rest of the barrier's
+  // bytes (mbarrier_complete_tx). Not the fp8 copy (16 KB): there the staged copy was no faster in
+  // lock-step and up to 8% slower under staggered folds (docs/TUNING.md), so its kernels keep the one copy.
+  static constexpr bool kStagedTile = kRowsMma && kRead != DType::kFloat8E4M3;
   static constexpr int kChunkRows = Lanes::kRowsPerPass;
   static constexpr int kChunkBytes = kChunkRows * kRowBytes;
   static constexpr int kMaxTileChunks = 4;
@@ -261,6 +268,16 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     while (next < sh.chunks && mbarrier_test(&sh.chunk_full[next - tile_stages], 0)) ask_chunk(next++);
     sh.chunks_asked = next;
   };
+  // A staged tile (kStagedTile): thread 0 asks for chunks through `last` on the tile's one barrier, armed
+  // for the whole tile.
+  auto ask_staged_through = [&](int last) {
+    int next = sh.chunks_asked;
+    for (; next < sh.chunks && next <= last; ++next) {
+      bulk_copy_row_range_to_shared<Traits::kRowBytes>(dyn, sh.chunk_src, next * Traits::kChunkRows, Traits::kChunkRows,
+                                                       sh.chunk_stride, &sh.tile_full);
+    }
+    sh.chunks_asked = next;
+  };
   // Every thread, after a CTA barrier that follows thread 0's last request: the chunks asked for land
   // before their shared memory is reused or the CTA leaves (a folding or full CTA asks for no more).
   auto wait_asked_chunks = [&]() {
@@ -270,6 +287,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // ---- 1. slot, tile copy, cursor and ticket; the token ----
   int32_t ticket = 0;  // thread 0: the cursor word as its atomic found it (the tickets drawn before)
   bool replay_asks_early = false;  // thread 0: a replaying CTA in chunks (it asks for more at the barriers)
+  bool staged_asks = false;        // thread 0: a replaying CTA whose staged tile it asks for at the barriers
   if (tid == 0) {
     const int64_t slot = row_slot();
     int32_t w = -1;
@@ -281,6 +299,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const int chunks = copy_rows / Traits::kChunkRows;
       const bool tile_in_chunks = Traits::kChunkedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
                                   chunks >= 2 && chunks <= Traits::kMaxTileChunks;
+      const bool tile_staged = Traits::kStagedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
+                               chunks >= 2 && chunks <= Traits::kMaxTileChunks;
       // The tile's barriers, set up by the thread that arms them and issues the copies, right before
       // them (only a CTA with a slot waits on them, after the CTA barrier below). Initialised at the top
       // of the kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the
@@ -304,6 +324,13 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
         sh.chunk_src = src + tile * dtype_size(kSrc);
         sh.chunk_stride = row_stride * dtype_size(kSrc);
         ask_chunks_through(tile_stages - 1);
+      } else if (tile_staged) {
+        sh.chunks = chunks;
+        sh.chunks_asked = 1;
+        sh.chunk_src = src + tile * dtype_size(kSrc);
+        sh.chunk_stride = row_stride * dtype_size(kSrc);
+        mbarrier_arrive_expect_tx(&sh.tile_full, static_cast<uint32_t>(copy_rows) * Traits::kRowBytes);
+        bulk_copy_row_range_to_shared<Traits::kRowBytes>(dyn, sh.chunk_src, 0, Traits::kChunkRows, sh.chunk_stride, &sh.tile_full);
       } else {
         bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
                                                     &sh.tile_full);
@@ -314,6 +341,12 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       w = __ldcg(c.num_committed + slot) & kCursorMask;
       if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
       replay_asks_early = tile_in_chunks && w < L && !folds_after_append(w, c.max_draft_tokens, L);
+      staged_asks = tile_staged && w < L && !folds_after_append(w, c.max_draft_tokens, L);
+      // A folding or full CTA reads no tile: the chunks not asked for are settled on the barrier, which
+      // then completes when the first lands (before the fold reuses its shared memory).
+      if (tile_staged && !staged_asks) {
+        mbarrier_complete_tx(&sh.tile_full, static_cast<uint32_t>(chunks - 1) * Traits::kChunkBytes);
+      }
     }
     sh.slot = slot;
     sh.w = w;
@@ -404,6 +437,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   // A replaying CTA's next chunks where its first have landed already (a folding or full one asks for no
   // more: it reads no tile).
   if (replay_asks_early) ask_landed_chunks();
+  if (staged_asks) ask_staged_through(1);
   __syncthreads();
   const bool in_chunks = Traits::kChunkedTile && sh.chunks > 0;
 
@@ -566,6 +600,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     }
   }
   if (tid == 0 && in_chunks) ask_landed_chunks();
+  if (staged_asks) ask_staged_through(2);
   __syncthreads();
   {
     float wk = 0.0f, wq = 0.0f;
@@ -590,6 +625,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wq[slice][vc] = wq;
   }
   if (tid == 0 && in_chunks) ask_landed_chunks();
+  if (staged_asks) ask_staged_through(Traits::kMaxTileChunks - 1);  // the rest, before the rows
   __syncthreads();
   if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineSetUp);
 

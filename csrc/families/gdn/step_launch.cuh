@@ -30,6 +30,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   problem.buffer_len = p.cache.buffer_len;
   problem.read_copy = kCopy;
   problem.chunked_tile = Traits::kChunkedTile;
+  problem.staged_tile = Traits::kStagedTile;
   if (problem.staggered_flush && problem.order_workspace) {
     // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
     const cudaError_t occupancy =
