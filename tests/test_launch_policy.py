@@ -392,19 +392,22 @@ def test_update_stages(probe):
 
 
 def test_update_grid_and_claims(probe):
-    # nano4b, fp32 80 x 128 at two CTAs an SM: 264 a wave, 2 ring stages. Claims where 2 rounds of items
-    # or more lie past the ring's 2 (batch 11: 1056 items, 4 rounds), one wave of CTAs; below, fixed
-    # shares with the grid trimmed to even them (batch 8: 768 items in 3 rounds of 256; batch 10: 960 in
-    # 4 rounds of 240).
+    # nano4b, fp32 80 x 128 at two CTAs an SM: 264 a wave, 2 ring stages. Claims where 2.25 rounds of
+    # items or more lie past the ring's 2 (batch 12: 1152 items, 4.4 rounds), one wave of CTAs; below,
+    # fixed shares with the grid trimmed to even them (batch 8: 768 items in 3 rounds of 256; batch 11:
+    # 1056 in 4 rounds of 264; batch 10: 960 in 4 rounds of 240).
     assert update_plan(probe, 64, 96, FP32_80x128) == (2, 264, 1)
-    assert update_plan(probe, 11, 96, FP32_80x128) == (2, 264, 1)
+    assert update_plan(probe, 12, 96, FP32_80x128) == (2, 264, 1)
+    assert update_plan(probe, 11, 96, FP32_80x128) == (2, 264, 0)
     assert update_plan(probe, 10, 96, FP32_80x128) == (2, 240, 0)
     assert update_plan(probe, 8, 96, FP32_80x128) == (2, 256, 0)
-    # super120b (fp32 64 x 128, 3 stages): 5 rounds, from batch 11 (1408 items); super120b@tp4 (H = 32)
-    # from batch 42 (1344), so at batch 64, not at 32.
+    # super120b (fp32 64 x 128, 3 stages): 5.25 rounds, from batch 11 (1408 items); super120b@tp4 (H = 32)
+    # from batch 44 (1408), so at batch 64, not at 43 or 32.
     assert update_plan(probe, 11, 128, FP32_64x128) == (3, 264, 1)
     assert update_plan(probe, 10, 128, FP32_64x128) == (3, 256, 0)
     assert update_plan(probe, 64, 32, FP32_64x128) == (3, 264, 1)
+    assert update_plan(probe, 44, 32, FP32_64x128) == (3, 264, 1)
+    assert update_plan(probe, 43, 32, FP32_64x128)[2] == 0
     assert update_plan(probe, 32, 32, FP32_64x128) == (3, 256, 0)
     # Without the counter's memory: fixed shares. The overrides: claims wherever an item lies past the
     # first S rounds (1), never (0); a capped grid (batch 1 wraps a ring of 10 CTAs).

@@ -148,13 +148,13 @@ int plan_mamba2_update_stages(const Mamba2UpdateProblem& problem, const DeviceIn
 
 // One wave of persistent CTAs. Past the first `stages` rounds, items are claimed from a counter by
 // whichever CTA is ready (CTAs stream at different rates; with fixed shares the last SMs finished far
-// behind the median), where at least 2 rounds of items are left to claim past the ring's first `stages`:
-// the counter's zeroing costs a memset node (~2 us), which loses below that. H100, fixed shares /
-// claims, rounds of items (stages): super120b@tp4 b64 7.8 (3) 52.79 / 51.97 us, super120b b16 7.8 (3)
-// 52.86 / 51.38, nano4b@tp2 b32 5.8 (2) 49.80 / 48.30, b24 4.4 (2) 38.48 / 37.97; even at super120b@tp4
-// b44 5.3 (3) 38.23 / 38.43; lost at b40 4.8 (3) 33.87 / 35.33, b32 3.9 (3) 26.86 / 28.99, nano4b@tp2
-// b16 2.9 (2) 25.79 / 27.15. With fixed shares the grid is trimmed so that shares differ by at most one
-// item (a CTA with one more would run its last item alone).
+// behind the median), where at least 2.25 rounds of items are left to claim past the ring's first
+// `stages`: the counter's zeroing costs a memset node (~2 us), which loses below that. H100, fixed shares
+// / claims, rounds of items (stages): won at super120b@tp4 b64 7.8 (3) 52.79 / 51.97 us, nano4b@tp2 b32
+// 5.8 (2) 49.80 / 48.30, super120b b11 5.3 (3) 38.35 / 37.41, nano4b b12 4.4 (2) 38.32 / 37.44; even at
+// super120b@tp4 b44 5.3 (3) 38.23 / 38.43; lost at nano4b b11 4.0 (2) 34.30 / 35.14, super120b b10 4.8
+// (3) 33.97 / 34.51, super120b@tp4 b32 3.9 (3) 26.86 / 28.99. With fixed shares the grid is trimmed so
+// that shares differ by at most one item (a CTA with one more would run its last item alone).
 Mamba2UpdatePlan plan_mamba2_update(const Mamba2UpdateProblem& problem, int stages, int ctas_per_sm,
                                     const DeviceInfo& device, const LaunchOverrides& overrides) {
   Mamba2UpdatePlan plan;
@@ -162,9 +162,10 @@ Mamba2UpdatePlan plan_mamba2_update(const Mamba2UpdateProblem& problem, int stag
   int64_t wave = static_cast<int64_t>(device.sm_count) * ctas_per_sm;
   if (overrides.update_ctas >= 1 && overrides.update_ctas < wave) wave = overrides.update_ctas;
   const int64_t items = problem.batch * problem.heads * (problem.parts > 1 ? problem.parts : 1);
-  constexpr int64_t kClaimedRounds = 2;
+  constexpr int64_t kClaimedQuarterRounds = 9;  // 2.25 rounds
   plan.claims = problem.work_counter && overrides.update_claims != 0 && items > stages * wave &&
-                (overrides.update_claims == 1 || items >= (stages + kClaimedRounds) * wave) && items < (int64_t{1} << 30);
+                (overrides.update_claims == 1 || 4 * items >= (4 * stages + kClaimedQuarterRounds) * wave) &&
+                items < (int64_t{1} << 30);
   if (plan.claims) {
     plan.grid = wave;
   } else {

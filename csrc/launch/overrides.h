@@ -62,7 +62,7 @@ namespace launch {
     "mamba2_update: at most n CTAs in the persistent grid (small batches then wrap the ring); 0: one wave")  \
   X(update_claims, "REPLAYSSM_UPDATE_CLAIMS", -1, -1, 1,                                                     \
     "mamba2_update: 1 claim every item past each CTA's first rounds from a counter, 0 fixed shares; "        \
-    "-1: the rule (2 rounds of items to claim or more)")                                                     \
+    "-1: the rule (2.25 rounds of items or more to claim)")                                                  \
   X(update_split, "REPLAYSSM_UPDATE_SPLIT", -1, -1, 1,                                                       \
     "mamba2_update: 1 items of one pass of state rows (a head's tile split over CTAs), 0 whole heads; "       \
     "-1: the rule (split where whole heads give fewer items than SMs)")                                      \
