@@ -616,12 +616,15 @@ def test_gdn_step_tile_chunks(probe):
 
 
 def test_gdn_step_staged_copy_tile(probe):
-    # A 16-bit read copy on tensor cores (TILE 2) asked for over the set-up at every batch, lock-step or
-    # staggered (beside the order pass and the fold split); 0 keeps the one copy.
+    # A 16-bit read copy on tensor cores (TILE 2) asked for over the set-up where the CTAs outnumber the
+    # SMs, lock-step or staggered (beside the order pass and the fold split); at a CTA an SM or fewer
+    # (qwen122b@tp4 b8: 128; batch 1 in 4 parts: 128) the one copy.
     assert answers(probe, ["gdnstep 256 32 128 0 4 1 16 1 2", "gdnstep 64 16 128 1 4 1 16 1 2", "gdnstep 8 32 128 1 4 1 16 1 2",
-                           "gdnstep 256 32 128 0 4 1 16 1 0"]) == \
-        ["1 32 256 stages 1", "1 16 64 ordered stages 1", "1 32 11 ordered fold 4 1 stages 1", "1 32 256"]
+                           "gdnstep 8 16 128 0 4 1 16 1 2", "gdnstep 1 32 128 0 4 1 16 1 2", "gdnstep 256 32 128 0 4 1 16 1 0"]) == \
+        ["1 32 256 stages 1", "1 16 64 ordered stages 1", "1 32 11 ordered fold 4 1 stages 1", "1 16 8", "4 128 1", "1 32 256"]
+    # The override: 0 the one copy, n >= 1 the staged kernel at any batch.
     assert answers(probe, ["gdnstep 256 32 128 0 4 1 16 1 2"], overrides={"gdn_step_tile_stages": 0}) == ["1 32 256"]
+    assert answers(probe, ["gdnstep 8 16 128 0 4 1 16 1 2"], overrides={"gdn_step_tile_stages": 1}) == ["1 16 8 stages 1"]
 
 
 # ---- programmatic dependent launch: both halves where the tiles do not outnumber the SMs ----

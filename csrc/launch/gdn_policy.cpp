@@ -64,10 +64,15 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   // 148.58 / 123.78 / 136.24; KDA kimi48b b256 360.74 / 303.24 (1). At batch 1 the parts are one chunk.
   if (problem.chunked_tile) plan.tile_stages = overrides.gdn_step_tile_stages >= 0 ? overrides.gdn_step_tile_stages : 1;
   // A 16-bit read copy on tensor cores (32 KB at K = V = 128) asked for a chunk at a time over the
-  // set-up (any tile_stages > 0; the kernel's schedule). H100, one run, main's one copy against it, bf16
-  // copy: lock-step cycles qwen4b b64 59.04 -> 53.54 us, b256 201.05 -> 188.59; qwen122b@tp4 b64 31.78 ->
-  // 29.11, b256 107.30 -> 99.18; staggered -0.3..-2.0%.
-  if (problem.staged_tile) plan.tile_stages = overrides.gdn_step_tile_stages >= 0 ? overrides.gdn_step_tile_stages : 1;
+  // set-up (the staged kernel; any tile_stages > 0), where the CTAs outnumber the SMs: H100, one run,
+  // main's one copy against it, bf16 copy, lock-step cycles qwen4b b64 59.04 -> 53.54 us, b256 201.05 ->
+  // 188.59; qwen122b@tp4 b64 31.78 -> 29.11, b256 107.30 -> 99.18; staggered -0.3..-2.0%; qwen4b b8 (256
+  // CTAs) 12.54 -> 11.97 (both in the staged build). With a CTA an SM or fewer there is no queue to
+  // shorten: qwen122b@tp4 b8 (128 CTAs) 9.53 -> 9.68.
+  if (problem.staged_tile) {
+    const bool over_sms = problem.batch * plan.grid_x > device.sm_count;
+    plan.tile_stages = overrides.gdn_step_tile_stages >= 0 ? overrides.gdn_step_tile_stages : (over_sms ? 1 : 0);
+  }
   // The fold split: under the hint, with the order workspace and one part a v-head, the first
   // ceil(batch / L) folding rows (a step's folds under an even stagger) in k CTAs a v-head (the largest of
   // 2, 4 <= k with V / k >= 32 and a slot's CTAs within the cursor's tickets), so that a folding row,

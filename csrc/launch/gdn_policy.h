@@ -41,7 +41,7 @@ struct GdnStepProblem {
   int buffer_len = 16;           // L: about batch / L rows fold in a step of an even stagger
   bool read_copy = false;        // the replay reads a read copy (the fold split's rule)
   bool chunked_tile = false;     // the kernel can take its tile in chunks (an fp32 tile without a copy)
-  bool staged_tile = false;      // the kernel can ask for its 16-bit read copy's tile over the set-up
+  bool staged_tile = false;      // a staged kernel can ask for its 16-bit read copy's tile over the set-up
 };
 
 struct GdnStepPlan {

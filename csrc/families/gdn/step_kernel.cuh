@@ -78,7 +78,8 @@ namespace gdn {
 
 constexpr int kStepThreads = 256;
 
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate = false>
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate = false,
+          bool kStaged = false>
 struct StepTraits {
   static constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what the replay reads
   using Lanes = RowLanes<kK, kSrc, kStepThreads>;
@@ -98,13 +99,17 @@ struct StepTraits {
   // nothing, then reads one chunk instead of the tile. 16-bit tiles and copies (32 KB or less, 4 CTAs
   // an SM) keep the one copy.
   static constexpr bool kChunkedTile = !kCopy && kSrc == DType::kFloat32;
-  // A 16-bit read copy on tensor cores (32 KB at K = V = 128, 4 CTAs an SM) stays on its one barrier but
-  // is asked for a chunk at a time over the set-up: one with the slot, one at each of the set-up's two
-  // barriers, the rest before the rows, so that fewer of its bytes queue ahead of the set-up's loads; a
-  // folding or full CTA, which reads no tile, asks for no more and settles the rest of the barrier's
-  // bytes (mbarrier_complete_tx). Not the fp8 copy (16 KB): there the staged copy was no faster in
-  // lock-step and up to 8% slower under staggered folds (docs/TUNING.md), so its kernels keep the one copy.
-  static constexpr bool kStagedTile = kRowsMma && kRead != DType::kFloat8E4M3;
+  // A 16-bit read copy on tensor cores (32 KB at K = V = 128, 4 CTAs an SM) may stay on its one barrier
+  // but be asked for a chunk at a time over the set-up: one with the slot, one at each of the set-up's
+  // two barriers, the rest before the rows, so that fewer of its bytes queue ahead of the set-up's loads;
+  // a folding or full CTA, which reads no tile, asks for no more and settles the rest of the barrier's
+  // bytes (mbarrier_complete_tx). A kernel of its own (kStaged), so that the launches that keep the one
+  // copy (one CTA an SM or fewer) keep their kernel's registers: with the staged copy compiled in, the
+  // 64-register kernel spills 20 / 16 bytes and its batch-1 cycle was 4-5% slower. Not the fp8 copy (16
+  // KB): there the staged copy was no faster in lock-step and up to 8% slower under staggered folds.
+  static constexpr bool kCanStage = kRowsMma && kRead != DType::kFloat8E4M3;
+  static_assert(!kStaged || kCanStage, "only a 16-bit read copy on tensor cores is staged");
+  static constexpr bool kStagedTile = kStaged;
   static constexpr int kChunkRows = Lanes::kRowsPerPass;
   static constexpr int kChunkBytes = kChunkRows * kRowBytes;
   static constexpr int kMaxTileChunks = 4;
@@ -185,9 +190,10 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
   alignas(16) float gv[kK];
 };
 
-// tile_stages (StepTraits::kChunkedTile variants only): > 0 the tile in chunks of one replay pass of
-// rows, the first tile_stages asked for with the slot and one more each time an earlier chunk lands
-// (thread 0 tests at the set-up's barriers) or the rows reach it; 0 the whole tile in one copy.
+// tile_stages (StepTraits::kChunkedTile variants): > 0 the tile in chunks of one replay pass of rows, the
+// first tile_stages asked for with the slot and one more each time an earlier chunk lands (thread 0 tests
+// at the set-up's barriers) or the rows reach it; 0 the whole tile in one copy. kStaged kernels (a 16-bit
+// read copy, StepTraits::kStagedTile): > 0 the tile asked for over the set-up.
 // pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
 // start early.
 // parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
@@ -196,11 +202,11 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // y takes the batch row and slot it put at y (the folding rows first). after_order_pass: launched with PDL
 // behind that pass (launch/pdl.h): the CTA waits for it as for any kernel ahead, and lets nothing start
 // early unless pdl_trigger.
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate, bool kStaged>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
                 const int fold_parts, const bool after_order_pass, const int tile_stages) {
-  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
+  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, kStaged>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
   constexpr int kSlices = Traits::kSlices;

@@ -18,10 +18,8 @@ namespace gdn {
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate>
 cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
-  auto kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
+  auto kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, false>;
   const size_t smem = Traits::smem_bytes(p.cache.buffer_len);
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
   launch::DeviceInfo device;
   const cudaError_t info = current_device_info(&device);  // cached after the first call
   if (info != cudaSuccess) return info;
@@ -30,14 +28,22 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   problem.buffer_len = p.cache.buffer_len;
   problem.read_copy = kCopy;
   problem.chunked_tile = Traits::kChunkedTile;
-  problem.staged_tile = Traits::kStagedTile;
+  problem.staged_tile = Traits::kCanStage;
   if (problem.staggered_flush && problem.order_workspace) {
-    // Only the order rule asks how many CTAs an SM holds; other launches skip the query.
+    // Only the order rule asks how many CTAs an SM holds; other launches skip the query (the staged
+    // kernel has the same launch bounds and shared memory).
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
     const cudaError_t occupancy =
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&problem.ctas_per_sm, kernel, kStepThreads, smem);
     if (occupancy != cudaSuccess) return occupancy;
   }
   const launch::GdnStepPlan plan = launch::plan_gdn_step(problem, device, overrides);
+  if constexpr (Traits::kCanStage) {
+    if (plan.tile_stages > 0) kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, true>;
+  }
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.v_heads, device.sm_count);
   const bool after_order_pass = plan.ordered && launch::step_starts_during_order_pass(overrides);
