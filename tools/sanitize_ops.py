@@ -235,8 +235,8 @@ def gdn(family="gdn"):
     # staggered over the slots, so folding and replaying CTAs share each launch), verify + commit rounds with
     # random acceptance (T = 1, 3, 2 under max_draft_tokens 3: some rows have no room, some fold), materialize,
     # flush of the named slots and of all, the conventional update and update_snapshots; with no read copy, a
-    # bf16 and an fp8 one (a bf16 copy's tile asked for over the set-up, in 2 and 4 chunks), and a bf16
-    # checkpoint with an fp8 copy. verify takes one v-head a CTA or all of a
+    # bf16 and an fp8 one (a bf16 copy's tile asked for over the set-up by the staged kernel, in 2 and 4
+    # chunks), and a bf16 checkpoint with an fp8 copy. verify takes one v-head a CTA or all of a
     # row's (verify_heads_per_cta=64: on K = V = 128 more heads than the fp32 ring has stages, so it refills).
     for dims, ck_dtype, copy_dtype, verify_heads in [
             (GDN_K64, torch.float32, None, 1), (GDN_K64, torch.float32, torch.bfloat16, 64),
@@ -248,7 +248,9 @@ def gdn(family="gdn"):
             ops.make_read_copy(layer.checkpoint, layer.read_copy, layer.read_scale, slots, -1, backend="cuda")
         for _ in range(L + 1):
             layer.step(slots)
-        if ck_dtype == torch.float32 and copy_dtype is None:  # the tile in chunks, in one and two parts a v-head
+        if ck_dtype == torch.float32 and copy_dtype in (None, torch.bfloat16):
+            # The tile in chunks (no copy; one and two parts a v-head), the bf16 copy's staged kernel (which
+            # the rule takes only where the CTAs outnumber the SMs; here by the override).
             for stages, parts in ((1, 1), (2, 2)):
                 with launch_overrides(gdn_step_tile_stages=stages, gdn_step_parts=parts):
                     for _ in range(L + 1):
@@ -283,7 +285,8 @@ def gdn(family="gdn"):
     layer.step(rows)
     with launch_overrides(gdn_step_tile_stages=2):
         layer.step(rows, staggered_flush=True)
-    # And with a bf16 copy, whose tile is asked for over the set-up (GDN; KDA keeps the one copy).
+    # And with a bf16 copy, whose tile the staged kernel asks for over the set-up by the rule here (GDN;
+    # KDA keeps the one copy).
     layer = GdnLayer(GDN_K64, 1100, copy_dtype=torch.bfloat16, family=family)
     layer.step(rows)
     layer.step(rows, staggered_flush=True)
