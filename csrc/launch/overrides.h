@@ -55,7 +55,8 @@ namespace launch {
   X(gdn_step_tile_stages, "REPLAYSSM_GDN_STEP_TILE_STAGES", -1, -1, 4,                                      \
     "gdn_step and kda_step with an fp32 checkpoint and no read copy: the tile in chunks of 32 value rows, "  \
     "at most n in flight; gdn_step with a 16-bit read copy: any n >= 1 asks for its chunks over the "        \
-    "set-up; 0 the whole tile in one copy; -1: the rule (1)")                                                \
+    "set-up (the staged kernel); 0 the whole tile in one copy; -1: the rule (1; a 16-bit copy only where "   \
+    "the CTAs outnumber the SMs)")                                                                           \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

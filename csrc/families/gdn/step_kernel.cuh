@@ -97,7 +97,7 @@ struct StepTraits {
   // bandwidth with about 16 KB a CTA in flight (tools/load_latency.cu), and three whole tiles an SM
   // only lengthen the queue that the set-up's small loads wait in; a folding CTA, which replays
   // nothing, then reads one chunk instead of the tile. 16-bit tiles and copies (32 KB or less, 4 CTAs
-  // an SM) keep the one copy.
+  // an SM) do not take these chunks (a 16-bit copy may be staged instead: below).
   static constexpr bool kChunkedTile = !kCopy && kSrc == DType::kFloat32;
   // A 16-bit read copy on tensor cores (32 KB at K = V = 128, 4 CTAs an SM) may stay on its one barrier
   // but be asked for a chunk at a time over the set-up: one with the slot, one at each of the set-up's
