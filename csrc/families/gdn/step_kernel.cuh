@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.chunks_asked = next;
   };
   // A staged tile (kStagedTile): thread 0 asks for chunks through `last` on the tile's one barrier, armed
-  // for the whole tile.
+  // for the whole tile (the chunk loop of ask_chunks_through, without a barrier per chunk).
   auto ask_staged_through = [&](int last) {
     int next = sh.chunks_asked;
     for (; next < sh.chunks && next <= last; ++next) {
@@ -303,10 +303,10 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       const int copy_row0 = split ? split_part * copy_rows : row0;
       // In chunks: 2 to kMaxTileChunks whole passes of rows (with more parts, one chunk is the tile).
       const int chunks = copy_rows / Traits::kChunkRows;
-      const bool tile_in_chunks = Traits::kChunkedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
-                                  chunks >= 2 && chunks <= Traits::kMaxTileChunks;
-      const bool tile_staged = Traits::kStagedTile && tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows &&
-                               chunks >= 2 && chunks <= Traits::kMaxTileChunks;
+      const bool chunkable = tile_stages > 0 && chunks * Traits::kChunkRows == copy_rows && chunks >= 2 &&
+                             chunks <= Traits::kMaxTileChunks;
+      const bool tile_in_chunks = Traits::kChunkedTile && chunkable;
+      const bool tile_staged = Traits::kStagedTile && chunkable;
       // The tile's barriers, set up by the thread that arms them and issues the copies, right before
       // them (only a CTA with a slot waits on them, after the CTA barrier below). Initialised at the top
       // of the kernel, before the PDL wait, compute-sanitizer's racecheck reported the init against the
