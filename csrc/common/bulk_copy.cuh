@@ -52,7 +52,8 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
 
 // `bytes` of an armed phase counted as landed, with no copy and no arrival: a thread that armed the
 // barrier for copies it then does not issue settles their bytes, so that the phase completes when the
-// copies it did issue land.
+// copies it did issue land. (CUTLASS's ClusterTransactionBarrier::complete_transaction addresses a
+// barrier of any CTA of the cluster, at cluster scope; ours is always the CTA's own.)
 __device__ __forceinline__ void mbarrier_complete_tx(uint64_t* bar, uint32_t bytes) {
   asm volatile("mbarrier.complete_tx.shared::cta.relaxed.cta.b64 [%1], %0;\n" ::"r"(bytes), "r"(smem_address(bar))
                : "memory");
