@@ -19,6 +19,8 @@ template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool
 cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
   auto kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, false>;
+  const auto one_copy_kernel = kernel;
+  bool attribute_set = false;  // on one_copy_kernel, by the occupancy query
   const size_t smem = Traits::smem_bytes(p.cache.buffer_len);
   launch::DeviceInfo device;
   const cudaError_t info = current_device_info(&device);  // cached after the first call
@@ -34,6 +36,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     // kernel has the same launch bounds and shared memory).
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
+    attribute_set = true;
     const cudaError_t occupancy =
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&problem.ctas_per_sm, kernel, kStepThreads, smem);
     if (occupancy != cudaSuccess) return occupancy;
@@ -42,8 +45,10 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   if constexpr (Traits::kCanStage) {
     if (plan.tile_stages > 0) kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, true>;
   }
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  if (err != cudaSuccess) return err;
+  if (kernel != one_copy_kernel || !attribute_set) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.v_heads, device.sm_count);
   const bool after_order_pass = plan.ordered && launch::step_starts_during_order_pass(overrides);
