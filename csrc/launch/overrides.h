@@ -57,6 +57,8 @@ namespace launch {
     "at most n in flight; gdn_step with a 16-bit read copy: any n >= 1 asks for its chunks over the "        \
     "set-up (the staged kernel); 0 the whole tile in one copy; -1: the rule (1; a 16-bit copy only where "   \
     "the CTAs outnumber the SMs)")                                                                           \
+  X(gdn_update_shape, "REPLAYSSM_GDN_UPDATE_SHAPE", 0, 0, 5,                                                \
+    "experiment: gdn_update CTA shape at K = V = 128 fp32 bf16")                                            \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

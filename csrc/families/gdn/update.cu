@@ -36,25 +36,25 @@ namespace {
 
 constexpr int kUpdateThreads = 128;
 
-template <int kK, int kV, DType kState>
+template <int kK, int kV, DType kState, int kThreads = kUpdateThreads, int kThreadChunks = 8>
 struct UpdateShape {
   // At most 8 elements a lane (16 lanes a row at K = 128): the thread's q and k stay few registers.
-  using Lanes = RowLanes<kK, kState, kUpdateThreads, kK / 8>;
+  using Lanes = RowLanes<kK, kState, kThreads, kK / 8>;
   static constexpr int kChunks = Lanes::kChunksPerLane;
   // Rows a thread: 128 bytes of state in flight (8 chunks), within one tile.
   static constexpr int kMaxRows = kV / Lanes::kRowsPerPass;
-  static constexpr int kRows = 8 / kChunks < kMaxRows ? 8 / kChunks : kMaxRows;
+  static constexpr int kRows = kThreadChunks / kChunks < kMaxRows ? (kThreadChunks / kChunks > 0 ? kThreadChunks / kChunks : 1) : kMaxRows;
   static constexpr int kRowsPerCta = kRows * Lanes::kRowsPerPass;
   static constexpr int kCtasPerHead = kV / kRowsPerCta;
   static_assert(kMaxRows >= 1 && kV % kRowsPerCta == 0, "a tile is whole CTAs of whole passes");
 };
 
-template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate, int kThreads = kUpdateThreads, int kThreadChunks = 8>
 // pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
 // start early.
-__global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p, const bool pdl_wait,
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads) update_kernel(const GdnParams p, const bool pdl_wait,
                                                                    const bool pdl_trigger) {
-  using Shape = UpdateShape<kK, kV, kState>;
+  using Shape = UpdateShape<kK, kV, kState, kThreads, kThreadChunks>;
   using Lanes = typename Shape::Lanes;
   constexpr int R = Shape::kRows;
   constexpr int C = Shape::kChunks;
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
   // the bytes in flight are bounded by shared memory, not by registers.
   const GdnCache& c = p.cache;
   const int64_t tile = slot * c.ck_slot_stride + hv * c.ck_head_stride;
-  __shared__ uint4 staged[R * C][kUpdateThreads];
+  __shared__ uint4 staged[R * C][kThreads];
   const unsigned char* state = static_cast<const unsigned char*>(c.checkpoint);
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -170,9 +170,9 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
   }
 }
 
-template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
-cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
-  using Shape = UpdateShape<kK, kV, kState>;
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate, int kThreads = kUpdateThreads, int kThreadChunks = 8>
+cudaError_t launch_shape(const GdnParams& p, cudaStream_t stream) {
+  using Shape = UpdateShape<kK, kV, kState, kThreads, kThreadChunks>;
   const launch::GdnGridPlan plan =
       launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead});
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
@@ -181,8 +181,23 @@ cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
   if (info != cudaSuccess) return info;
   const launch::ProgrammaticLaunch pdl =
       launch::programmatic_launch(launch::launch_overrides(), p.batch * p.v_heads, device.sm_count);
-  return launch_grid(update_kernel<kK, kV, kState, kAct, kVectorGate>, grid, dim3(kUpdateThreads), 0, stream, pdl.wait,
+  return launch_grid(update_kernel<kK, kV, kState, kAct, kVectorGate, kThreads, kThreadChunks>, grid, dim3(kThreads), 0, stream, pdl.wait,
                      p, pdl.wait, pdl.trigger);
+}
+
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
+cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
+  if constexpr (kK == 128 && kV == 128 && kState == DType::kFloat32 && kAct == DType::kBFloat16) {
+    switch (launch::launch_overrides().gdn_update_shape) {
+      case 1: return launch_shape<kK, kV, kState, kAct, kVectorGate, 128, 4>(p, stream);
+      case 2: return launch_shape<kK, kV, kState, kAct, kVectorGate, 128, 2>(p, stream);
+      case 3: return launch_shape<kK, kV, kState, kAct, kVectorGate, 64, 8>(p, stream);
+      case 4: return launch_shape<kK, kV, kState, kAct, kVectorGate, 32, 8>(p, stream);
+      case 5: return launch_shape<kK, kV, kState, kAct, kVectorGate, 64, 4>(p, stream);
+      default: break;
+    }
+  }
+  return launch_shape<kK, kV, kState, kAct, kVectorGate>(p, stream);
 }
 
 }  // namespace
