@@ -59,6 +59,8 @@ namespace launch {
     "the CTAs outnumber the SMs)")                                                                           \
   X(gdn_update_shape, "REPLAYSSM_GDN_UPDATE_SHAPE", 0, 0, 5,                                                \
     "experiment: gdn_update CTA shape at K = V = 128 fp32 bf16")                                            \
+  X(param_warm, "REPLAYSSM_PARAM_WARM", 0, 0, 1,                                                             \
+    "experiment: warm the constant cache with the parameter block at the top of update / step kernels")    \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

@@ -64,6 +64,7 @@
 #include "cache/cursor.cuh"
 #include "cache/slot_map.cuh"
 #include "common/bulk_copy.cuh"
+#include "common/param_cache.cuh"
 #include "common/programmatic_launch.cuh"
 #include "common/reduce.cuh"
 #include "diag/cta_timeline.cuh"
@@ -204,8 +205,8 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // early unless pdl_trigger.
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate, bool kStaged>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
-                const int fold_parts, const bool after_order_pass, const int tile_stages) {
+    step_kernel(const __grid_constant__ GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
+                const int fold_parts, const bool after_order_pass, const int tile_stages, const bool warm) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, kStaged>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -222,6 +223,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
 
   // ---- 0. with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead, before anything
   // global (the CTA may have started while that kernel ended) ----
+  if (warm && warp == kStepThreads / 32 - 1) warm_param_cache(p);
   wait_for_prior_grids(pdl_wait || after_order_pass);
   if (pdl_trigger && tid == 0) launch_dependent_grids();
   // A diagnostic build's time line (diag/cta_timeline.cuh; empty in a product build): start, the slot

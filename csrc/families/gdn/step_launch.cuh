@@ -68,7 +68,8 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
-                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass, plan.tile_stages);
+                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass, plan.tile_stages,
+                     overrides.param_warm == 1);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's

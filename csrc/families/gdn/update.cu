@@ -21,6 +21,7 @@
 #include "cache/slot_map.cuh"
 #include "common/bulk_copy.cuh"
 #include "common/device_info.h"
+#include "common/param_cache.cuh"
 #include "common/programmatic_launch.cuh"
 #include "common/reduce.cuh"
 #include "families/gdn/gates.cuh"
@@ -52,8 +53,8 @@ struct UpdateShape {
 template <int kK, int kV, DType kState, DType kAct, bool kVectorGate, int kThreads = kUpdateThreads, int kThreadChunks = 8>
 // pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
 // start early.
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads) update_kernel(const GdnParams p, const bool pdl_wait,
-                                                                   const bool pdl_trigger) {
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads) update_kernel(const __grid_constant__ GdnParams p, const bool pdl_wait,
+                                                                   const bool pdl_trigger, const bool warm) {
   using Shape = UpdateShape<kK, kV, kState, kThreads, kThreadChunks>;
   using Lanes = typename Shape::Lanes;
   constexpr int R = Shape::kRows;
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) update_kernel(const
 
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended: nothing global is read or written before the wait.
+  if (warm && threadIdx.x < 32) warm_param_cache(p);
   wait_for_prior_grids(pdl_wait);
   if (pdl_trigger && threadIdx.x == 0) launch_dependent_grids();
   // The token's inputs do not depend on the slot: in flight while slots[row] comes back.
@@ -182,7 +184,7 @@ cudaError_t launch_shape(const GdnParams& p, cudaStream_t stream) {
   const launch::ProgrammaticLaunch pdl =
       launch::programmatic_launch(launch::launch_overrides(), p.batch * p.v_heads, device.sm_count);
   return launch_grid(update_kernel<kK, kV, kState, kAct, kVectorGate, kThreads, kThreadChunks>, grid, dim3(kThreads), 0, stream, pdl.wait,
-                     p, pdl.wait, pdl.trigger);
+                     p, pdl.wait, pdl.trigger, launch::launch_overrides().param_warm == 1);
 }
 
 template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>

@@ -123,6 +123,7 @@ struct Mamba2StepLaunch {
   // Launched with PDL behind the order pass (launch/pdl.h, step_starts_during_order_pass): each CTA waits
   // for the pass (and through it for every kernel before) but lets nothing start early unless pdl_trigger.
   bool after_order_pass;
+  bool warm_params;  // experiment: warm_param_cache at the top
 };
 
 struct Mamba2UpdateLaunch {
@@ -130,6 +131,7 @@ struct Mamba2UpdateLaunch {
   bool claims;     // items past the first `stages` rounds are claimed from p.work_counter (zeroed first)
   bool pdl_wait;     // launched with programmatic dependent launch (launch/pdl.h): wait for the kernel ahead
   bool pdl_trigger;  // and let the next kernel start early
+  bool warm_params;  // experiment: warm_param_cache at the top
 };
 
 // The order pass's mark on a folding row that the fold split serves (row indices stay below 2^16).

@@ -47,6 +47,7 @@
 // the shapes compile in parallel) and step.cu picks the shape at run time.
 #pragma once
 
+#include "common/param_cache.cuh"
 #include "common/programmatic_launch.cuh"
 #include "families/mamba2/step_core_replay.cuh"
 #include "families/mamba2/step_fold.cuh"
@@ -59,11 +60,12 @@ namespace mamba2 {
 template <int kP, int kN, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kRound, bool kOrdered, bool kTf32Replay,
           bool kTwoGroups = false>
 __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : kCkpt, kAct, kTf32Replay>::kCtasPerSm))
-    step_kernel(const Mamba2Params p, const Mamba2StepLaunch launch) {
+    step_kernel(const __grid_constant__ Mamba2Params p, const Mamba2StepLaunch launch) {
   using T = StepTraits<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, kOrdered, kTf32Replay, kTwoGroups>;
   extern __shared__ __align__(128) unsigned char smem_base[];
   StepCta<T> cta(p, smem_base);
   step_init_barriers(cta);
+  if (launch.warm_params && threadIdx.x >= kThreads - 32) warm_param_cache(p);
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended (the previous step, the order pass, an engine's kernel that wrote the slots or the
   // activations): only the barriers above come before the wait, every global access after it.

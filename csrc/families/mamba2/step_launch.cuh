@@ -51,7 +51,8 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
   // (step_starts_during_order_pass), an edge between our two kernels that lets nothing after the step
   // start early.
   const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.heads, device.sm_count);
-  Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl.wait, pdl.trigger, false};
+  Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl.wait, pdl.trigger, false,
+                        overrides.param_warm == 1};
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
 
   switch (plan.kernel) {

@@ -18,6 +18,7 @@
 // is computed by the same arithmetic either way.
 #include "common/bulk_copy.cuh"
 #include "common/device_info.h"
+#include "common/param_cache.cuh"
 #include "common/programmatic_launch.cuh"
 #include "diag/cta_timeline.cuh"
 #include "families/mamba2/params.h"
@@ -143,7 +144,7 @@ struct UpdateItem {
 // the state rows of one item (kP: whole heads; fewer: the split).
 template <int kP, int kN, DType kState, DType kAct, bool kRound, int kTileP>
 __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kTileP, kN, kState, kRound>::kMinCtasPerSm))
-    update_kernel(const Mamba2Params p, const Mamba2UpdateLaunch launch) {
+    update_kernel(const __grid_constant__ Mamba2Params p, const Mamba2UpdateLaunch launch) {
   static_assert(!kRound || kState != DType::kFloat32, "stochastic rounding is for 16-bit states");
   static_assert(kP % kTileP == 0, "an item's rows divide the head's");
   constexpr int kParts = kP / kTileP;
@@ -180,6 +181,7 @@ __global__ void __launch_bounds__(kUpdateThreads, (UpdateTile<kTileP, kN, kState
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended: the barriers above are shared memory only; every global access (the slots, operands,
   // state, counter, the time line) comes after the wait (none without PDL).
+  if (launch.warm_params && threadIdx.x >= kUpdateThreads - 32) warm_param_cache(p);
   wait_for_prior_grids(launch.pdl_wait);
   if (tid == 0) {
     if (launch.pdl_trigger) launch_dependent_grids();
@@ -363,7 +365,7 @@ cudaError_t launch_tiles(const Mamba2Params& p, const launch::DeviceInfo& device
   }
   const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.heads, device.sm_count);
   return launch_grid(kernel, dim3(static_cast<unsigned>(plan.grid)), dim3(kUpdateThreads), smem, stream, pdl.wait, p,
-                     Mamba2UpdateLaunch{plan.stages, plan.claims, pdl.wait, pdl.trigger});
+                     Mamba2UpdateLaunch{plan.stages, plan.claims, pdl.wait, pdl.trigger, overrides.param_warm == 1});
 }
 
 // Whole heads, or the split into items of one pass of rows (mamba2_update_split).
