@@ -534,6 +534,23 @@ def test_gdn_fold_update_and_step_grids(probe):
     assert answers(probe, ["gdnupdate 8 32 4", "gdnupdate 512 64 2"]) == ["128 8", "128 512"]
 
 
+def test_gdn_update_split(probe):
+    # 4 KB CTAs (16 a tile at K = V = 128 fp32) where 2 x batch x HV <= SMs: qwen4b (HV 32) at batch 1 and
+    # 2, qwen122b@tp4 (HV 16) to batch 4, kimi48b@tp4 (HV 8) to batch 8; never without a split kernel
+    # (the snapshot update).
+    split = lambda b, hv, sms=132, o=None: answers(probe, [f"gdnupdate {b} {hv} 4 16"], sms=sms, overrides=o)[0]
+    assert [b for b in range(1, 12) if split(b, 32).endswith("split")] == [1, 2]
+    assert [b for b in range(1, 12) if split(b, 16).endswith("split")] == [1, 2, 3, 4]
+    assert [b for b in range(1, 12) if split(b, 8).endswith("split")] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [b for b in range(1, 12) if split(b, 8, sms=148).endswith("split")] == list(range(1, 10))
+    assert split(1, 32) == "512 1 split" and split(3, 32) == "128 3"
+    assert answers(probe, ["gdnupdate 1 32 4", "gdnupdate 1 32 4 0"]) == ["128 1", "128 1"]
+    # The override: always, never.
+    assert split(64, 32, o={"gdn_update_split": 1}) == "512 64 split"
+    assert split(1, 32, o={"gdn_update_split": 0}) == "128 1"
+    assert answers(probe, ["gdnupdate 64 32 4"], overrides={"gdn_update_split": 1}) == ["128 64"]
+
+
 def test_gdn_step_parts(probe):
     # The step: the most parts (1, 2, 4; V / parts >= 32) whose CTAs do not outnumber the 132 SMs, with or
     # without the staggered-flush hint (under which the fold split adds helper rows to one-part launches:

@@ -12,9 +12,17 @@ namespace launch {
 // The update's rows are independent, so each (row, v-head) tile is cut into CTAs of a few value rows
 // with no barrier: many small CTAs interleave the reads and writes of different tiles, which is how a
 // [V, K] state streams at copy bandwidth (flash-linear-attention's fused_recurrent does the same).
-GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem) {
-  GdnGridPlan plan;
-  plan.grid_x = static_cast<int64_t>(problem.v_heads) * problem.ctas_per_head;
+// 16 KB CTAs (128 bytes of state in flight a thread) at every batch but the smallest. The split: where
+// the tiles are few (2 x batch x HV <= SMs, Mamba-2's update split bound), CTAs of 4 KB (32 bytes a
+// thread), so the same bytes spread over four times the CTAs and each CTA's chain of round trips is
+// shorter. H100, one run, 16 KB / 4 KB CTAs: qwen4b b1 4.92 / 4.63 us, qwen122b@tp4 b1 4.23 / 3.84,
+// kimi48b b1 6.75 / 6.38, kimi48b@tp4 b1 5.85 / 5.20; from 128 tiles the split loses (qwen122b@tp4 b8
+// 9.03 / 9.58, qwen4b b8 14.84 / 17.26, b256 365.3 / 446.5).
+GdnUpdatePlan plan_gdn_update(const GdnUpdateProblem& problem, int sm_count, const LaunchOverrides& overrides) {
+  GdnUpdatePlan plan;
+  const bool can_split = problem.split_ctas_per_head > 0 && overrides.gdn_update_split != 0;
+  plan.split = can_split && (overrides.gdn_update_split == 1 || 2 * problem.batch * problem.v_heads <= sm_count);
+  plan.grid_x = static_cast<int64_t>(problem.v_heads) * (plan.split ? problem.split_ctas_per_head : problem.ctas_per_head);
   plan.grid_y = problem.batch;
   return plan;
 }

@@ -24,10 +24,16 @@ struct GdnGridPlan {
 struct GdnUpdateProblem {
   int64_t batch = 0;
   int v_heads = 0;
-  int ctas_per_head = 0;  // the kernel's: V / the value rows a CTA owns
+  int ctas_per_head = 0;        // the kernel's: V / the value rows a CTA owns
+  int split_ctas_per_head = 0;  // the split kernel's (4 KB CTAs; gdn_update only); 0: no split kernel
 };
 
-GdnGridPlan plan_gdn_update(const GdnUpdateProblem& problem);
+struct GdnUpdatePlan {
+  bool split = false;  // the split kernel: a tile in CTAs of 4 KB instead of 16 KB
+  int64_t grid_x = 0, grid_y = 0;
+};
+
+GdnUpdatePlan plan_gdn_update(const GdnUpdateProblem& problem, int sm_count, const LaunchOverrides& overrides);
 
 // ---- gdn_step: `parts` CTAs per (row, v-head), each V / parts value rows ----
 

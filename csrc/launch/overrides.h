@@ -57,6 +57,9 @@ namespace launch {
     "at most n in flight; gdn_step with a 16-bit read copy: any n >= 1 asks for its chunks over the "        \
     "set-up (the staged kernel); 0 the whole tile in one copy; -1: the rule (1; a 16-bit copy only where "   \
     "the CTAs outnumber the SMs)")                                                                           \
+  X(gdn_update_split, "REPLAYSSM_GDN_UPDATE_SPLIT", -1, -1, 1,                                              \
+    "gdn_update and kda_update: 1 CTAs of 4 KB of state (one pass of value rows), 0 of 16 KB; -1: the rule " \
+    "(4 KB where 2 x batch x HV <= SMs)")                                                                    \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

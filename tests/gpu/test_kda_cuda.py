@@ -128,6 +128,34 @@ def test_update_matches_reference(dims, state_dtype, act):
         assert torch.equal(bits(state[s]), bits(init[s]))
 
 
+# The split (gdn_update_split, which kda_update takes too: CTAs of 4 KB of state instead of 16 KB, the
+# rule's choice at the smallest batches) changes no bit: every (K, V), state dtype and activation dtype, with pads, an out-of-range
+# slot and slots no row names; the split's outputs and states also match the fp64 reference.
+@pytest.mark.parametrize("dims", [KIMI, SMALL, KV_64_128, KV_128_64], ids=["kimi", "k64v64", "k64v128", "k128v64"])
+@pytest.mark.parametrize("state_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("act", [torch.bfloat16, torch.float16])
+def test_update_split_changes_no_bit(dims, state_dtype, act, set_overrides):
+    layer = Layer(dims, act, seed=9)
+    slots = torch.tensor([4, -1, 0, 6, 99, 2, 7], dtype=torch.int32, device=DEV)
+    valid = [0, 2, 3, 5, 6]
+    init = layer.states(8, state_dtype)
+    steps = [layer.tokens(len(slots)) for _ in range(3)]
+    results = []
+    for split in (0, 1):
+        set_overrides(gdn_update_split=split)
+        state, outs = init.clone(), []
+        for i, tok in enumerate(steps):
+            ref_state = state.double()  # the reference steps from the state as the GPU stores it
+            outs.append(run_update(layer, state, tok, slots))
+            if split == 1:
+                ref_out = ref_update(layer, ref_state, tok, slots)
+                assert rel_err(outs[-1][valid], ref_out[valid]) < 8e-3, f"step {i}"
+                assert rel_err(state, ref_state) < STATE_TOL[state_dtype], f"state after step {i}"
+        results.append([bits(o) for o in outs] + [bits(state)])
+        assert torch.equal(bits(state[[1, 3, 5]]), bits(init[[1, 3, 5]])), "slots no row names"
+    assert all(torch.equal(a, b) for a, b in zip(results[1], results[0]))
+
+
 # The decay is per key channel: a state whose channels decay at very different rates (one channel of
 # each head kept, the others decayed to almost nothing) comes out as the reference says, and a GDN-like
 # gate (every channel the same) as gdn_update with that scalar gate does.

@@ -24,7 +24,8 @@
 //   verifyring COMPILED_STAGES COMPILED_CTAS BYTES_1 .. BYTES_COMPILED  -> stages (0: none fits)
 //   foldring COMPILED_STAGES STATIC_BYTES BYTES_1 .. BYTES_COMPILED     -> stages (0: none fits)
 //   fold BATCH H STAGES CTAS [LAYERS]       -> "ring_stages grid" (grid: CTAs per layer)
-//   gdnupdate BATCH HV CTAS_PER_HEAD        -> "grid_x grid_y" (plan_gdn_update)
+//   gdnupdate BATCH HV CTAS_PER_HEAD [SPLIT_CTAS_PER_HEAD, default 0]
+//                                           -> "grid_x grid_y" [+ " split"] (plan_gdn_update)
 //   gdnstep BATCH HV V STAGGERED [CTAS [WORKSPACE, default 1 [L, default 16 [COPY, default 0
 //           [TILE, default 0]]]]]
 //                                           -> "parts grid_x grid_y[ ordered][ fold F ROWS][ stages N]"
@@ -209,8 +210,9 @@ std::string answer(const std::string& line, DeviceInfo& device) {
   if (command == "gdnupdate") {
     GdnUpdateProblem problem;
     in >> problem.batch >> problem.v_heads >> problem.ctas_per_head;
-    const GdnGridPlan plan = plan_gdn_update(problem);
-    return std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y);
+    if (!(in >> problem.split_ctas_per_head)) problem.split_ctas_per_head = 0;
+    const GdnUpdatePlan plan = plan_gdn_update(problem, device.sm_count, overrides);
+    return std::to_string(plan.grid_x) + " " + std::to_string(plan.grid_y) + (plan.split ? " split" : "");
   }
   if (command == "gdnstep") {
     GdnStepProblem problem;

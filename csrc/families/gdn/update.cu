@@ -9,8 +9,9 @@
 // the HV / H v-heads of a k-head), v and out (V each): the kernel should stream at copy bandwidth.
 //
 // Design: the rows of the delta rule are independent, so a CTA owns a block of rows of one (row, hv)
-// (kRows rows a thread, 128 bytes of state a thread, 16 KB a CTA, several small CTAs per SM) and has
-// no barrier: a thread issues all its state loads (16-byte chunks, 8 lanes a row, tile.cuh) at once as
+// (kRows rows a thread, 128 bytes of state a thread, 16 KB a CTA, several small CTAs per SM; the split
+// kernel, for the smallest batches: 32 bytes a thread, 4 KB a CTA, launch/gdn_policy.cpp) and has no
+// barrier: a thread issues all its state loads (16-byte chunks, 8 lanes a row, tile.cuh) at once as
 // cp.async copies into its own shared-memory slots (so what is in flight is bounded by shared memory,
 // not by registers), takes the norms of q and k over its row's lanes while they fly, then updates and
 // stores each row as whole 16-byte vectors. Many small CTAs interleave the
@@ -36,25 +37,28 @@ namespace {
 
 constexpr int kUpdateThreads = 128;
 
-template <int kK, int kV, DType kState>
+// kSplit: 32 bytes of state a thread (4 KB a CTA) instead of 128 (16 KB).
+template <int kK, int kV, DType kState, bool kSplit = false>
 struct UpdateShape {
   // At most 8 elements a lane (16 lanes a row at K = 128): the thread's q and k stay few registers.
   using Lanes = RowLanes<kK, kState, kUpdateThreads, kK / 8>;
   static constexpr int kChunks = Lanes::kChunksPerLane;
-  // Rows a thread: 128 bytes of state in flight (8 chunks), within one tile.
+  // Rows a thread: 128 (kSplit: 32) bytes of state in flight, within one tile.
+  static constexpr int kThreadChunks = kSplit ? 2 : 8;
+  static_assert(kThreadChunks % kChunks == 0, "whole rows a thread");
   static constexpr int kMaxRows = kV / Lanes::kRowsPerPass;
-  static constexpr int kRows = 8 / kChunks < kMaxRows ? 8 / kChunks : kMaxRows;
+  static constexpr int kRows = kThreadChunks / kChunks < kMaxRows ? kThreadChunks / kChunks : kMaxRows;
   static constexpr int kRowsPerCta = kRows * Lanes::kRowsPerPass;
   static constexpr int kCtasPerHead = kV / kRowsPerCta;
   static_assert(kMaxRows >= 1 && kV % kRowsPerCta == 0, "a tile is whole CTAs of whole passes");
 };
 
-template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
+template <int kK, int kV, DType kState, DType kAct, bool kVectorGate, bool kSplit>
 // pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
 // start early.
 __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnParams p, const bool pdl_wait,
                                                                    const bool pdl_trigger) {
-  using Shape = UpdateShape<kK, kV, kState>;
+  using Shape = UpdateShape<kK, kV, kState, kSplit>;
   using Lanes = typename Shape::Lanes;
   constexpr int R = Shape::kRows;
   constexpr int C = Shape::kChunks;
@@ -172,17 +176,19 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
 
 template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
 cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
-  using Shape = UpdateShape<kK, kV, kState>;
-  const launch::GdnGridPlan plan =
-      launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead});
-  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   launch::DeviceInfo device;
   const cudaError_t info = current_device_info(&device);  // cached after the first call
   if (info != cudaSuccess) return info;
-  const launch::ProgrammaticLaunch pdl =
-      launch::programmatic_launch(launch::launch_overrides(), p.batch * p.v_heads, device.sm_count);
-  return launch_grid(update_kernel<kK, kV, kState, kAct, kVectorGate>, grid, dim3(kUpdateThreads), 0, stream, pdl.wait,
-                     p, pdl.wait, pdl.trigger);
+  const launch::LaunchOverrides& overrides = launch::launch_overrides();
+  const launch::GdnUpdatePlan plan = launch::plan_gdn_update(
+      launch::GdnUpdateProblem{p.batch, p.v_heads, UpdateShape<kK, kV, kState>::kCtasPerHead,
+                               UpdateShape<kK, kV, kState, true>::kCtasPerHead},
+      device.sm_count, overrides);
+  const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
+  const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.v_heads, device.sm_count);
+  auto kernel = plan.split ? update_kernel<kK, kV, kState, kAct, kVectorGate, true>
+                           : update_kernel<kK, kV, kState, kAct, kVectorGate, false>;
+  return launch_grid(kernel, grid, dim3(kUpdateThreads), 0, stream, pdl.wait, p, pdl.wait, pdl.trigger);
 }
 
 }  // namespace
