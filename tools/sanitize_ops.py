@@ -263,7 +263,9 @@ def gdn(family="gdn"):
         layer.op("flush")(*layer.cache(), True, slots, -1, backend="cuda")
         layer.op("flush")(*layer.cache(), True, backend="cuda")
         state = layer.checkpoint.clone()
-        layer.op("update")(state, *layer.tokens(4), None, True, slots, -1, backend="cuda")
+        for split in (0, 1):  # 16 KB CTAs and the split's 4 KB ones
+            with launch_overrides(gdn_update_split=split):
+                layer.op("update")(state, *layer.tokens(4), None, True, slots, -1, backend="cuda")
         q, k, v, a, b, A_log, dt_bias, out = layer.tokens(4, 3)
         snapshots = torch.empty(4, 3, layer.HV, layer.V, layer.K, device=dev, dtype=ck_dtype)
         layer.op("update_snapshots")(state, q, k, v, a, b, A_log, dt_bias, out, snapshots, None, True, slots, -1,
