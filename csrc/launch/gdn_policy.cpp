@@ -13,15 +13,17 @@ namespace launch {
 // with no barrier: many small CTAs interleave the reads and writes of different tiles, which is how a
 // [V, K] state streams at copy bandwidth (flash-linear-attention's fused_recurrent does the same).
 // 16 KB CTAs (128 bytes of state in flight a thread) at every batch but the smallest. The split: where
-// the tiles are few (2 x batch x HV <= SMs, Mamba-2's update split bound), CTAs of 4 KB (32 bytes a
+// the tiles are few (4 x batch x HV <= SMs: at most a quarter of a tile an SM), CTAs of 4 KB (32 bytes a
 // thread), so the same bytes spread over four times the CTAs and each CTA's chain of round trips is
-// shorter. H100, one run, 16 KB / 4 KB CTAs: qwen4b b1 4.92 / 4.63 us, qwen122b@tp4 b1 4.23 / 3.84,
-// kimi48b b1 6.75 / 6.38, kimi48b@tp4 b1 5.85 / 5.20; from 128 tiles the split loses (qwen122b@tp4 b8
-// 9.03 / 9.58, qwen4b b8 14.84 / 17.26, b256 365.3 / 446.5).
+// shorter. H100, one run, 16 KB / 4 KB CTAs: qwen4b b1 4.88 / 4.62 us, qwen122b@tp4 b1 4.19 / 3.83, b2
+// 4.86 / 4.62, kimi48b b1 6.70 / 6.38, kimi48b@tp4 b1 5.83 / 5.21, b4 6.71 / 6.37; even at 64 tiles
+// (qwen4b b2 6.12 / 6.18, qwen122b@tp4 b4 6.11 / 6.16, kimi48b b2 8.00 / 7.96, kimi48b@tp4 b8 8.01 /
+// 7.97), lost from there (qwen4b b4 8.98 / 9.53, b8 14.89 / 17.24, kimi48b b4 10.96 / 13.91). Between,
+// qwen122b@tp4 b3 (48 tiles) 5.54 / 5.43 is left to the 16 KB CTAs.
 GdnUpdatePlan plan_gdn_update(const GdnUpdateProblem& problem, int sm_count, const LaunchOverrides& overrides) {
   GdnUpdatePlan plan;
   const bool can_split = problem.split_ctas_per_head > 0 && overrides.gdn_update_split != 0;
-  plan.split = can_split && (overrides.gdn_update_split == 1 || 2 * problem.batch * problem.v_heads <= sm_count);
+  plan.split = can_split && (overrides.gdn_update_split == 1 || 4 * problem.batch * problem.v_heads <= sm_count);
   plan.grid_x = static_cast<int64_t>(problem.v_heads) * (plan.split ? problem.split_ctas_per_head : problem.ctas_per_head);
   plan.grid_y = problem.batch;
   return plan;

@@ -59,7 +59,7 @@ namespace launch {
     "the CTAs outnumber the SMs)")                                                                           \
   X(gdn_update_split, "REPLAYSSM_GDN_UPDATE_SPLIT", -1, -1, 1,                                              \
     "gdn_update and kda_update: 1 CTAs of 4 KB of state (one pass of value rows), 0 of 16 KB; -1: the rule " \
-    "(4 KB where 2 x batch x HV <= SMs)")                                                                    \
+    "(4 KB where 4 x batch x HV <= SMs)")                                                                    \
   X(update_stages, "REPLAYSSM_UPDATE_STAGES", 0, 0, 8,                                                       \
     "mamba2_update: s state tiles in each CTA's ring (capped at what fits); 0: the rule")                    \
   X(update_ctas, "REPLAYSSM_UPDATE_CTAS", 0, 0, 1 << 30,                                                     \

@@ -165,11 +165,13 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
 #pragma unroll
     for (int i = 0; i < C; ++i) {
 #pragma unroll
-      for (int e = 0; e < E; ++e) s[i][e] = kVectorGate ? s[i][e] + uk * kf[i][e] : alpha * s[i][e] + uk * kf[i][e];
+      // One fma in a fixed order (alpha s + u k has two products the compiler could fuse either way,
+      // and might differently in the split's instance): both CTA shapes give the same bits.
+      for (int e = 0; e < E; ++e) s[i][e] = kVectorGate ? s[i][e] + uk * kf[i][e] : fmaf(alpha, s[i][e], uk * kf[i][e]);
       store_chunk16<kState>(c.checkpoint, at + Lanes::col(i), s[i]);
     }
     if (Lanes::lane() == 0) {
-      store_act<kAct>(tk.out, out_at(r), kVectorGate ? dq + u * kq_hat : alpha * dq + u * kq_hat);
+      store_act<kAct>(tk.out, out_at(r), kVectorGate ? dq + u * kq_hat : fmaf(alpha, dq, u * kq_hat));
     }
   }
 }
