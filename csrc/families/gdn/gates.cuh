@@ -26,6 +26,26 @@ __device__ __forceinline__ float log_decay(float a, float A_log, float dt_bias) 
 
 __device__ __forceinline__ float beta_gate(float b) { return 1.0f / (1.0f + expf(-b)); }
 
+// The conventional delta rule's last steps for one value row (gdn_update and the snapshots share them,
+// so that a snapshot is the update's state bit for bit). Each is rounded in one fixed order: written as
+// a * b + c, a sum with two products lets the compiler fuse either one (NVVM, and ptxas again on PTX's
+// unrounded mul and add), and it chose differently in two instances of one kernel (the update's 16 KB
+// and 4 KB CTAs). KDA (kVectorGate): the state row and S k, S q are already decayed, alpha is 1.
+//   dk, dq: the row's S k and S q sums, scaled by the keys' normalisers (rounded as products)
+//   u = beta (v - alpha dk); new state x' = alpha x + u k_hat; output alpha dq + u (k_hat . q_hat)
+__device__ __forceinline__ float scaled_sum(float sum, float scale) { return __fmul_rn(sum, scale); }
+
+template <bool kVectorGate>
+__device__ __forceinline__ float corrected_value(float v, float dk, float alpha, float beta) {
+  return beta * (v - (kVectorGate ? dk : __fmul_rn(alpha, dk)));
+}
+
+// alpha x + u y: the decayed term fused (GDN), or, where x is already decayed (KDA), the correction.
+template <bool kVectorGate>
+__device__ __forceinline__ float decayed_plus(float alpha, float x, float u, float y) {
+  return kVectorGate ? fmaf(u, y, x) : fmaf(alpha, x, __fmul_rn(u, y));
+}
+
 // The factor that normalises a vector whose squares sum to `sum_sq` (1 without normalisation).
 __device__ __forceinline__ float key_scale(float sum_sq, bool use_qk_l2norm) {
   return use_qk_l2norm ? __frsqrt_rn(sum_sq + kL2NormEps) : 1.0f;

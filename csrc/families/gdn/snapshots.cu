@@ -146,23 +146,23 @@ __global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const Gd
           dq += s[r][i][e] * qf[i][e];
         }
       }
-      dk = row_sum<kLanes>(dk) * rk;
-      dq = row_sum<kLanes>(dq) * rq;
-      // KDA: s, dk and dq are already decayed (alpha = 1 here).
-      const float u = kVectorGate ? beta * (vv[r] - dk) : beta * (vv[r] - alpha * dk);
+      dk = scaled_sum(row_sum<kLanes>(dk), rk);
+      dq = scaled_sum(row_sum<kLanes>(dq), rq);
+      // KDA: s, dk and dq are already decayed (alpha = 1 here). The update's arithmetic (gates.cuh).
+      const float u = corrected_value<kVectorGate>(vv[r], dk, alpha, beta);
       const float uk = u * rk;  // u k_hat = (u rk) k
 #pragma unroll
       for (int i = 0; i < C; ++i) {
 #pragma unroll
         for (int e = 0; e < E; ++e) {
-          s[r][i][e] = kVectorGate ? s[r][i][e] + uk * kf[i][e] : alpha * s[r][i][e] + uk * kf[i][e];
+          s[r][i][e] = decayed_plus<kVectorGate>(alpha, s[r][i][e], uk, kf[i][e]);
         }
         store_chunk16<kState>(p.snapshots, snapshot_at(t, r) + Lanes::col(i), s[r][i]);
 #pragma unroll
         for (int e = 0; e < E; ++e) s[r][i][e] = state_round_trip<kState>(s[r][i][e]);  // the next token starts from the snapshot
       }
       if (Lanes::lane() == 0) {
-        store_act<kAct>(tk.out, out_at(t, r), kVectorGate ? dq + u * kq_hat : alpha * dq + u * kq_hat);
+        store_act<kAct>(tk.out, out_at(t, r), decayed_plus<kVectorGate>(alpha, dq, u, kq_hat));
       }
     }
   }

@@ -156,22 +156,21 @@ __global__ void __launch_bounds__(kUpdateThreads, 8) update_kernel(const GdnPara
         dq += s[i][e] * qf[i][e];
       }
     }
-    dk = row_sum<kLanes>(dk) * rk;
-    dq = row_sum<kLanes>(dq) * rq;
-    // KDA: s, dk and dq are already decayed (alpha = 1 here).
-    const float u = kVectorGate ? beta * (vv[r] - dk) : beta * (vv[r] - alpha * dk);
+    dk = scaled_sum(row_sum<kLanes>(dk), rk);
+    dq = scaled_sum(row_sum<kLanes>(dq), rq);
+    // KDA: s, dk and dq are already decayed (alpha = 1 here). Rounded in a fixed order (gates.cuh): the
+    // 16 KB and 4 KB CTAs give the same bits.
+    const float u = corrected_value<kVectorGate>(vv[r], dk, alpha, beta);
     const float uk = u * rk;  // u k_hat = (u rk) k
     const int64_t at = tile + value_row(r) * c.ck_row_stride;
 #pragma unroll
     for (int i = 0; i < C; ++i) {
 #pragma unroll
-      // One fma in a fixed order (alpha s + u k has two products the compiler could fuse either way,
-      // and might differently in the split's instance): both CTA shapes give the same bits.
-      for (int e = 0; e < E; ++e) s[i][e] = kVectorGate ? s[i][e] + uk * kf[i][e] : fmaf(alpha, s[i][e], uk * kf[i][e]);
+      for (int e = 0; e < E; ++e) s[i][e] = decayed_plus<kVectorGate>(alpha, s[i][e], uk, kf[i][e]);
       store_chunk16<kState>(c.checkpoint, at + Lanes::col(i), s[i]);
     }
     if (Lanes::lane() == 0) {
-      store_act<kAct>(tk.out, out_at(r), kVectorGate ? dq + u * kq_hat : fmaf(alpha, dq, u * kq_hat));
+      store_act<kAct>(tk.out, out_at(r), decayed_plus<kVectorGate>(alpha, dq, u, kq_hat));
     }
   }
 }
