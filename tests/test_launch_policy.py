@@ -275,10 +275,11 @@ def test_step_plan_lock_step(probe):
     assert step_plan(probe, 80, NANO4B, "none", ctas_per_sm=2) == ("plain", 6, 1, 0, 16, 80)
     # A 16-bit checkpoint without a copy on CUDA cores (2 CTAs an SM): full_waves at 48.
     assert step_plan(probe, 48, NANO4B, "none", ctas_per_sm=2, fp32=False, tensor=False) == ("plain", 6, 1, 0, 16, 48)
-    # The hint without its workspace, or a kernel with no ordered form (a 16-bit checkpoint without a
-    # copy), never orders.
+    # The hint without its workspace never orders; a 16-bit checkpoint without a copy only by step_order = 1.
     assert step_plan(probe, 256, NANO4B, "fp8", staggered=True, workspace=False)[0] == "plain"
     assert step_plan(probe, 256, NANO4B, "none", staggered=True, fp32=False, tensor=False)[0] == "plain"
+    assert step_plan(probe, 256, NANO4B, "none", staggered=True, fp32=False, tensor=False,
+                     overrides={"step_order": 1})[0] == "ordered"
 
 
 def test_step_plan_staggered(probe):

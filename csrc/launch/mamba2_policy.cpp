@@ -221,9 +221,10 @@ Mamba2StepPlan plan_mamba2_step(const Mamba2StepProblem& problem, int ctas_per_s
   plan.grid_x = problem.heads / plan.heads_per_cta;
   plan.grid_y = problem.batch;
   // The order pass (staggered flush): the folding rows' CTAs first, where a fold costs several replays
-  // (4-8 with a copy, ~2 without, where only the tf32 replay takes it). Not in one wave (every CTA
-  // starts at once) nor for small CTAs (short folds: the pass's launch cost more than it won).
-  if (!copy && !tf32_replay) return plan;
+  // (4-8 with a copy, ~2 without, where only the tf32 replay takes it by rule; a 16-bit checkpoint
+  // without a copy only by step_order = 1). Not in one wave (every CTA starts at once) nor for small
+  // CTAs (short folds: the pass's launch cost more than it won).
+  if (!copy && !tf32_replay && overrides.step_order != 1) return plan;
   const bool order = hint && problem.order_workspace && overrides.step_order != 0;
   if (!order) return plan;
   const FoldSplit split = mamba2_fold_split(problem.batch, problem.heads, problem.groups, problem.buffer_len,

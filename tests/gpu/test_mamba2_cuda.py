@@ -572,6 +572,25 @@ def step_with_and_without_hint(caches, layer, slots):
                          ids=["nano4b-bf16-copy", "nano4b-fp8-copy", "nano4b-bf16-checkpoint-fp8-copy",
                               "1096-rows-fp8-copy", "nano4b-no-copy", "1096-rows-no-copy"])
 def test_step_order_pass_changes_no_bits(dims, num_slots, ck, rc):
+    check_order_pass_changes_no_bits(dims, num_slots, ck, rc)
+
+
+# A 16-bit checkpoint without a read copy takes the order pass only by the override (step_order = 1), and
+# then also folds by the fold split's rule: bit for bit as without the hint.
+@pytest.mark.parametrize("ck", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dims,num_slots", [(NANO4B, 40), (MANY_ROWS, 1100)], ids=["nano4b", "1096-rows"])
+def test_step_forced_order_pass_changes_no_bits(dims, num_slots, ck, set_overrides):
+    set_overrides(step_order=1)
+    check_order_pass_changes_no_bits(dims, num_slots, ck, None)
+    layer = Layer(dims, seed=2)
+    cache = gpu_cache(layer, num_slots, buffer_len=4, checkpoint_dtype=ck, staggered_flush=True)
+    cache.load(layer.states(num_slots).cuda().float())
+    inputs = [t.cuda() for t in layer.inputs(num_slots)]
+    names = cuda_kernels_run(lambda: cuda_step(cache, *inputs, torch.arange(num_slots, device="cuda"), staggered_flush=True))
+    assert any("row_order_kernel" in n for n in names), "the pass ran"
+
+
+def check_order_pass_changes_no_bits(dims, num_slots, ck, rc):
     layer = Layer(dims, seed=21)
     L = 4
     caches, slots = staggered_rows(layer, num_slots, L, rc, seed=5, checkpoint_dtype=ck)

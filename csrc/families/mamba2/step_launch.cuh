@@ -65,17 +65,15 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
         return launch_grid(two_group_kernel, grid, dim3(kThreads), smem, stream, pdl.wait, p, args);
       }
       break;
-    case launch::StepKernel::kOrdered:
-      if constexpr (kCopy || kTf32Replay) {
-        auto ordered_kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true, kTf32Replay>;
-        err = cudaFuncSetAttribute(ordered_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        if (err != cudaSuccess) return err;
-        args.after_order_pass = launch::step_starts_during_order_pass(overrides);
-        err = launch_step_row_order(p, args, stream);
-        if (err != cudaSuccess) return err;
-        return launch_grid(ordered_kernel, grid, dim3(kThreads), smem, stream, pdl.wait || args.after_order_pass, p, args);
-      }
-      break;
+    case launch::StepKernel::kOrdered: {
+      auto ordered_kernel = step_kernel<kP, kN, kCkpt, kCopy, kRead, kAct, kRound, true, kTf32Replay>;
+      err = cudaFuncSetAttribute(ordered_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (err != cudaSuccess) return err;
+      args.after_order_pass = launch::step_starts_during_order_pass(overrides);
+      err = launch_step_row_order(p, args, stream);
+      if (err != cudaSuccess) return err;
+      return launch_grid(ordered_kernel, grid, dim3(kThreads), smem, stream, pdl.wait || args.after_order_pass, p, args);
+    }
   }
   return cudaErrorInvalidConfiguration;  // a plan for a kernel form these dtypes do not compile
 }
