@@ -273,12 +273,13 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
   TORCH_CHECK(B_buf.size(1) == p.groups, checks::cat(op, ": B has ", p.groups, " groups but B_buf holds ", B_buf.size(1)));
   fill_rounding_seed(p, expect, op, "checkpoint", checkpoint, rounding_seed);
   p.staggered_flush = staggered_flush;
-  // The order pass's workspace (folding rows first, for the kernels with a read copy and the fp32
-  // checkpoint's tensor-core replay; see mamba2_step_order.cu). Allocated per call from the caching
-  // allocator on the current stream: under graph capture from the graph's pool, and reused in stream
-  // order after the launch.
+  // The order pass's workspace (folding rows first; see mamba2_step_order.cu): wherever the rows fold
+  // at different steps, the launch policy deciding whether the pass runs (a read copy or the fp32
+  // checkpoint's tensor-core replay by rule, any checkpoint by step_order = 1). Allocated per call from
+  // the caching allocator on the current stream: under graph capture from the graph's pool, and reused
+  // in stream order after the launch.
   at::Tensor row_order;
-  if (staggered_flush && (p.read_copy != nullptr || p.checkpoint_dtype == DType::kFloat32) && p.batch > 0) {
+  if (staggered_flush && p.batch > 0) {
     row_order = at::empty({2 * static_cast<int64_t>(p.batch)}, checkpoint.options().dtype(at::kInt));
     p.row_order = row_order.data_ptr<int32_t>();
   }
