@@ -221,10 +221,12 @@ Mamba2StepPlan plan_mamba2_step(const Mamba2StepProblem& problem, int ctas_per_s
   plan.grid_x = problem.heads / plan.heads_per_cta;
   plan.grid_y = problem.batch;
   // The order pass (staggered flush): the folding rows' CTAs first, where a fold costs several replays
-  // (4-8 with a copy, ~2 without, where only the tf32 replay takes it by rule; a 16-bit checkpoint
-  // without a copy only by step_order = 1). Not in one wave (every CTA starts at once) nor for small
-  // CTAs (short folds: the pass's launch cost more than it won).
-  if (!copy && !tf32_replay && overrides.step_order != 1) return plan;
+  // (4-8 with a copy, ~2 without). Not in one wave (every CTA starts at once) nor for small CTAs (short
+  // folds: the pass's launch cost more than it won). A 16-bit checkpoint without a copy too: H100, bf16
+  // checkpoint, staggered cycle without / with the pass (lock-step beside), super120b b64 78.4 / 67.3 us
+  // (63.0), b256 280.8 / 220.0 (229.5); super120b@tp4 b64 28.7 / 21.6 (20.2); nano4b@tp2 b64 42.5 / 35.9
+  // (33.8); and its one loss, one-head CTAs at super120b@tp8 b32 13.0 / 13.7, is a launch the rule
+  // leaves plain (docs/TUNING.md).
   const bool order = hint && problem.order_workspace && overrides.step_order != 0;
   if (!order) return plan;
   const FoldSplit split = mamba2_fold_split(problem.batch, problem.heads, problem.groups, problem.buffer_len,

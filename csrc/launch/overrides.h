@@ -30,7 +30,7 @@ namespace launch {
     "up, 1 never; 0: the rule (an fp8 copy, where they fill one wave or their waves to 95%)")                \
   X(step_order, "REPLAYSSM_STEP_ORDER", -1, -1, 1,                                                           \
     "mamba2_step under staggered_flush: 1 the order pass (folding rows first) at every launch, 0 never "     \
-    "(nor the fold split); -1: the rule (a read copy or an fp32 checkpoint only)")                          \
+    "(nor the fold split); -1: the rule (past one wave, or with the fold split)")                            \
   X(step_fold_split, "REPLAYSSM_STEP_FOLD_SPLIT", -1, -1, 65535,                                             \
     "mamba2_step under staggered_flush with the order pass: 0 no fold split; k >= 1 the first "              \
     "ceil(batch / L) folding rows in CTAs of k heads (the largest divisor of the replaying rows' block <= "  \

@@ -575,8 +575,9 @@ def test_step_order_pass_changes_no_bits(dims, num_slots, ck, rc):
     check_order_pass_changes_no_bits(dims, num_slots, ck, rc)
 
 
-# A 16-bit checkpoint without a read copy takes the order pass only by the override (step_order = 1), and
-# then also folds by the fold split's rule: bit for bit as without the hint.
+# A 16-bit checkpoint without a read copy through the ordered kernel at every launch (step_order = 1,
+# past the rule, which takes it only past one wave or with the fold split) and the fold split's rule:
+# bit for bit as without the hint, and the pass did run.
 @pytest.mark.parametrize("ck", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("dims,num_slots", [(NANO4B, 40), (MANY_ROWS, 1100)], ids=["nano4b", "1096-rows"])
 def test_step_forced_order_pass_changes_no_bits(dims, num_slots, ck, set_overrides):
