@@ -307,7 +307,8 @@ def test_step_plan_staggered(probe):
     assert step_plan(probe, 32, SUPER120B_TP8, "none", **bf16, overrides={"step_order": 1})[0] == "ordered"
     assert step_plan(probe, 64, SUPER120B, "none", **bf16, overrides={"step_order": 0})[0] == "plain"
     # On CUDA cores (a 16-bit checkpoint of the other type than the activations, 2 CTAs an SM) alike.
-    assert step_plan(probe, 256, NANO4B, "none", staggered=True, fp32=False, tensor=False) == ("ordered", 12, 1, 0, 8, 256)
+    assert step_plan(probe, 256, NANO4B, "none", staggered=True, fp32=False, tensor=False) == (
+        "ordered", 12, 1, 0, 8, 256)
     # No two-group CTAs under the hint, even forced.
     assert step_plan(probe, 64, NANO4B, "fp8", staggered=True, overrides={"step_groups_per_cta": 2})[0] != "two_groups"
 

@@ -274,10 +274,9 @@ void mamba2_step(const at::Tensor& checkpoint, const std::optional<at::Tensor>& 
   fill_rounding_seed(p, expect, op, "checkpoint", checkpoint, rounding_seed);
   p.staggered_flush = staggered_flush;
   // The order pass's workspace (folding rows first; see mamba2_step_order.cu): wherever the rows fold
-  // at different steps, the launch policy deciding whether the pass runs (a read copy or the fp32
-  // checkpoint's tensor-core replay by rule, any checkpoint by step_order = 1). Allocated per call from
-  // the caching allocator on the current stream: under graph capture from the graph's pool, and reused
-  // in stream order after the launch.
+  // at different steps, the launch policy deciding whether the pass runs. Allocated per call from the
+  // caching allocator on the current stream: under graph capture from the graph's pool, and reused in
+  // stream order after the launch.
   at::Tensor row_order;
   if (staggered_flush && p.batch > 0) {
     row_order = at::empty({2 * static_cast<int64_t>(p.batch)}, checkpoint.options().dtype(at::kInt));
