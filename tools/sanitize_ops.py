@@ -6,7 +6,7 @@ is refilled); the update once more with its ring forced to wrap (claimed and fix
 with a bf16 and an fp8 copy once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128), and
 without one there (the tf32 tensor-core replay); the step with the staggered_flush hint on 1,030 rows in
 staggered phases, so that its order pass runs (more than one wave of CTAs) and takes two chunks of
-rows; on 24 rows, where the hint takes the fold split; and in CTAs of two whole groups
+rows (an fp8 copy; a bf16 checkpoint without one); on 24 rows, where the hint takes the fold split; and in CTAs of two whole groups
 (step_groups_per_cta=2) with an fp8 and a bf16 copy. Every GDN op the same way (gdn()): steps across
 folds and verify + commit rounds with random acceptance, materialize and flush, the conventional update
 and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
@@ -114,23 +114,27 @@ def mamba2():
         with launch_overrides(step_heads_per_cta=heads_per_cta):
             step_across_a_fold(P2, N2, copy_dtype)
     # The order pass (staggered_flush, more than one wave of CTAs) over 1,030 rows in a random order with a
-    # pad row, a quarter of the slots folding in each step, with an fp8 copy.
+    # pad row, a quarter of the slots folding in each step: an fp32 checkpoint with an fp8 copy, and a bf16
+    # checkpoint without a copy.
     S3 = 1100
-    ck = 0.1 * torch.randn(S3, H, P, N, device=dev)
-    rc = torch.empty(S3, H, P, N, device=dev, dtype=torch.float8_e4m3fn)
-    rs = torch.empty(S3, H, P, device=dev)
-    ops.make_read_copy(ck, rc, rs, backend="cuda")
-    x_buf = torch.zeros(S3, H, L, P, device=dev, dtype=torch.bfloat16)
-    B_buf = torch.zeros(S3, G, L, N, device=dev, dtype=torch.bfloat16)
-    dt_buf = torch.zeros(S3, H, L, device=dev)
-    cursors = (torch.arange(S3, device=dev) % L).int()
-    rows = torch.randperm(S3, device=dev)[:1030]
-    rows[5] = -1
-    with launch_overrides(step_heads_per_cta=64):
-        for _ in range(L + 1):
-            x, dt, B, C, z = inputs(rows.numel())
-            ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D, z,
-                            dt_bias, True, 1, rows, -1, staggered_flush=True, backend="cuda")
+    for ck_dtype, copy_dtype in ((torch.float32, torch.float8_e4m3fn), (torch.bfloat16, None)):
+        ck = (0.1 * torch.randn(S3, H, P, N, device=dev)).to(ck_dtype)
+        rc = rs = None
+        if copy_dtype is not None:
+            rc = torch.empty(S3, H, P, N, device=dev, dtype=copy_dtype)
+            rs = torch.empty(S3, H, P, device=dev)
+            ops.make_read_copy(ck, rc, rs, backend="cuda")
+        x_buf = torch.zeros(S3, H, L, P, device=dev, dtype=torch.bfloat16)
+        B_buf = torch.zeros(S3, G, L, N, device=dev, dtype=torch.bfloat16)
+        dt_buf = torch.zeros(S3, H, L, device=dev)
+        cursors = (torch.arange(S3, device=dev) % L).int()
+        rows = torch.randperm(S3, device=dev)[:1030]
+        rows[5] = -1
+        with launch_overrides(step_heads_per_cta=64):
+            for _ in range(L + 1):
+                x, dt, B, C, z = inputs(rows.numel())
+                ops.mamba2_step(ck, rc, rs, x_buf, B_buf, dt_buf, cursors, x, dt, A, B, C, torch.empty_like(x), D,
+                                z, dt_bias, True, 1, rows, -1, staggered_flush=True, backend="cuda")
     # The fold split (staggered_flush, a read copy, one wave of CTAs; mamba2_fold_split): on the H200, 24 rows
     # of 64 heads in 2 groups at L = 4 take 8-head replay CTAs and put the first 6 folding rows' heads in
     # CTAs of two (helper rows first in the grid), in staggered phases with a pad row, on super120b's tile.
