@@ -6,8 +6,8 @@ is refilled); the update once more with its ring forced to wrap (claimed and fix
 with a bf16 and an fp8 copy once more on nano4b's and super120b's tiles (P = 80 and 64, N = 128), and
 without one there (the tf32 tensor-core replay); the step with the staggered_flush hint on 1,030 rows in
 staggered phases, so that its order pass runs (more than one wave of CTAs) and takes two chunks of
-rows (an fp8 copy; a bf16 checkpoint without one); on 24 rows, where the hint takes the fold split; and in CTAs of two whole groups
-(step_groups_per_cta=2) with an fp8 and a bf16 copy. Every GDN op the same way (gdn()): steps across
+rows (an fp8 copy; a bf16 checkpoint without one); on 24 rows, where the hint takes the fold split; and
+in CTAs of two whole groups (step_groups_per_cta=2) with an fp8 and a bf16 copy. Every GDN op the same way (gdn()): steps across
 folds and verify + commit rounds with random acceptance, materialize and flush, the conventional update
 and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
 v-head a CTA and with all of a row's; the fold over 1,030 rows; the step on 4 rows in its row parts (the

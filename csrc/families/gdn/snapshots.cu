@@ -171,9 +171,9 @@ __global__ void __launch_bounds__(kSnapshotThreads, 4) snapshots_kernel(const Gd
 template <int kK, int kV, DType kState, DType kAct, bool kVectorGate>
 cudaError_t launch(const GdnParams& p, cudaStream_t stream) {
   using Shape = SnapshotShape<kK, kV, kState>;
-  // No split kernel: the update's grid of 16 KB CTAs.
-  const launch::GdnUpdatePlan plan = launch::plan_gdn_update(launch::GdnUpdateProblem{p.batch, p.v_heads, Shape::kCtasPerHead, 0},
-                                                             0, launch::launch_overrides());
+  // The update's grid of 16 KB CTAs: no split kernel here (split_ctas_per_head 0), so no device is asked.
+  const launch::GdnUpdateProblem problem{p.batch, p.v_heads, Shape::kCtasPerHead, /*split_ctas_per_head=*/0};
+  const launch::GdnUpdatePlan plan = launch::plan_gdn_update(problem, /*sm_count=*/0, launch::launch_overrides());
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   snapshots_kernel<kK, kV, kState, kAct, kVectorGate><<<grid, kSnapshotThreads, 0, stream>>>(p);
   return cudaGetLastError();
