@@ -391,13 +391,26 @@ FP32_80x128, FP32_64x128, BF16_80x128, FP32_128x128 = 80 * 128 * 4, 64 * 128 * 4
 
 
 def test_update_stages(probe):
-    # As many tiles (up to 4) as let two CTAs share an SM's 228 KB (2 KB reserved a CTA): 2 for fp32
-    # 80 x 128, 3 for fp32 64 x 128, 4 for bf16; where two CTAs cannot hold 2 (fp32 128 x 128), as many as
-    # one CTA holds (3 of 64 KB in 227 KB).
-    assert update_plan(probe, 64, 96, FP32_80x128)[0] == 2
-    assert update_plan(probe, 64, 128, FP32_64x128)[0] == 3
-    assert update_plan(probe, 64, 96, BF16_80x128)[0] == 4
+    # Below 5.5 items a CTA of two an SM (1,452 items on 132 SMs), as many tiles (up to 4) as let two
+    # CTAs share an SM's 228 KB (2 KB reserved a CTA): 2 for fp32 80 x 128, 3 for fp32 64 x 128, 4 for
+    # bf16 and the split's 4 KB items; from there 2. Where two CTAs cannot hold 2 (fp32 128 x 128), as
+    # many as one CTA holds (3 of 64 KB in 227 KB) at any batch.
+    assert update_plan(probe, 8, 96, FP32_80x128)[0] == 2
+    assert update_plan(probe, 10, 128, FP32_64x128)[0] == 3
+    assert update_plan(probe, 11, 128, FP32_64x128)[0] == 3
+    assert update_plan(probe, 12, 128, FP32_64x128)[0] == 2
+    assert update_plan(probe, 45, 32, FP32_64x128)[0] == 3
+    assert update_plan(probe, 46, 32, FP32_64x128)[0] == 2
+    assert update_plan(probe, 64, 16, FP32_64x128)[0] == 3
+    assert update_plan(probe, 15, 96, BF16_80x128)[0] == 4
+    assert update_plan(probe, 16, 96, BF16_80x128)[0] == 2
+    assert update_plan(probe, 64, 96, BF16_80x128)[0] == 2
+    assert update_plan(probe, 2, 32, FP32_8x128, parts=8)[0] == 4
     assert update_plan(probe, 64, 96, FP32_128x128, ctas_per_sm=1)[0] == 3
+    assert update_plan(probe, 512, 96, FP32_128x128, ctas_per_sm=1)[0] == 3
+    # The threshold follows the SM count: 1,628 items on 148 SMs.
+    assert update_plan(probe, 12, 128, FP32_64x128, sms=148)[0] == 3
+    assert update_plan(probe, 13, 128, FP32_64x128, sms=148)[0] == 2
     # The override, capped at what fits.
     assert update_plan(probe, 64, 96, BF16_80x128, overrides={"update_stages": 8})[0] == 8
     assert update_plan(probe, 64, 96, FP32_128x128, ctas_per_sm=1, overrides={"update_stages": 8})[0] == 3
@@ -414,11 +427,11 @@ def test_update_grid_and_claims(probe):
     assert update_plan(probe, 11, 96, FP32_80x128) == (2, 264, 0)
     assert update_plan(probe, 10, 96, FP32_80x128) == (2, 240, 0)
     assert update_plan(probe, 8, 96, FP32_80x128) == (2, 256, 0)
-    # super120b (fp32 64 x 128, 3 stages): 5.25 rounds, from batch 11 (1408 items); super120b@tp4 (H = 32)
-    # from batch 44 (1408), so at batch 64, not at 43 or 32.
+    # super120b (fp32 64 x 128, 3 stages below 1,452 items): 5.25 rounds, from batch 11 (1408 items);
+    # super120b@tp4 (H = 32) from batch 44 (1408), not at 43 or 32; at batch 64 (2 stages) 4.25 rounds.
     assert update_plan(probe, 11, 128, FP32_64x128) == (3, 264, 1)
     assert update_plan(probe, 10, 128, FP32_64x128) == (3, 256, 0)
-    assert update_plan(probe, 64, 32, FP32_64x128) == (3, 264, 1)
+    assert update_plan(probe, 64, 32, FP32_64x128) == (2, 264, 1)
     assert update_plan(probe, 44, 32, FP32_64x128) == (3, 264, 1)
     assert update_plan(probe, 43, 32, FP32_64x128)[2] == 0
     assert update_plan(probe, 32, 32, FP32_64x128) == (3, 256, 0)
