@@ -428,7 +428,8 @@ def test_update_grid_and_claims(probe):
     assert update_plan(probe, 10, 96, FP32_80x128) == (2, 240, 0)
     assert update_plan(probe, 8, 96, FP32_80x128) == (2, 256, 0)
     # super120b (fp32 64 x 128, 3 stages below 1,452 items): 5.25 rounds, from batch 11 (1408 items);
-    # super120b@tp4 (H = 32) from batch 44 (1408), not at 43 or 32; at batch 64 (2 stages) 4.25 rounds.
+    # super120b@tp4 (H = 32) from batch 44 (1408), not at 43 or 32; batch 64 (7.8 rounds) takes 2 stages,
+    # whose threshold is 4.25 rounds.
     assert update_plan(probe, 11, 128, FP32_64x128) == (3, 264, 1)
     assert update_plan(probe, 10, 128, FP32_64x128) == (3, 256, 0)
     assert update_plan(probe, 64, 32, FP32_64x128) == (2, 264, 1)
