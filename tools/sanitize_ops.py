@@ -7,15 +7,15 @@ with a bf16 and an fp8 copy once more on nano4b's and super120b's tiles (P = 80 
 without one there (the tf32 tensor-core replay); the step with the staggered_flush hint on 1,030 rows in
 staggered phases, so that its order pass runs (more than one wave of CTAs) and takes two chunks of
 rows (an fp8 copy; a bf16 checkpoint without one); on 24 rows, where the hint takes the fold split; and
-in CTAs of two whole groups (step_groups_per_cta=2) with an fp8 and a bf16 copy. Every GDN op the same way (gdn()): steps across
-folds and verify + commit rounds with random acceptance, materialize and flush, the conventional update
-and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16 and an fp8 one; verify with one
-v-head a CTA and with all of a row's; the fold over 1,030 rows; the step on 4 rows in its row parts (the
-launch rule: 2 CTAs per (row, v-head) at V = 64, 4 at V = 128), on 1,030 rows whole, with and without
-the order pass (staggered_flush); with an fp32 checkpoint and no copy the tile in chunks (one and two in
-flight, one and two parts, 4 and 1,030 rows). The other CTA shapes are forced through
-replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per key channel) as
-GDN's.
+in CTAs of two whole groups (step_groups_per_cta=2) with an fp8 and a bf16 copy. Every GDN op the same
+way (gdn()): steps across folds and verify + commit rounds with random acceptance, materialize and
+flush, the conventional update and update_snapshots, at K = V = 64 and 128, with no read copy, a bf16
+and an fp8 one; verify with one v-head a CTA and with all of a row's; the fold over 1,030 rows; the step
+on 4 rows in its row parts (the launch rule: 2 CTAs per (row, v-head) at V = 64, 4 at V = 128), on 1,030
+rows whole, with and without the order pass (staggered_flush); with an fp32 checkpoint and no copy the
+tile in chunks (one and two in flight, one and two parts, 4 and 1,030 rows). The other CTA shapes are
+forced through replayssm_cuda.launch_overrides. Every KDA op (kda(): GDN's kernels with the decay per
+key channel) as GDN's.
 
     python3 tools/sanitize_ops.py [mamba2] [gdn] [kda]      # all by default"""
 

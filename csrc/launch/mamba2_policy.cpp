@@ -135,6 +135,16 @@ bool mamba2_update_split(int64_t batch, int heads, int parts, int sm_count, cons
   return 2 * batch * heads <= sm_count;
 }
 
+namespace {
+
+// The update's items: (row, head) tiles, or with the split their one-pass parts (the stage and claims
+// rules count the same items).
+int64_t update_items(const Mamba2UpdateProblem& problem) {
+  return problem.batch * problem.heads * std::max(problem.parts, 1);
+}
+
+}  // namespace
+
 // Ring stages of the update: as many tiles (up to 4) as let two CTAs share an SM (a CTA's start hides
 // behind the other's), else as many (up to 4) as one CTA holds. Where each CTA of that two-an-SM wave
 // has 5.5 items or more, 2 stages: two CTAs an SM already stream at copy rate with two tiles each in
@@ -153,7 +163,7 @@ int plan_mamba2_update_stages(const Mamba2UpdateProblem& problem, const DeviceIn
   constexpr int kPerCtaReserve = 2048;  // the runtime's 1 KB per CTA and the static barriers, rounded up
   const int two = (device.smem_per_sm / 2 - kPerCtaReserve) / problem.tile_bytes;
   if (two < 2) return std::max(1, std::min({fit, 4, problem.max_stages}));
-  const int64_t items = problem.batch * problem.heads * std::max(problem.parts, 1);
+  const int64_t items = update_items(problem);
   constexpr int64_t kShallowHalfItems = 11;  // 5.5 items a CTA of two an SM, in half items
   const int64_t two_wave = 2 * static_cast<int64_t>(device.sm_count);
   return 2 * items >= kShallowHalfItems * two_wave ? 2 : std::min(two, 4);
@@ -174,7 +184,7 @@ Mamba2UpdatePlan plan_mamba2_update(const Mamba2UpdateProblem& problem, int stag
   plan.stages = stages;
   int64_t wave = static_cast<int64_t>(device.sm_count) * ctas_per_sm;
   if (overrides.update_ctas >= 1 && overrides.update_ctas < wave) wave = overrides.update_ctas;
-  const int64_t items = problem.batch * problem.heads * (problem.parts > 1 ? problem.parts : 1);
+  const int64_t items = update_items(problem);
   constexpr int64_t kClaimedQuarterRounds = 9;  // 2.25 rounds
   plan.claims = problem.work_counter && overrides.update_claims != 0 && items > stages * wave &&
                 (overrides.update_claims == 1 || 4 * items >= (4 * stages + kClaimedQuarterRounds) * wave) &&
