@@ -1,5 +1,5 @@
 // How long a small load takes while the SMs stream tiles (the question behind the GDN step's set-up,
-// README, Performance). Standalone, no torch:
+// docs/PERFORMANCE.md). Standalone, no torch:
 //   nvcc -arch=sm_90a -O3 -std=c++17 -o /tmp/load_latency tools/load_latency.cu && /tmp/load_latency
 // (CMakeLists.txt builds it too, for every target arch, so CI keeps it compiling)
 // 3 or 4 CTAs of 256 threads an SM (as gdn_step's with fp32 tiles, or 16-bit / fp8 ones); thread 0 of each
