@@ -8,6 +8,8 @@
 # call starts in seconds.
 #   REPLAYSSM_VENV          where the environment lives (default: .venv in the repository)
 #   REPLAYSSM_TORCH         the torch requirement to install when torch is missing (default torch==2.13.0)
+#   REPLAYSSM_CUDA_ARCHS    the archs to compile (default: this machine's GPU where it is an sm_90 or
+#                           sm_100, else setup.py's default, 90a;100a)
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${REPLAYSSM_VENV:-$repo/.venv}"
@@ -49,6 +51,16 @@ fi
 if [ -n "${missing// /}" ]; then
   # shellcheck disable=SC2086  # one word per module
   "$py" -m pip install -q $missing
+fi
+
+# The quick start builds for this machine's GPU only (sm_90a on a Hopper, sm_100a on a Blackwell), as
+# torch's extensions do, unless REPLAYSSM_CUDA_ARCHS says otherwise: half the build of both. A wheel
+# (pip wheel .) builds both by default.
+if [ -z "${REPLAYSSM_CUDA_ARCHS:-}" ] && command -v nvidia-smi >/dev/null 2>&1; then
+  case "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')" in
+    9.0) export REPLAYSSM_CUDA_ARCHS=90a ;;
+    10.0) export REPLAYSSM_CUDA_ARCHS=100a ;;
+  esac
 fi
 
 stamp="$venv/.replayssm-install"
