@@ -71,12 +71,71 @@ def cta_timeline_build() -> bool:
     return os.environ.get("REPLAYSSM_CTA_TIMELINE", "0") not in ("", "0")
 
 
-def extension_sources(diagnostic: bool) -> list[str]:
-    """Every kernel source (.cu) and host source (.cpp) under csrc/; csrc/diag/ only in a diagnostic build."""
+# The families whose shapes a build may narrow (REPLAYSSM_SHAPES): name -> (its shape table's macro in
+# csrc/families/<name>/variants.h, the two dims as its instantiation files name them). KDA runs GDN's
+# kernels, so "gdn" narrows both.
+SHAPE_FAMILIES = {"mamba2": ("REPLAYSSM_MAMBA2_SHAPES", ("p", "n")), "gdn": ("REPLAYSSM_GDN_SHAPES", ("k", "v"))}
+SHAPE_SUBSET_HEADER = ROOT / "build" / "shape_subset" / "replayssm_shape_subset.h"
+
+
+def table_shapes(family: str) -> list[tuple[int, int]]:
+    """The rows of a family's shape table (its variants.h X-macro), in table order."""
+    macro = SHAPE_FAMILIES[family][0]
+    text = (ROOT / "csrc" / "families" / family / "variants.h").read_text()
+    match = re.search(rf"#define {macro}\(X\)((?:[^\n]*\\\n)*[^\n]*)", text)
+    return [(int(a), int(b)) for a, b in re.findall(r"X\(\s*(\d+)\s*,\s*(\d+)\s*\)", match.group(1))]
+
+
+def shape_subset() -> dict[str, list[tuple[int, int]]] | None:
+    """REPLAYSSM_SHAPES ("mamba2=64x128,80x128;gdn=128x128"): the shapes to compile of each family named, in
+    table order; a family not named keeps every shape. None when the variable is unset or empty. Stops the
+    build naming the variable for a family or shape that is not in the tables."""
+    raw = os.environ.get("REPLAYSSM_SHAPES", "").strip()
+    if not raw:
+        return None
+    subset: dict[str, list[tuple[int, int]]] = {}
+    for part in (p for p in re.split(r"[;\s]+", raw) if p):
+        family, _, shapes = part.partition("=")
+        if family not in SHAPE_FAMILIES:
+            sys.exit(f"{PREFIX} REPLAYSSM_SHAPES: unknown family {family!r} in {raw!r}; families: "
+                     f"{', '.join(SHAPE_FAMILIES)} (KDA runs gdn's kernels), e.g. 'mamba2=64x128,80x128;gdn=128x128'")
+        table = table_shapes(family)
+        wanted = set()
+        for shape in (x for x in shapes.split(",") if x):
+            match = re.fullmatch(r"(\d+)x(\d+)", shape.strip())
+            if match is None or (int(match[1]), int(match[2])) not in table:
+                sys.exit(f"{PREFIX} REPLAYSSM_SHAPES: {family} has no shape {shape!r}; its shapes: "
+                         f"{', '.join(f'{a}x{b}' for a, b in table)}")
+            wanted.add((int(match[1]), int(match[2])))
+        if not wanted:
+            sys.exit(f"{PREFIX} REPLAYSSM_SHAPES: {family!r} names no shape in {raw!r}, e.g. '{family}="
+                     f"{table[-1][0]}x{table[-1][1]}'")
+        subset[family] = [s for s in table if s in wanted]
+    return subset
+
+
+def shape_subset_header(subset: dict[str, list[tuple[int, int]]]) -> str:
+    """replayssm_shape_subset.h: the compiled shapes of each narrowed family (variants.h reads it)."""
+    lines = ["// Written by setup.py from REPLAYSSM_SHAPES (not tracked): the shapes this build compiles.",
+             "#pragma once"]
+    for family, shapes in subset.items():
+        rows = " ".join(f"X({a}, {b})" for a, b in shapes)
+        lines.append(f"#define {SHAPE_FAMILIES[family][0].replace('_SHAPES', '_COMPILED_SHAPES')}(X) {rows}")
+    return "\n".join(lines) + "\n"
+
+
+def extension_sources(diagnostic: bool, subset: dict[str, list[tuple[int, int]]] | None = None) -> list[str]:
+    """Every kernel source (.cu) and host source (.cpp) under csrc/; csrc/diag/ only in a diagnostic build;
+    of a family the subset narrows, the instantiation files of its shapes only."""
     csrc = ROOT / "csrc"
     found = [p for p in csrc.rglob("*") if p.suffix in (".cu", ".cpp")]
     if not diagnostic:
         found = [p for p in found if (csrc / "diag") not in p.parents]
+    for family, shapes in (subset or {}).items():
+        a, b = SHAPE_FAMILIES[family][1]
+        folder = csrc / "families" / family / "instantiations"
+        keep = {f"_{a}{x}_{b}{y}.cu" for x, y in shapes}
+        found = [p for p in found if p.parent != folder or any(p.name.endswith(k) for k in keep)]
     return sorted(str(p.relative_to(ROOT)) for p in found)
 
 
@@ -184,10 +243,20 @@ def extension_kwargs(build: dict, version: str) -> tuple[dict, str]:
     cutlass = cutlass_include()
     include_dirs = [str(ROOT / "csrc"), cutlass]
     cutlass_text = f"CUTLASS/CuTe headers from {cutlass}"
-    sources = extension_sources(diagnostic=cta_timeline_build())
+    subset = shape_subset()
+    sources = extension_sources(diagnostic=cta_timeline_build(), subset=subset)
     # Build facts for replayssm_cuda._C.build_info(). The archs travel as one token ("90a_100a"): a ';'
     # would be cut by the shell that runs each compile command.
     defines = [f"-DREPLAYSSM_VERSION={version}", f"-DREPLAYSSM_CUDA_ARCHS={'_'.join(archs)}"]
+    shapes_text = ""
+    if subset:
+        SHAPE_SUBSET_HEADER.parent.mkdir(parents=True, exist_ok=True)
+        header = shape_subset_header(subset)
+        if not SHAPE_SUBSET_HEADER.exists() or SHAPE_SUBSET_HEADER.read_text() != header:
+            SHAPE_SUBSET_HEADER.write_text(header)
+        include_dirs.append(str(SHAPE_SUBSET_HEADER.parent))
+        defines.append("-DREPLAYSSM_SHAPE_SUBSET=1")
+        shapes_text = "; shapes " + "; ".join(f"{f} {', '.join(f'{a}x{b}' for a, b in s)}" for f, s in subset.items())
     diagnostic = ""
     if cta_timeline_build():
         defines.append("-DREPLAYSSM_CTA_TIMELINE=1")
@@ -197,7 +266,7 @@ def extension_kwargs(build: dict, version: str) -> tuple[dict, str]:
     torch = build["torch"]
     summary = (f"building replayssm_cuda._C for sm_{', sm_'.join(archs)} with CUDA {nvcc_version(build['toolkit'])} "
                f"at {build['toolkit']} (from {build['found_by']}), for torch {torch.__version__}; "
-               f"{cutlass_text}{diagnostic}")
+               f"{cutlass_text}{shapes_text}{diagnostic}")
     ext = CUDAExtension(
         name="replayssm_cuda._C",
         sources=sources,

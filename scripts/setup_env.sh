@@ -64,7 +64,7 @@ if [ -z "${REPLAYSSM_CUDA_ARCHS:-}" ] && command -v nvidia-smi >/dev/null 2>&1; 
 fi
 
 stamp="$venv/.replayssm-install"
-key="$( { echo "$repo $torch_version $cutlass_version ${REPLAYSSM_CUDA_ARCHS:-} ${REPLAYSSM_CTA_TIMELINE:-}" \
+key="$( { echo "$repo $torch_version $cutlass_version ${REPLAYSSM_CUDA_ARCHS:-} ${REPLAYSSM_SHAPES:-} ${REPLAYSSM_CTA_TIMELINE:-}" \
                "${CUDA_HOME:-} ${CUDA_PATH:-}"
           cat "$repo/setup.py" "$repo/pyproject.toml"
           find "$repo/csrc" -type f -print0 | LC_ALL=C sort -z | xargs -0 cat; } | sha256sum | cut -d' ' -f1)"

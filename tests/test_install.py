@@ -113,3 +113,57 @@ def test_a_build_for_another_torch_is_refused_naming_both_versions():
     assert "torch 2.11.0 with CUDA 13.0" in message and "torch 2.13.0+cu130 with CUDA 13.0" in message
     assert torch_mismatch("2.11.0", "13.0", "2.11.0+cu128", "12.8") is not None
     assert "CUDA None" in torch_mismatch("2.11.0", "13.0", "2.11.0+cpu", None)  # a CUDA build under CPU torch
+
+
+# REPLAYSSM_SHAPES narrows a build to some shapes of each family it names (the rest keep every shape):
+# the shapes in table order, only their instantiation files among the sources, and clear errors naming
+# the variable for what the tables do not have.
+def test_shape_subset_narrows_the_sources(setup_py, monkeypatch):
+    monkeypatch.delenv("REPLAYSSM_SHAPES", raising=False)
+    assert setup_py.shape_subset() is None
+    every = setup_py.extension_sources(diagnostic=False)
+    monkeypatch.setenv("REPLAYSSM_SHAPES", "gdn=128x128 ; mamba2=80x128,64x128")
+    subset = setup_py.shape_subset()
+    assert subset == {"gdn": [(128, 128)], "mamba2": [(64, 128), (80, 128)]}
+    kept = setup_py.extension_sources(diagnostic=False, subset=subset)
+    instantiations = sorted(Path(s).name for s in kept if "/instantiations/" in s)
+    assert instantiations == sorted(f"{op}_{shape}.cu" for op in ("fold", "step", "verify")
+                                    for shape in ("k128_v128", "p64_n128", "p80_n128"))
+    assert [s for s in kept if "/instantiations/" not in s] == [s for s in every if "/instantiations/" not in s]
+    assert len(every) - len(kept) == 3 * (3 + 4)  # 3 of GDN's 4 shapes and 4 of Mamba-2's 6, 3 files each
+
+
+@pytest.mark.parametrize("value,says", [("kda=128x128", "unknown family 'kda'"), ("gdn=96x128", "gdn has no shape '96x128'"),
+                                        ("mamba2=", "'mamba2' names no shape"), ("gdn=128", "gdn has no shape '128'")])
+def test_shape_subset_rejects_what_the_tables_lack(setup_py, monkeypatch, value, says):
+    monkeypatch.setenv("REPLAYSSM_SHAPES", value)
+    with pytest.raises(SystemExit) as err:
+        setup_py.shape_subset()
+    assert "REPLAYSSM_SHAPES" in str(err.value) and says in str(err.value)
+
+
+# The header setup.py writes narrows the tables the dispatch and _C.capabilities() read (variants.h is
+# host-safe C++: compiled here with the CUDA toolkit's headers), and without it they keep every row.
+def test_shape_subset_header_narrows_the_tables(setup_py, monkeypatch, tmp_path):
+    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    cuda_include = real_toolkit() / "include"
+    monkeypatch.setenv("REPLAYSSM_SHAPES", "mamba2=80x128;gdn=64x128,128x128")
+    (tmp_path / "replayssm_shape_subset.h").write_text(setup_py.shape_subset_header(setup_py.shape_subset()))
+    program = tmp_path / "shapes.cpp"
+    program.write_text('#include "families/gdn/variants.h"\n#include "families/mamba2/variants.h"\n#include <cstdio>\n'
+                       "int main() {\n"
+                       '  for (const auto& s : replayssm::mamba2::kVariants.shapes) std::printf("mamba2 %d %d\\n", s.a, s.b);\n'
+                       '  for (const auto& s : replayssm::gdn::kVariants.shapes) std::printf("gdn %d %d\\n", s.a, s.b);\n'
+                       "}\n")
+
+    def rows(*flags):
+        exe = tmp_path / "shapes"
+        subprocess.run([cxx, "-std=c++17", "-I", str(ROOT / "csrc"), "-I", str(cuda_include), *flags, str(program),
+                        "-o", str(exe)], check=True)
+        return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")[:-1]
+
+    assert rows("-DREPLAYSSM_SHAPE_SUBSET=1", "-I", str(tmp_path)) == ["mamba2 80 128", "gdn 64 128", "gdn 128 128"]
+    assert rows() == [f"mamba2 {a} {b}" for a, b in setup_py.table_shapes("mamba2")] + \
+                     [f"gdn {a} {b}" for a, b in setup_py.table_shapes("gdn")]

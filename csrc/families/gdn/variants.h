@@ -23,6 +23,16 @@
   X(128, 64)                    \
   X(128, 128)
 
+// The shapes this build compiles: every row of the table above, or the subset a build names
+// (REPLAYSSM_SHAPES: setup.py writes it into replayssm_shape_subset.h and defines REPLAYSSM_SHAPE_SUBSET).
+// The dispatch, the API checks and _C.capabilities() read this list.
+#if defined(REPLAYSSM_SHAPE_SUBSET)
+#include "replayssm_shape_subset.h"
+#endif
+#ifndef REPLAYSSM_GDN_COMPILED_SHAPES
+#define REPLAYSSM_GDN_COMPILED_SHAPES(X) REPLAYSSM_GDN_SHAPES(X)
+#endif
+
 // Activations (q, k, v, out, the k / v buffers): X(dtype).
 #define REPLAYSSM_GDN_ACTIVATION_DTYPES(X) \
   X(kBFloat16)                             \
@@ -53,7 +63,7 @@ namespace gdn {
 
 // ---- the tables as rows, and the queries over them (common/variants_table.h) ----
 
-inline constexpr ShapeRow kShapes[] = {REPLAYSSM_GDN_SHAPES(REPLAYSSM_SHAPE_ROW)};  // (K, V)
+inline constexpr ShapeRow kShapes[] = {REPLAYSSM_GDN_COMPILED_SHAPES(REPLAYSSM_SHAPE_ROW)};  // (K, V)
 inline constexpr DType kActivationDtypes[] = {REPLAYSSM_GDN_ACTIVATION_DTYPES(REPLAYSSM_DTYPE_ROW)};
 inline constexpr DType kStateDtypes[] = {REPLAYSSM_GDN_STATE_DTYPES(REPLAYSSM_DTYPE_ROW)};
 inline constexpr ReplayPairRow kReplayPairs[] = {REPLAYSSM_GDN_REPLAY_PAIRS(REPLAYSSM_REPLAY_PAIR_ROW)};
@@ -75,7 +85,8 @@ inline std::string replay_pairs_text() { return kVariants.replay_pairs_text(); }
   case ::replayssm::shape_key(SK, SV):    \
     return replayssm_dispatch_f(std::integral_constant<int, SK>{}, std::integral_constant<int, SV>{});
 #define REPLAYSSM_GDN_SHAPE_SWITCH(K, V, ...)                                                               \
-  REPLAYSSM_TABLE_SWITCH(::replayssm::shape_key(K, V), REPLAYSSM_GDN_SHAPES, REPLAYSSM_GDN_SHAPE_CASE_,     \
+  REPLAYSSM_TABLE_SWITCH(::replayssm::shape_key(K, V), REPLAYSSM_GDN_COMPILED_SHAPES,                       \
+                         REPLAYSSM_GDN_SHAPE_CASE_,                                                         \
                          ::replayssm::unsupported("(head_k_dim, head_v_dim) = (" + std::to_string(K) + ", " + \
                                                       std::to_string(V) + ")",                              \
                                                   ::replayssm::gdn::shapes_text()),                         \

@@ -24,6 +24,16 @@
   X(128, 64)                       \
   X(128, 128)
 
+// The shapes this build compiles: every row of the table above, or the subset a build names
+// (REPLAYSSM_SHAPES: setup.py writes it into replayssm_shape_subset.h and defines REPLAYSSM_SHAPE_SUBSET).
+// The dispatch, the API checks and _C.capabilities() read this list.
+#if defined(REPLAYSSM_SHAPE_SUBSET)
+#include "replayssm_shape_subset.h"
+#endif
+#ifndef REPLAYSSM_MAMBA2_COMPILED_SHAPES
+#define REPLAYSSM_MAMBA2_COMPILED_SHAPES(X) REPLAYSSM_MAMBA2_SHAPES(X)
+#endif
+
 // Activations (x, B, C, z, out, the buffers): X(dtype).
 #define REPLAYSSM_MAMBA2_ACTIVATION_DTYPES(X) \
   X(kBFloat16)                                \
@@ -59,7 +69,7 @@ using ::replayssm::replay_pair_key;
 using ::replayssm::replay_pair_text;
 using ::replayssm::shape_key;
 
-inline constexpr ShapeRow kShapes[] = {REPLAYSSM_MAMBA2_SHAPES(REPLAYSSM_SHAPE_ROW)};  // (P, N)
+inline constexpr ShapeRow kShapes[] = {REPLAYSSM_MAMBA2_COMPILED_SHAPES(REPLAYSSM_SHAPE_ROW)};  // (P, N)
 inline constexpr DType kActivationDtypes[] = {REPLAYSSM_MAMBA2_ACTIVATION_DTYPES(REPLAYSSM_DTYPE_ROW)};
 inline constexpr DType kStateDtypes[] = {REPLAYSSM_MAMBA2_STATE_DTYPES(REPLAYSSM_DTYPE_ROW)};
 inline constexpr ReplayPairRow kReplayPairs[] = {REPLAYSSM_MAMBA2_REPLAY_PAIRS(REPLAYSSM_REPLAY_PAIR_ROW)};
@@ -81,7 +91,7 @@ inline std::string replay_pairs_text() { return kVariants.replay_pairs_text(); }
   case ::replayssm::mamba2::shape_key(SP, SN): \
     return replayssm_dispatch_f(std::integral_constant<int, SP>{}, std::integral_constant<int, SN>{});
 #define REPLAYSSM_MAMBA2_SHAPE_SWITCH(P, N, ...)                                                           \
-  REPLAYSSM_TABLE_SWITCH(::replayssm::mamba2::shape_key(P, N), REPLAYSSM_MAMBA2_SHAPES,                   \
+  REPLAYSSM_TABLE_SWITCH(::replayssm::mamba2::shape_key(P, N), REPLAYSSM_MAMBA2_COMPILED_SHAPES,          \
                          REPLAYSSM_MAMBA2_SHAPE_CASE_,                                                    \
                          ::replayssm::unsupported("(head_dim, state_dim) = (" + std::to_string(P) + ", " + \
                                                       std::to_string(N) + ")",                            \
