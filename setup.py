@@ -19,6 +19,7 @@ nvidia-cutlass==4.2.0.0, the version whose machine code was checked); building t
 stops with that instruction.
 """
 
+import functools
 import importlib.util
 import os
 import re
@@ -71,19 +72,26 @@ def cta_timeline_build() -> bool:
     return os.environ.get("REPLAYSSM_CTA_TIMELINE", "0") not in ("", "0")
 
 
-# The families whose shapes a build may narrow (REPLAYSSM_SHAPES): name -> (its shape table's macro in
-# csrc/families/<name>/variants.h, the two dims as its instantiation files name them). KDA runs GDN's
-# kernels, so "gdn" narrows both.
-SHAPE_FAMILIES = {"mamba2": ("REPLAYSSM_MAMBA2_SHAPES", ("p", "n")), "gdn": ("REPLAYSSM_GDN_SHAPES", ("k", "v"))}
 SHAPE_SUBSET_HEADER = ROOT / "build" / "shape_subset" / "replayssm_shape_subset.h"
+
+
+@functools.cache
+def instantiation_tables():
+    """tools/generate_instantiations.py, the one reader of the families' shape tables: its FAMILIES (each
+    family's table macro and the dims its instantiation files are named by) and table_shapes. The
+    families a build may narrow with REPLAYSSM_SHAPES are its keys; KDA runs GDN's kernels, so "gdn"
+    narrows both."""
+    spec = importlib.util.spec_from_file_location("replayssm_generate_instantiations",
+                                                  ROOT / "tools" / "generate_instantiations.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def table_shapes(family: str) -> list[tuple[int, int]]:
     """The rows of a family's shape table (its variants.h X-macro), in table order."""
-    macro = SHAPE_FAMILIES[family][0]
-    text = (ROOT / "csrc" / "families" / family / "variants.h").read_text()
-    match = re.search(rf"#define {macro}\(X\)((?:[^\n]*\\\n)*[^\n]*)", text)
-    return [(int(a), int(b)) for a, b in re.findall(r"X\(\s*(\d+)\s*,\s*(\d+)\s*\)", match.group(1))]
+    tables = instantiation_tables()
+    return tables.table_shapes(ROOT / "csrc" / "families" / family / "variants.h", tables.FAMILIES[family][1])
 
 
 def shape_subset() -> dict[str, list[tuple[int, int]]] | None:
@@ -94,11 +102,12 @@ def shape_subset() -> dict[str, list[tuple[int, int]]] | None:
     if not raw:
         return None
     subset: dict[str, list[tuple[int, int]]] = {}
+    families = instantiation_tables().FAMILIES
     for part in (p for p in re.split(r"[;\s]+", raw) if p):
         family, _, shapes = part.partition("=")
-        if family not in SHAPE_FAMILIES:
+        if family not in families:
             sys.exit(f"{PREFIX} REPLAYSSM_SHAPES: unknown family {family!r} in {raw!r}; families: "
-                     f"{', '.join(SHAPE_FAMILIES)} (KDA runs gdn's kernels), e.g. 'mamba2=64x128,80x128;gdn=128x128'")
+                     f"{', '.join(families)} (KDA runs gdn's kernels), e.g. 'mamba2=64x128,80x128;gdn=128x128'")
         table = table_shapes(family)
         wanted = set()
         for shape in (x for x in shapes.split(",") if x):
@@ -120,7 +129,8 @@ def shape_subset_header(subset: dict[str, list[tuple[int, int]]]) -> str:
              "#pragma once"]
     for family, shapes in subset.items():
         rows = " ".join(f"X({a}, {b})" for a, b in shapes)
-        lines.append(f"#define {SHAPE_FAMILIES[family][0].replace('_SHAPES', '_COMPILED_SHAPES')}(X) {rows}")
+        macro = instantiation_tables().FAMILIES[family][1]  # REPLAYSSM_GDN_SHAPES: its subset, ..._COMPILED_SHAPES
+        lines.append(f"#define {macro.removesuffix('_SHAPES')}_COMPILED_SHAPES(X) {rows}")
     return "\n".join(lines) + "\n"
 
 
@@ -132,7 +142,7 @@ def extension_sources(diagnostic: bool, subset: dict[str, list[tuple[int, int]]]
     if not diagnostic:
         found = [p for p in found if (csrc / "diag") not in p.parents]
     for family, shapes in (subset or {}).items():
-        a, b = SHAPE_FAMILIES[family][1]
+        (a, _), (b, _) = instantiation_tables().FAMILIES[family][2]
         folder = csrc / "families" / family / "instantiations"
         keep = {f"_{a}{x}_{b}{y}.cu" for x, y in shapes}
         found = [p for p in found if p.parent != folder or any(p.name.endswith(k) for k in keep)]
