@@ -148,14 +148,10 @@ int64_t update_items(const Mamba2UpdateProblem& problem) {
 // Ring stages of the update: as many tiles (up to 4) as let two CTAs share an SM (a CTA's start hides
 // behind the other's), else as many (up to 4) as one CTA holds. Where each CTA of that two-an-SM wave
 // has 5.5 items or more, 2 stages: two CTAs an SM already stream at copy rate with two tiles each in
-// flight, and a deeper ring only lengthens the queue in front of every load (as for the GDN step's tile,
-// docs/TUNING.md); with fewer items a CTA's whole share goes out at its start. H100, one build, 3 / 2
-// stages (fp32 64 x 128): super120b b8 (3.9 items a CTA) 26.62 / 27.69 us, b10 (4.8) 2475 / 2454 GB/s,
-// b12 (5.8) 40.69 / 40.13, b64 189.17 / 187.92, b512 1464.72 / 1458.19; super120b@tp4 b48 (5.8) 41.32 /
-// 40.34, b64 53.00 / 51.68, b256 189.71 / 187.95; 4 / 2 stages (bf16 64 x 128 and 80 x 128): super120b b64
-// 98.94 / 97.49, super120b@tp4 b64 32.50 / 29.74, b256 100.18 / 97.76, nano4b@tp2 b64 52.46 / 49.66. Below
-// it 2 stages won 0.3-1.8% on sharded heads (super120b@tp4 b8-b32, super120b@tp8 b64) and lost 1-4% on
-// full-width ones: not a rule.
+// flight, and a deeper ring only lengthens the queue in front of every load (as for the GDN step's tile);
+// with fewer items a CTA's whole share goes out at its start. H100, 3 / 2 stages: super120b@tp4 b64 53.00
+// / 51.68 us (fp32), 32.50 / 29.74 (bf16, from 4); below the threshold 2 stages lost on full-width heads
+// (super120b b8 26.62 / 27.69). Every measurement behind it: docs/TUNING.md, ring stages.
 int plan_mamba2_update_stages(const Mamba2UpdateProblem& problem, const DeviceInfo& device,
                               const LaunchOverrides& overrides) {
   const int fit = (device.smem_per_block_optin - problem.static_bytes) / problem.tile_bytes;
