@@ -35,4 +35,19 @@ __device__ __forceinline__ int64_t resolve_slot(const Params& p, Row row) {
   return (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) ? -1 : slot;
 }
 
+// resolve_slot's answer read through L2 only (ld.global.cg: nothing kept in the SM's L1), for a CTA that
+// has not yet waited for the kernel ahead (programmatic dependent launch): that kernel may still write
+// the slots, so the answer only says what to ask L2 for, and nothing is decided by it. An L1 line
+// filled before the wait could serve the real read after it a stale value; L2 is coherent.
+template <class Params, class Row>
+__device__ __forceinline__ int64_t peek_slot(const Params& p, Row row) {
+  int64_t slot = static_cast<int64_t>(row);
+  if (p.slots != nullptr) {
+    slot = p.slots_dtype == DType::kInt32
+               ? static_cast<int64_t>(__ldcg(static_cast<const int32_t*>(p.slots) + row * p.slots_stride))
+               : static_cast<int64_t>(__ldcg(static_cast<const long long*>(p.slots) + row * p.slots_stride));
+  }
+  return (slot == p.pad_slot_id || slot < 0 || slot >= p.num_slots) ? -1 : slot;
+}
+
 }  // namespace replayssm

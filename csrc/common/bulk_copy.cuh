@@ -155,6 +155,21 @@ __device__ __forceinline__ void prefetch_l2_if_aligned(const void* src, size_t b
   }
 }
 
+// One 128-byte line into L2 (prefetch.global.L2): a hint, nothing waits and nothing enters the SM's L1.
+__device__ __forceinline__ void prefetch_line_l2(const void* src) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(src));
+}
+
+// `rows` rows of `row_bytes`, `stride_bytes` apart, into L2: one bulk prefetch where they are contiguous,
+// else one a row (each where the copy engine allows it: prefetch_l2_if_aligned).
+__device__ __forceinline__ void prefetch_rows_l2(const unsigned char* src, int rows, int row_bytes, int64_t stride_bytes) {
+  if (stride_bytes == row_bytes) {
+    prefetch_l2_if_aligned(src, static_cast<size_t>(rows) * row_bytes);
+  } else {
+    for (int r = 0; r < rows; ++r) prefetch_l2_if_aligned(src + r * stride_bytes, static_cast<size_t>(row_bytes));
+  }
+}
+
 // Per-thread 16-byte asynchronous copies (cp.async, sm_80+), in commit groups: a thread can keep
 // several groups in flight and wait for all but the newest `kPending`. Ours: cute's
 // SM80_CP_ASYNC_CACHEGLOBAL adds an L2::128B prefetch hint (another instruction), and its commit and

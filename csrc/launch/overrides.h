@@ -73,6 +73,10 @@ namespace launch {
   X(order_pass_pdl, "REPLAYSSM_ORDER_PASS_PDL", -1, -1, 1,                                                  \
     "mamba2_step, gdn_step and kda_step after their order pass: 1 the step launched with programmatic "      \
     "dependent launch behind the pass (its CTAs start while the pass runs), 0 after it; -1: the rule (1)")  \
+  X(pdl_warm, "REPLAYSSM_PDL_WARM", -1, -1, 1,                                                             \
+    "mamba2_step, gdn_step and kda_step launched with programmatic dependent launch: 1 each CTA asks L2 "    \
+    "for its slot's cursor, tile and window before it waits for the kernel ahead, 0 it asks nothing "       \
+    "before; -1: the rule (1)")                                                                              \
   X(pdl, "REPLAYSSM_PDL", -1, -1, 2,                                                                         \
     "mamba2_update, mamba2_step, gdn_update and gdn_step: 1 programmatic dependent launch both ways (each "   \
     "kernel may start while the one before it in the stream ends, and lets the next start early); 2 the "   \

@@ -28,6 +28,16 @@ ProgrammaticLaunch programmatic_launch(const LaunchOverrides& overrides, int64_t
   return launch;
 }
 
+// A step that waits spends the kernel ahead's last microseconds idle, and after the wait its CTAs run a
+// chain of dependent round trips (slot, then cursor and tile, then window) that are DRAM misses at batch
+// 1. Asked for during the wait, they hit L2 instead. Only prefetches go out before the wait, from a slot
+// read through L2 alone (a stale answer costs a useless prefetch, never a wrong result).
+ProgrammaticLaunch programmatic_step_launch(const LaunchOverrides& overrides, int64_t tiles, int sm_count) {
+  ProgrammaticLaunch launch = programmatic_launch(overrides, tiles, sm_count);
+  launch.warm_l2 = launch.wait && overrides.pdl_warm != 0;
+  return launch;
+}
+
 bool step_starts_during_order_pass(const LaunchOverrides& overrides) { return overrides.order_pass_pdl != 0; }
 
 }  // namespace launch

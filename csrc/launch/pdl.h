@@ -26,6 +26,10 @@ namespace launch {
 struct ProgrammaticLaunch {
   bool wait = false;     // launched with the attribute: may start during the kernel ahead, waits for it
   bool trigger = false;  // lets the kernel after it start early (griddepcontrol.launch_dependents)
+  // A step launched with the attribute: while it waits, each CTA asks L2 for what its first round trips
+  // read (the slot's cursor, the tile, the window), from the slot as it reads it before the wait
+  // (cache/slot_map.cuh, peek_slot). Prefetches only: nothing read before the wait decides anything.
+  bool warm_l2 = false;
 };
 
 // How mamba2_update, mamba2_step (with its order pass), gdn_update and gdn_step launch, for a launch of
@@ -33,6 +37,9 @@ struct ProgrammaticLaunch {
 // The pdl override: 1 both halves, 2 the wait only, 0 neither; unset (-1) the rule: both where the tiles
 // do not outnumber the SMs, neither elsewhere (pdl.cpp says why).
 ProgrammaticLaunch programmatic_launch(const LaunchOverrides& overrides, int64_t tiles, int sm_count);
+// The same for a step (mamba2_step, gdn_step, kda_step): warm_l2 where it waits, unless the pdl_warm
+// override is 0.
+ProgrammaticLaunch programmatic_step_launch(const LaunchOverrides& overrides, int64_t tiles, int sm_count);
 
 // Whether a step that runs the order pass (cache/row_order.cuh) is launched with PDL behind it, whatever
 // programmatic_launch says: the pass (one CTA) lets the step launch as it starts, so the step's launch

@@ -90,7 +90,10 @@ struct StepTraits {
   static constexpr bool kRowsMma = kCopy && !kVectorGate && tile_on_tensor_cores(kRead, kAct);
   using RowsMmaT = RowsMma<kK, kRowsMma ? kRead : DType::kFloat8E4M3, kRowsMma ? kAct : DType::kBFloat16>;
   static constexpr int kRows = kV / Lanes::kRowsPerPass;  // rows a thread in the replay
+  static constexpr bool kHasCopy = kCopy;
   static constexpr int kRowBytes = kK * dtype_size(kSrc);
+  static constexpr int kKeyBytes = kK * dtype_size(kAct);  // a buffered key
+  static constexpr int kKeyChannels = kK;
   static constexpr int kTileBytes = kV * kRowBytes;
   // An fp32 tile without a copy (64 KB at K = V = 128, 3 CTAs an SM) may be asked for in chunks of one
   // replay pass of rows, at most tile_stages in flight (launch/gdn_policy.h): an SM reaches full
@@ -195,17 +198,56 @@ struct KdaStepShared : StepShared<kK, kV, kSlices> {
 // at the set-up's barriers) or the rows reach it; 0 the whole tile in one copy. kStaged kernels (a 16-bit
 // read copy, StepTraits::kStagedTile): > 0 the tile asked for over the set-up.
 // pdl_wait: launched with programmatic dependent launch (launch/pdl.h); pdl_trigger: let the next kernel
-// start early.
+// start early; warm_l2 (with pdl_wait, not ordered): before the wait, ask L2 for the CTA's cursor, tile and
+// window (warm_step_l2).
 // parts: CTAs per (row, v-head), each V / parts value rows (a divisor of V / 32); gridDim.x = HV parts.
 // fold_parts: with parts = 1 and the order pass, the marked folding rows' CTAs a v-head (below); 1: none.
 // ordered: the order pass (cache/row_order.cuh) ran before this launch and filled p.row_order: CTA row
 // y takes the batch row and slot it put at y (the folding rows first). after_order_pass: launched with PDL
 // behind that pass (launch/pdl.h): the CTA waits for it as for any kernel ahead, and lets nothing start
 // early unless pdl_trigger.
+// Before the PDL wait (launch/pdl.h, warm_l2), warp 0 of a CTA asks L2 for what its first round trips
+// read: the slot's cursor, its part's tile, and every buffer entry of its window (u of its value rows, the
+// k-head's keys, g; an fp8 copy's row scales), for the slot its row names as read through L2 now
+// (peek_slot: the kernel ahead may still write the slots; a stale slot only wastes the prefetches).
+// Prefetches only, none into the SM's L1, so nothing read after the wait can be stale.
+template <class Traits, DType kAct, bool kVectorGate>
+__device__ __forceinline__ void warm_step_l2(const GdnParams& p, int row, int hv, int row0, int rows) {
+  const GdnCache& c = p.cache;
+  const int lane = threadIdx.x % 32;
+  const int64_t slot = peek_slot(p, row);
+  if (slot < 0) return;
+  constexpr bool kCopy = Traits::kHasCopy;
+  if (lane == 0) {
+    prefetch_line_l2(c.num_committed + slot);
+    const int64_t row_stride = kCopy ? c.rc_row_stride : c.ck_row_stride;
+    const int64_t tile = (kCopy ? slot * c.rc_slot_stride + hv * c.rc_head_stride : slot * c.ck_slot_stride + hv * c.ck_head_stride) +
+                         row0 * row_stride;
+    const unsigned char* src = static_cast<const unsigned char*>(kCopy ? c.read_copy : c.checkpoint);
+    prefetch_rows_l2(src + tile * dtype_size(Traits::kSrc), rows, Traits::kRowBytes, row_stride * dtype_size(Traits::kSrc));
+    if constexpr (Traits::kSrc == DType::kFloat8E4M3) {
+      prefetch_line_l2(c.read_scale + slot * c.rs_slot_stride + hv * c.rs_head_stride + row0);
+    }
+    if constexpr (!kVectorGate) prefetch_line_l2(c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride);
+  }
+  const int h = hv / (p.v_heads / p.heads);
+  for (int j = lane; j < c.buffer_len; j += 32) {
+    prefetch_l2_if_aligned(c.u_buf + slot * c.ub_slot_stride + hv * c.ub_head_stride + j * c.ub_entry_stride + row0,
+                           static_cast<size_t>(rows) * sizeof(float));
+    prefetch_l2_if_aligned(static_cast<const unsigned char*>(c.k_buf) +
+                               (slot * c.kb_slot_stride + h * c.kb_head_stride + j * c.kb_entry_stride) * dtype_size(kAct),
+                           static_cast<size_t>(Traits::kKeyBytes));
+    if constexpr (kVectorGate) {
+      prefetch_l2_if_aligned(c.g_buf + slot * c.gb_slot_stride + hv * c.gb_head_stride + j * p.kda.gb_entry_stride,
+                             static_cast<size_t>(Traits::kKeyChannels) * sizeof(float));
+    }
+  }
+}
+
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate, bool kStaged>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
-    step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const int parts, const bool ordered,
-                const int fold_parts, const bool after_order_pass, const int tile_stages) {
+    step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const bool warm_l2, const int parts,
+                const bool ordered, const int fold_parts, const bool after_order_pass, const int tile_stages) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, kStaged>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -221,7 +263,11 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   const int L = c.buffer_len;
 
   // ---- 0. with PDL (common/programmatic_launch.cuh) the wait for the kernel ahead, before anything
-  // global (the CTA may have started while that kernel ended) ----
+  // global (the CTA may have started while that kernel ended); while it waits, L2 warmed (warm_l2) ----
+  if (warm_l2 && warp == 0) {
+    warm_step_l2<Traits, kAct, kVectorGate>(p, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.x) / parts,
+                                            (static_cast<int>(blockIdx.x) % parts) * (kV / parts), kV / parts);
+  }
   wait_for_prior_grids(pdl_wait || after_order_pass);
   if (pdl_trigger && tid == 0) launch_dependent_grids();
   // A diagnostic build's time line (diag/cta_timeline.cuh; empty in a product build): start, the slot

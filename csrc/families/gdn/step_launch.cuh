@@ -50,7 +50,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
-  const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.v_heads, device.sm_count);
+  const launch::ProgrammaticLaunch pdl = launch::programmatic_step_launch(overrides, p.batch * p.v_heads, device.sm_count);
   const bool after_order_pass = plan.ordered && launch::step_starts_during_order_pass(overrides);
   if (plan.ordered) {
     RowOrderArgs order{};
@@ -67,8 +67,12 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     const cudaError_t err = launch_row_order(p, order, p.num_slots, stream);
     if (err != cudaSuccess) return err;
   }
+  // L2 warmed before the wait only where the CTA's row is its grid row (an ordered launch's rows come
+  // from the order pass, which is the kernel ahead).
+  const bool warm_l2 = pdl.warm_l2 && !plan.ordered;
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
-                     pdl.trigger, plan.parts, plan.ordered, plan.fold_parts, after_order_pass, plan.tile_stages);
+                     pdl.trigger, warm_l2, plan.parts, plan.ordered, plan.fold_parts, after_order_pass,
+                     plan.tile_stages);
 }
 
 // Every (checkpoint, read copy) pair and activation dtype of the variants table for one (K, V), GDN's

@@ -123,6 +123,9 @@ struct Mamba2StepLaunch {
   // Launched with PDL behind the order pass (launch/pdl.h, step_starts_during_order_pass): each CTA waits
   // for the pass (and through it for every kernel before) but lets nothing start early unless pdl_trigger.
   bool after_order_pass;
+  // With pdl_wait, not ordered: before the wait each CTA asks L2 for its cursor, first tiles and windows
+  // (step_cta.cuh, step_warm_l2; launch/pdl.h, warm_l2).
+  bool warm_l2;
 };
 
 struct Mamba2UpdateLaunch {

@@ -145,6 +145,48 @@ __device__ __forceinline__ void step_init_barriers(const StepCta<T>& c) {
   fence_barrier_init();
 }
 
+// ---- Prologue, while a CTA launched with PDL waits: L2 warmed (Mamba2StepLaunch::warm_l2) ---------
+// Warp 0 asks L2 for what the CTA's first round trips read: the slot's cursor, the source tiles of its
+// first heads (as many as the ring's stages), their x windows, the group's B window and their dt
+// windows (every entry the buffer may hold), an fp8 copy's row scales. The slot is the one its row
+// names as read through L2 now (peek_slot: the kernel ahead may still write the slots, and a stale slot
+// only wastes the prefetches); step_assign's heads, from the grid alone (the unordered kernels).
+// Prefetches only, none into the SM's L1, so nothing the CTA reads after the wait can be stale.
+template <class T>
+__device__ __forceinline__ void step_warm_l2(const Mamba2Params& p, const Mamba2StepLaunch& launch) {
+  static_assert(!T::kOrdered, "an ordered CTA's row comes from the order pass");
+  using Act = typename T::Act;
+  constexpr int kP = T::kP, kN = T::kN;
+  const int lane = threadIdx.x % 32;
+  const int64_t slot = peek_slot(p, static_cast<int>(blockIdx.y));
+  if (slot < 0) return;
+  const int heads_per_group = p.heads / p.groups;
+  const int blocks_per_group = T::kTwoGroups ? 1 : heads_per_group / launch.heads_per_cta;
+  const int group = T::kTwoGroups ? blockIdx.x * 2 : blockIdx.x / blocks_per_group;
+  const int head0 = group * heads_per_group + (blockIdx.x % blocks_per_group) * launch.heads_per_cta;
+  const int first = launch.heads_per_cta < T::kStages ? launch.heads_per_cta : T::kStages;
+  const unsigned char* src = static_cast<const unsigned char*>(T::kCopy ? p.read_copy : p.checkpoint);
+  const int64_t src_slot = T::kCopy ? slot * p.rc_slot_stride : slot * p.ck_slot_stride;
+  const int64_t head_stride = T::kCopy ? p.rc_head_stride : p.ck_head_stride;
+  const int64_t row_stride = T::kCopy ? p.rc_row_stride : p.ck_row_stride;
+  if (lane == 0) prefetch_line_l2(p.num_committed + slot);
+  if (lane < first) {
+    const int head = head0 + lane;
+    prefetch_rows_l2(src + (src_slot + head * head_stride) * T::kSrcBytes, kP, kN * T::kSrcBytes, row_stride * T::kSrcBytes);
+    if constexpr (T::kScaled) prefetch_l2_if_aligned(p.read_scale + slot * p.rs_slot_stride + head * p.rs_head_stride, kP * sizeof(float));
+    prefetch_line_l2(p.dt_buf + slot * p.dtb_slot_stride + head * p.dtb_head_stride);
+  }
+  // The x windows of the first heads and the B window, an entry a lane.
+  const Act* x_buf = static_cast<const Act*>(p.x_buf) + slot * p.xb_slot_stride;
+  const Act* B_buf = static_cast<const Act*>(p.B_buf) + slot * p.Bb_slot_stride + group * p.Bb_group_stride;
+  for (int j = lane; j < p.buffer_len; j += 32) {
+    prefetch_l2_if_aligned(B_buf + j * p.Bb_entry_stride, kN * sizeof(Act));
+    for (int i = 0; i < first; ++i) {
+      prefetch_l2_if_aligned(x_buf + (head0 + i) * p.xb_head_stride + j * p.xb_entry_stride, kP * sizeof(Act));
+    }
+  }
+}
+
 // ---- Prologue: the CTA's row, slot and heads ----------------------------------------------------
 // false: the CTA has nothing to do (a helper of a row that does not fold, or a row that touches
 // nothing, whose outputs it has written as zeros).

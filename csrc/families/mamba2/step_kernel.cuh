@@ -66,7 +66,11 @@ __global__ void __launch_bounds__(kThreads, (StepLayout<kP, kN, kCopy ? kRead : 
   step_init_barriers(cta);
   // Launched with PDL (common/programmatic_launch.cuh), the CTA may have started before the kernel ahead
   // of it ended (the previous step, the order pass, an engine's kernel that wrote the slots or the
-  // activations): only the barriers above come before the wait, every global access after it.
+  // activations): only the barriers above and the L2 prefetches of warm_l2 come before the wait, every
+  // other global access after it.
+  if constexpr (!T::kOrdered) {
+    if (launch.warm_l2 && threadIdx.x < 32) step_warm_l2<T>(p, launch);
+  }
   wait_for_prior_grids(launch.pdl_wait || launch.after_order_pass);
   if (threadIdx.x == 0) {
     if (launch.pdl_trigger) launch_dependent_grids();

@@ -50,8 +50,11 @@ cudaError_t launch_step_kernel(const Mamba2Params& p, cudaStream_t stream) {
   // the next start early. Without it the step still takes the attribute behind its order pass
   // (step_starts_during_order_pass), an edge between our two kernels that lets nothing after the step
   // start early.
-  const launch::ProgrammaticLaunch pdl = launch::programmatic_launch(overrides, p.batch * p.heads, device.sm_count);
-  Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl.wait, pdl.trigger, false};
+  const launch::ProgrammaticLaunch pdl = launch::programmatic_step_launch(overrides, p.batch * p.heads, device.sm_count);
+  // L2 warmed before the wait where a CTA's row is its grid row (an ordered launch's rows come from the
+  // order pass, the kernel ahead): not in the ordered kernel.
+  Mamba2StepLaunch args{plan.heads_per_cta, plan.fold_split, plan.fold_split_rows, pdl.wait, pdl.trigger, false,
+                        pdl.warm_l2 && plan.kernel != launch::StepKernel::kOrdered};
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
 
   switch (plan.kernel) {
