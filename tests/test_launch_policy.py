@@ -698,6 +698,15 @@ def test_pdl_override_takes_both_halves_the_wait_only_or_neither(probe):
     assert out == ["error pdl must be in [-1, 2] (-1: the rule), got 3", "error pdl must be in [-1, 2] (-1: the rule), got -2"]
 
 
+def test_step_warms_l2_wherever_it_waits(probe):
+    # A step asks L2 for its cursor, tiles and window before its PDL wait wherever it waits (the rule or
+    # either override that waits); pdl_warm=0 asks nothing, and never without the wait.
+    assert answers(probe, ["pdlstep 32", "pdlstep 512"]) == ["1 1 1", "0 0 0"]
+    assert answers(probe, ["pdlstep 32", "pdlstep 512"], overrides={"pdl": 2}) == ["1 0 1", "1 0 1"]
+    assert answers(probe, ["pdlstep 32"], overrides={"pdl": 0, "pdl_warm": 1}) == ["0 0 0"]
+    assert answers(probe, ["pdlstep 32", "pdl 32"], overrides={"pdl_warm": 0}) == ["1 1 0", "1 1"]
+
+
 def test_pdl_from_environment(probe):
     out, err = probe(["env REPLAYSSM_PDL 1", "env REPLAYSSM_PDL 0", "env REPLAYSSM_PDL 2", "env REPLAYSSM_PDL yes",
                       "env REPLAYSSM_PDL -"])

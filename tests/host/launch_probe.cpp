@@ -37,6 +37,7 @@
 //   gdnfold BATCH HV STAGES CTAS [LAYERS]   -> "ring_stages grid" (plan_gdn_fold; grid: CTAs per layer)
 //   pdl TILES                               -> "WAIT TRIGGER", each 1 or 0 (programmatic_launch of a T = 1
 //                                              launch of TILES (row, head) tiles on the device's SMs)
+//   pdlstep TILES                           -> "WAIT TRIGGER WARM", each 1 or 0 (programmatic_step_launch)
 //   orderpasspdl                            -> 1 or 0 (step_starts_during_order_pass)
 #include <cstdio>
 #include <cstdlib>
@@ -172,6 +173,12 @@ std::string answer(const std::string& line, DeviceInfo& device) {
     in >> tiles;
     const ProgrammaticLaunch launch = programmatic_launch(overrides, tiles, device.sm_count);
     return std::string(launch.wait ? "1" : "0") + " " + (launch.trigger ? "1" : "0");
+  }
+  if (command == "pdlstep") {
+    int64_t tiles;
+    in >> tiles;
+    const ProgrammaticLaunch launch = programmatic_step_launch(overrides, tiles, device.sm_count);
+    return std::string(launch.wait ? "1" : "0") + " " + (launch.trigger ? "1" : "0") + " " + (launch.warm_l2 ? "1" : "0");
   }
   if (command == "orderpasspdl") return step_starts_during_order_pass(overrides) ? "1" : "0";
   if (command == "updatesplit") {
