@@ -1,15 +1,15 @@
 // Programmatic dependent launch (PDL, sm_90 and later): the launch with or without it, and the two
 // instructions a kernel launched with it uses. The decision: launch/pdl.h.
 //
-// A kernel launched with the attribute may start before the kernel ahead of it in the stream has
-// finished; griddepcontrol.wait then blocks the calling thread until every prerequisite grid has
-// completed and its memory operations are visible. So in every kernel that takes the attribute, each
-// thread calls wait_for_prior_grids(pdl) before its first access to global memory (a read of anything, or a
-// write: the kernel before may still read what we would overwrite); before it, only shared memory and
-// registers (barrier set-up, the CTA's parameter arithmetic), and in a step the L2 prefetches of
-// warm_l2 (launch/pdl.h): reads through L2 alone (ld.global.cg, prefetch.global.L2, bulk L2 prefetches)
-// whose answers decide nothing, so no line in the SM's L1 can serve a stale value after the wait. In a kernel launched without the
-// attribute the wait is skipped: every grid before it has completed.
+// A kernel launched with the attribute may start before the kernel ahead of it in the stream has finished;
+// griddepcontrol.wait then blocks the calling thread until every prerequisite grid has completed and its
+// memory operations are visible. So in every kernel that takes the attribute, each thread calls
+// wait_for_prior_grids(pdl) before its first access to global memory (a read of anything, or a write: the
+// kernel before may still read what we would overwrite); before it, only shared memory and registers (barrier
+// set-up, the CTA's parameter arithmetic), and in a step the L2 prefetches of warm_l2 (launch/pdl.h): reads
+// through L2 alone (ld.global.cg, prefetch.global.L2, bulk L2 prefetches) whose answers decide nothing, so no
+// line in the SM's L1 can serve a stale value after the wait. In a kernel launched without the attribute the
+// wait is skipped: every grid before it has completed.
 //
 // launch_dependent_grids() lets the kernel after this one in the stream start early, if that kernel was
 // launched with the attribute (it then waits as above before it reads anything we write); without one,
