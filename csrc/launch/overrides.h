@@ -57,6 +57,11 @@ namespace launch {
     "at most n in flight; gdn_step with a 16-bit read copy: any n >= 1 asks for its chunks over the "        \
     "set-up (the staged kernel); 0 the whole tile in one copy; -1: the rule (1; a 16-bit copy only where "   \
     "the CTAs outnumber the SMs)")                                                                           \
+  X(gdn_step_replay_only, "REPLAYSSM_GDN_STEP_REPLAY_ONLY", 0, 0, 6,                                        \
+    "gdn_step at K = V = 128, fp32 checkpoint with a read copy, bf16 activations: n = 4, 5, 6 a kernel "    \
+    "without the fold, bounded to n CTAs an SM (the tile's shared memory, 64 / 48 / 40 registers), for "     \
+    "launches in which no row folds (bench --rows step); a row that would fold stops the kernel; other "    \
+    "values: the fused kernel")                                                                              \
   X(gdn_update_split, "REPLAYSSM_GDN_UPDATE_SPLIT", -1, -1, 1,                                              \
     "gdn_update and kda_update: 1 CTAs of 4 KB of state (one pass of value rows), 0 of 16 KB; -1: the rule " \
     "(4 KB where 4 x batch x HV <= SMs)")                                                                    \

@@ -680,6 +680,29 @@ def test_step_tile_chunks_change_no_bit_under_load(rc, set_overrides):
         assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_tile_stages={stages}"
 
 
+# The replay-only kernel (gdn_step_replay_only 4 / 5 / 6: no fold compiled in, more CTAs an SM) changes
+# no bit of the replay against the fused kernel: 300 rows of qwen4b with cursors that leave every row
+# two replays before its fold, a pad row and one out of range, bf16 activations, fp32 checkpoint.
+@pytest.mark.parametrize("rc", [torch.bfloat16, FP8], ids=["bf16", "fp8"])
+def test_step_replay_only_changes_no_bit(rc, set_overrides):
+    layer = Layer(QWEN4B, seed=23)
+    L, num_slots, batch = 16, 310, 300
+    init = layer.states(num_slots, torch.float32)
+    slots = torch.randperm(num_slots, device=DEV)[:batch].to(torch.int32)
+    slots[5], slots[17] = -1, num_slots + 3
+    start = (torch.arange(num_slots, device=DEV) % (L - 2)).to(torch.int32)
+    steps = [layer.tokens(batch) for _ in range(2)]
+    results = []
+    for n in (0, 4, 5, 6):
+        set_overrides(gdn_step_replay_only=n)
+        cache = Cache(layer, num_slots, L, torch.float32, rc, 1, init=init)
+        cache.num_committed.copy_(start)
+        outs = [cache.step(tok, slots) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    for n, got in zip((4, 5, 6), results[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_replay_only={n}"
+
+
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as
 # it was with the slot's cache untouched and zero output, while the other rows step as usual.
 def test_step_leaves_cursors_with_no_room_as_they_were():

@@ -79,8 +79,10 @@ namespace gdn {
 constexpr int kStepThreads = 256;
 
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate = false,
-          bool kStaged = false>
+          bool kStaged = false, int kReplayCtas = 0>
 struct StepTraits {
+  // kReplayCtas > 0: a replay-only kernel (no fold compiled in) bounded to that many CTAs an SM.
+  static constexpr bool kReplayOnly = kReplayCtas > 0;
   static constexpr DType kSrc = kCopy ? kRead : kCkpt;  // what the replay reads
   using Lanes = RowLanes<kK, kSrc, kStepThreads>;
   using FoldHead = Fold<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>;
@@ -144,6 +146,7 @@ struct StepTraits {
   // Dynamic shared memory: the replay's tile, or (a folding CTA, which replays nothing) the fold's
   // workspace over it.
   __host__ __device__ static constexpr size_t smem_bytes(int buffer_len) {
+    if (kReplayOnly) return replay_bytes(buffer_len);
     const size_t fold = FoldHead::workspace_bytes(buffer_len, kFoldKeep);
     return fold > replay_bytes(buffer_len) ? fold : replay_bytes(buffer_len);
   }
@@ -152,8 +155,12 @@ struct StepTraits {
   // lets where that is fewer (the fp32 checkpoint's 64 KB tile at K = V = 128: 3), whose registers
   // (80) then cost no occupancy and keep the fused fold from spilling. 228 KB an SM, 1 KB reserved
   // per CTA, the static StepShared under 6 KB.
+  // A replay-only kernel (no fold compiled in, for launches in which no row folds) needs the tile alone:
+  // kReplayCtas an SM as the tile allows (the replay alone takes 80 registers; 64 at 4, 48 at 5, 40 at 6).
   static constexpr size_t kSmemAtL16 = smem_bytes(16) + 6 * 1024 + 1024;
-  static constexpr int kMinCtasPerSm = 228 * 1024 / kSmemAtL16 < 4 ? static_cast<int>(228 * 1024 / kSmemAtL16) : 4;
+  static constexpr int kCtasCap = kReplayOnly ? kReplayCtas : 4;
+  static constexpr int kMinCtasPerSm =
+      228 * 1024 / kSmemAtL16 < kCtasCap ? static_cast<int>(228 * 1024 / kSmemAtL16) : kCtasCap;
   static_assert(kMinCtasPerSm >= 1, "a step CTA fits an SM");
 };
 
@@ -244,11 +251,13 @@ __device__ __forceinline__ void warm_step_l2(const GdnParams& p, int row, int hv
   }
 }
 
-template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate, bool kStaged>
-__global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
+template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate, bool kStaged,
+          int kReplayCtas = 0>
+__global__ void __launch_bounds__(kStepThreads,
+                                  (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, kStaged, kReplayCtas>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const bool warm_l2, const int parts,
                 const bool ordered, const int fold_parts, const bool after_order_pass, const int tile_stages) {
-  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, kStaged>;
+  using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, kStaged, kReplayCtas>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
   constexpr int kSlices = Traits::kSlices;
@@ -512,35 +521,41 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   }
 
   if (folds_after_append(w, c.max_draft_tokens, L)) {
-    // ---- the fold: the buffer's w entries and the token; the output from the folded state ----
-    // Every u_j from the checkpoint with a read copy; without one the buffer's came from it already
-    // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
-    // The fold's workspace overlaps the tile: the fold waits for it (with a copy, after its first
-    // checkpoint rows have gone out).
-    if (in_chunks) {
-      wait_asked_chunks();
-    } else if constexpr (!kCopy) {
-      mbarrier_wait(&sh.tile_full, 0);
-    }
-    FoldTail tail;
-    tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
-    tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
-    if constexpr (kVectorGate) {
-      tail.g_channels = sh.gv;
+    if constexpr (Traits::kReplayOnly) {
+      // A replay-only kernel is launched where no row folds (the gdn_step_replay_only A/B): a row that
+      // would fold stops the launch instead of going unfolded.
+      __trap();
     } else {
-      tail.g = sh.g;
+      // ---- the fold: the buffer's w entries and the token; the output from the folded state ----
+      // Every u_j from the checkpoint with a read copy; without one the buffer's came from it already
+      // and only the token's is computed, by the fold itself (so a folding CTA replays nothing).
+      // The fold's workspace overlaps the tile: the fold waits for it (with a copy, after its first
+      // checkpoint rows have gone out).
+      if (in_chunks) {
+        wait_asked_chunks();
+      } else if constexpr (!kCopy) {
+        mbarrier_wait(&sh.tile_full, 0);
+      }
+      FoldTail tail;
+      tail.k = static_cast<const unsigned char*>(tk.k) + (row * tk.k_row_stride + h * tk.k_head_stride) * dtype_size(kAct);
+      tail.v = static_cast<const unsigned char*>(tk.v) + (row * tk.v_row_stride + hv * tk.v_head_stride) * dtype_size(kAct);
+      if constexpr (kVectorGate) {
+        tail.g_channels = sh.gv;
+      } else {
+        tail.g = sh.g;
+      }
+      tail.beta = sh.beta;
+      // A split row's CTA folds its part of fold_parts (sh.split_part), the others the launch's part.
+      const int fold_part = sh.split_part >= 0 ? sh.split_part : part;
+      const int fold_of = sh.split_part >= 0 ? fold_parts : parts;
+      const int fold_rows = kV / fold_of, fold_row0 = fold_part * fold_rows;
+      Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
+                             kCopy ? &sh.tile_full : nullptr, fold_part, fold_of);
+      for (int t = fold_row0 + tid; t < fold_row0 + fold_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
+      if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
+      move_cursor(slot, 0, fold_of);
+      return;
     }
-    tail.beta = sh.beta;
-    // A split row's CTA folds its part of fold_parts (sh.split_part), the others the launch's part.
-    const int fold_part = sh.split_part >= 0 ? sh.split_part : part;
-    const int fold_of = sh.split_part >= 0 ? fold_parts : parts;
-    const int fold_rows = kV / fold_of, fold_row0 = fold_part * fold_rows;
-    Traits::FoldHead::head(p, slot, hv, w + 1, kCopy ? 0 : w, tail, sh.q, sh.o, dyn, Traits::kFoldKeep,
-                           kCopy ? &sh.tile_full : nullptr, fold_part, fold_of);
-    for (int t = fold_row0 + tid; t < fold_row0 + fold_rows; t += kStepThreads) store_act<kAct>(tk.out, out_at + t, sh.o[t]);
-    if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineConsumerEnd);
-    move_cursor(slot, 0, fold_of);
-    return;
   }
 
   // ---- 2. the window: decays, the keys' dots, the window terms ----

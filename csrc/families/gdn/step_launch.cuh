@@ -21,7 +21,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   auto kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, false>;
   const auto one_copy_kernel = kernel;
   bool attribute_set = false;  // on one_copy_kernel, by the occupancy query
-  const size_t smem = Traits::smem_bytes(p.cache.buffer_len);
+  size_t smem = Traits::smem_bytes(p.cache.buffer_len);
   launch::DeviceInfo device;
   const cudaError_t info = current_device_info(&device);  // cached after the first call
   if (info != cudaSuccess) return info;
@@ -44,6 +44,23 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const launch::GdnStepPlan plan = launch::plan_gdn_step(problem, device, overrides);
   if constexpr (Traits::kCanStage) {
     if (plan.tile_stages > 0) kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, true>;
+  }
+  // The replay-only kernel (no fold compiled in) at 4, 5 or 6 CTAs an SM, where the override asks for
+  // it (fp32 checkpoint, bf16 activations): an A/B of how many CTAs an SM the replay takes once the
+  // fold's shared memory and registers no longer bound them.
+  if constexpr (kK == 128 && kV == 128 && kCopy && !kVectorGate && kCkpt == DType::kFloat32 &&
+                kAct == DType::kBFloat16) {
+    auto pick = [&](auto ctas) {
+      constexpr int n = decltype(ctas)::value;
+      smem = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, false, n>::smem_bytes(p.cache.buffer_len);
+      kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, false, n>;
+      if constexpr (Traits::kCanStage) {
+        if (plan.tile_stages > 0) kernel = step_kernel<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, true, n>;
+      }
+    };
+    if (overrides.gdn_step_replay_only == 4) pick(std::integral_constant<int, 4>{});
+    if (overrides.gdn_step_replay_only == 5) pick(std::integral_constant<int, 5>{});
+    if (overrides.gdn_step_replay_only == 6) pick(std::integral_constant<int, 6>{});
   }
   if (kernel != one_copy_kernel || !attribute_set) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
