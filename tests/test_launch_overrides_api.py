@@ -9,7 +9,7 @@ import replayssm_cuda
 from replayssm_cuda import _extension
 
 UNSET = {"step_heads_per_cta": 0, "step_groups_per_cta": 0, "step_order": -1, "step_fold_split": -1,
-         "step_staggered_heads_per_cta": 0, "verify_heads_per_cta": 0, "gdn_step_parts": 0, "gdn_step_order": -1, "gdn_step_fold_parts": 0, "gdn_step_tile_stages": -1, "gdn_update_split": -1, "update_stages": 0, "update_ctas": 0, "update_claims": -1,
+         "step_staggered_heads_per_cta": 0, "verify_heads_per_cta": 0, "gdn_step_parts": 0, "gdn_step_order": -1, "gdn_step_order_cursor": -1, "gdn_step_fold_parts": 0, "gdn_step_tile_stages": -1, "gdn_update_split": -1, "update_stages": 0, "update_ctas": 0, "update_claims": -1,
          "update_split": -1, "order_pass_pdl": -1, "pdl_warm": -1, "pdl": -1}
 
 

@@ -612,6 +612,9 @@ def test_gdn_step_parts(probe):
     assert answers(probe, ["gdnstep 1 32 128 1 3", "gdnstep 64 32 128 0 3", "gdnstep 64 32 128 1 3 0"],
                    overrides={"gdn_step_order": 1}) == ["4 128 1 ordered", "1 32 64", "1 32 64"]
     assert answers(probe, ["gdnstep 64 32 128 1 3"], overrides={"gdn_step_order": 0}) == ["1 32 64"]
+    # gdn_step_order 2 (experiment): lock-step launches too, wherever the caller gave the workspace.
+    assert answers(probe, ["gdnstep 64 32 128 0 3", "gdnstep 64 32 128 0 3 0", "gdnstep 4 32 128 1 3"],
+                   overrides={"gdn_step_order": 2}) == ["1 32 64 ordered", "1 32 64", "1 32 4 ordered"]
 
 
 def test_gdn_step_fold_split(probe):

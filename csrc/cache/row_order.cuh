@@ -37,6 +37,9 @@ struct RowOrderArgs {
   int32_t max_draft_tokens;  // folds_after_append's rule (cache/cursor.cuh)
   int32_t fine_rows;         // the first fine_rows folding rows get fine_mark
   int32_t fine_mark;
+  // (experiment) order[2 batch + y]: the cursor of the slot at y (its low bits, as the step reads it; -1
+  // where the row touches nothing), so the step's CTAs need not read it: order is then int32[3 batch].
+  bool write_cursors;
   bool pdl_wait;     // launched with programmatic dependent launch: the cursors are read after the kernel ahead
   bool pdl_trigger;  // and the kernel after the pass may start early (launch/pdl.h)
   // The step after the pass is launched with PDL (launch/pdl.h, step_starts_during_order_pass): let it
@@ -114,7 +117,9 @@ __global__ void __launch_bounds__(kRowOrderThreads) row_order_kernel(const SlotP
       // chunks, and resolving is one L2-hot load.
       const int dst = f ? next_fold + fold_rank : next_other + other_rank;
       order_rows[dst] = row | (f && dst < a.fine_rows ? a.fine_mark : 0);
-      order_slots[dst] = static_cast<int32_t>(resolve_slot(p, row));
+      const int64_t slot = resolve_slot(p, row);
+      order_slots[dst] = static_cast<int32_t>(slot);
+      if (a.write_cursors) order_slots[a.batch + dst] = slot >= 0 ? (a.num_committed[slot] & kCursorMask) : -1;
     }
     next_fold += chunk_folds;
     next_other += chunk_rows - chunk_folds;

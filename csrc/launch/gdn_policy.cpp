@@ -64,8 +64,9 @@ GdnStepPlan plan_gdn_step(const GdnStepProblem& problem, const DeviceInfo& devic
   // 87.4 -> 65.9 (63.3); qwen122b@tp4 b64 bf16 69.2 -> 53.5; the one loss, qwen4b b256 without a copy
   // (+2.4%), is kept for one rule (docs/TUNING.md).
   const bool more_than_one_wave = problem.batch * plan.grid_x > resident_ctas(device.sm_count, problem.ctas_per_sm);
-  plan.ordered = problem.staggered_flush && problem.order_workspace && overrides.gdn_step_order != 0 &&
-                 (overrides.gdn_step_order == 1 || more_than_one_wave);
+  plan.ordered = problem.order_workspace && overrides.gdn_step_order != 0 &&
+                 ((problem.staggered_flush && (overrides.gdn_step_order >= 1 || more_than_one_wave)) ||
+                  overrides.gdn_step_order == 2);
   // An fp32 tile without a copy in chunks of 32 rows (16 KB at K = 128), one in flight: 3 CTAs an SM
   // then keep 48 KB in flight instead of 192 KB, so the small loads of the CTAs' set-up (slot, cursor,
   // window) do not queue behind whole tiles, and a folding CTA reads 16 KB of a tile it does not use

@@ -45,9 +45,13 @@ namespace launch {
   X(gdn_step_parts, "REPLAYSSM_GDN_STEP_PARTS", 0, 0, 4,                                                     \
     "gdn_step and kda_step: each (row, v-head) in k CTAs of V / k value rows (k the largest of 1, 2, 4 "     \
     "<= the value that divides V / 32); 0: the rule (the most parts whose CTAs do not outnumber the SMs)")                  \
-  X(gdn_step_order, "REPLAYSSM_GDN_STEP_ORDER", -1, -1, 1,                                                  \
+  X(gdn_step_order, "REPLAYSSM_GDN_STEP_ORDER", -1, -1, 2,                                                  \
     "gdn_step and kda_step under staggered_flush: 1 the order pass (folding rows first) at every launch, "   \
-    "0 never; -1: the rule (where the CTAs take more than one wave)")                                        \
+    "0 never; 2 (experiment) at every launch, lock-step ones too; -1: the rule (where the CTAs take more "   \
+    "than one wave)")                                                                                        \
+  X(gdn_step_order_cursor, "REPLAYSSM_GDN_STEP_ORDER_CURSOR", -1, -1, 1,                                    \
+    "(experiment) gdn_step and kda_step behind the order pass: 1 the pass also writes each row's cursor and " \
+    "the CTAs take it from there, 0 they read the slot's cursor; -1: 1")                                     \
   X(gdn_step_fold_parts, "REPLAYSSM_GDN_STEP_FOLD_PARTS", 0, 0, 4,                                           \
     "gdn_step and kda_step under staggered_flush, one part a v-head: the first ceil(batch / L) folding rows " \
     "in k CTAs a v-head (the largest of 2, 4 <= k), with the order pass; 1: none; 0: the rule (4 where "     \

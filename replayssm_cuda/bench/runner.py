@@ -87,7 +87,7 @@ def launch_context(fields: dict):
 
 # The launch-override fields (replayssm_cuda.launch_overrides), for when the package cannot list them.
 LAUNCH_FIELDS = ("step_heads_per_cta", "step_groups_per_cta", "step_order", "step_fold_split",
-                 "step_staggered_heads_per_cta", "verify_heads_per_cta", "gdn_step_parts", "gdn_step_order",
+                 "step_staggered_heads_per_cta", "verify_heads_per_cta", "gdn_step_parts", "gdn_step_order", "gdn_step_order_cursor",
                  "gdn_step_fold_parts", "gdn_step_tile_stages", "gdn_update_split", "update_stages",
                  "update_ctas", "update_claims", "update_split", "order_pass_pdl", "pdl_warm", "pdl")
 

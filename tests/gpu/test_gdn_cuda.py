@@ -680,6 +680,32 @@ def test_step_tile_chunks_change_no_bit_under_load(rc, set_overrides):
         assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"gdn_step_tile_stages={stages}"
 
 
+# (experiment) The order pass in every launch (gdn_step_order 2), with the cursors it writes taken by the
+# CTAs (gdn_step_order_cursor 1) or read from the slots (0), changes no bit against the rule's launch:
+# 300 rows of qwen4b over L + 2 steps from cursors spread over the buffer (every row folds once), a pad row
+# and one out of range, lock-step and staggered launches, fp32 checkpoint without and with read copies.
+@pytest.mark.parametrize("rc", [None, torch.bfloat16, FP8], ids=["none", "bf16", "fp8"])
+@pytest.mark.parametrize("staggered", [False, True], ids=["lockstep", "staggered"])
+def test_step_order_pass_cursors_change_no_bit(rc, staggered, set_overrides):
+    layer = Layer(QWEN4B, seed=29)
+    L, num_slots, batch = 16, 310, 300
+    init = layer.states(num_slots, torch.float32)
+    slots = torch.randperm(num_slots, device=DEV)[:batch].to(torch.int32)
+    slots[5], slots[17] = -1, num_slots + 3
+    start = (torch.arange(num_slots, device=DEV) % L).to(torch.int32)
+    steps = [layer.tokens(batch) for _ in range(L + 2)]
+    results = []
+    variants = ({}, {"gdn_step_order": 2, "gdn_step_order_cursor": 1}, {"gdn_step_order": 2, "gdn_step_order_cursor": 0})
+    for v in variants:
+        set_overrides(**v)
+        cache = Cache(layer, num_slots, L, torch.float32, rc, 1, init=init)
+        cache.num_committed.copy_(start)
+        outs = [cache.step(tok, slots, staggered=staggered) for tok in steps]
+        results.append([bits(o) for o in outs] + [bits(t) for t in cache.tensors])
+    for v, got in zip(variants[1:], results[1:]):
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0])), f"{v}"
+
+
 # A cursor that leaves no room (w >= L after masking off the tickets' bits, so also -1 and 70000) stays as
 # it was with the slot's cache untouched and zero output, while the other rows step as usual.
 def test_step_leaves_cursors_with_no_room_as_they_were():

@@ -15,6 +15,7 @@
 #include "api/ops.h"
 #include "api/tensor_args.h"
 #include "diag/cta_timeline_api.h"
+#include "launch/overrides.h"
 #include "families/gdn/cache_args.h"
 #include "families/gdn/params.h"
 
@@ -124,8 +125,8 @@ void step(const char* op, GdnGate gate, const at::Tensor& checkpoint, const std:
   // caching allocator on the current stream: under graph capture from the graph's pool, reused in stream
   // order after the launch.
   at::Tensor row_order;
-  if (staggered_flush && batch > 0) {
-    row_order = at::empty({2 * batch}, checkpoint.options().dtype(at::kInt));
+  if ((staggered_flush || launch::launch_overrides().gdn_step_order == 2) && batch > 0) {
+    row_order = at::empty({3 * batch}, checkpoint.options().dtype(at::kInt));
     p.row_order = row_order.data_ptr<int32_t>();
   }
   attach_cta_timeline(p);

@@ -247,7 +247,8 @@ __device__ __forceinline__ void warm_step_l2(const GdnParams& p, int row, int hv
 template <int kK, int kV, DType kCkpt, bool kCopy, DType kRead, DType kAct, bool kVectorGate, bool kStaged>
 __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate>::kMinCtasPerSm))
     step_kernel(const GdnParams p, const bool pdl_wait, const bool pdl_trigger, const bool warm_l2, const int parts,
-                const bool ordered, const int fold_parts, const bool after_order_pass, const int tile_stages) {
+                const bool ordered, const bool cursor_from_order, const int fold_parts, const bool after_order_pass,
+                const int tile_stages) {
   using Traits = StepTraits<kK, kV, kCkpt, kCopy, kRead, kAct, kVectorGate, kStaged>;
   using Lanes = typename Traits::Lanes;
   constexpr DType kSrc = Traits::kSrc;
@@ -342,6 +343,8 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
   bool staged_asks = false;        // thread 0: a replaying CTA whose staged tile it asks for at the barriers
   if (tid == 0) {
     const int64_t slot = row_slot();
+    // (experiment) the cursor the order pass wrote, asked for with the slot: one round trip for both.
+    const int32_t order_w = cursor_from_order ? __ldg(p.row_order + 2 * p.batch + pos) : -1;
     int32_t w = -1;
     if constexpr (Traits::kChunkedTile) sh.chunks = 0;
     if (slot >= 0) {
@@ -390,7 +393,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
       // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
       // ticket and is left as it is.
-      w = __ldcg(c.num_committed + slot) & kCursorMask;
+      w = cursor_from_order ? order_w : (__ldcg(c.num_committed + slot) & kCursorMask);
       if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
       replay_asks_early = tile_in_chunks && w < L && !folds_after_append(w, c.max_draft_tokens, L);
       staged_asks = tile_staged && w < L && !folds_after_append(w, c.max_draft_tokens, L);

@@ -52,6 +52,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(plan.grid_x), static_cast<unsigned>(plan.grid_y));
   const launch::ProgrammaticLaunch pdl = launch::programmatic_step_launch(overrides, p.batch * p.v_heads, device.sm_count);
   const bool after_order_pass = plan.ordered && launch::step_starts_during_order_pass(overrides);
+  const bool cursor_from_order = plan.ordered && overrides.gdn_step_order_cursor != 0;
   if (plan.ordered) {
     RowOrderArgs order{};
     order.num_committed = p.cache.num_committed;
@@ -64,6 +65,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
     order.pdl_wait = pdl.wait;
     order.pdl_trigger = pdl.trigger;
     order.release_step = after_order_pass;
+    order.write_cursors = cursor_from_order;
     const cudaError_t err = launch_row_order(p, order, p.num_slots, stream);
     if (err != cudaSuccess) return err;
   }
@@ -71,7 +73,7 @@ cudaError_t launch_step(const GdnParams& p, cudaStream_t stream) {
   // from the order pass, which is the kernel ahead).
   const bool warm_l2 = pdl.warm_l2 && !plan.ordered;
   return launch_grid(kernel, grid, dim3(kStepThreads), smem, stream, pdl.wait || after_order_pass, p, pdl.wait,
-                     pdl.trigger, warm_l2, plan.parts, plan.ordered, plan.fold_parts, after_order_pass,
+                     pdl.trigger, warm_l2, plan.parts, plan.ordered, cursor_from_order, plan.fold_parts, after_order_pass,
                      plan.tile_stages);
 }
 
