@@ -13,7 +13,10 @@ recorded by a diagnostic build (csrc/diag/):
 --family gdn (or kda) times gdn_step (kda_step) instead: its CTAs mark their start, the slot and cursor
 known to every thread ("cursor"), the window terms done ("dots"), the tile landed ("first tile") and
 their end; a folding CTA only its start, cursor and end. Its update has no time line ("update" is
-refused), and a step CTA has one tile, so "item" and the ramp's tile are that tile.
+refused), and a step CTA has one tile, so "item" and the ramp's tile are that tile. Its set-up's chain
+is one more column, each link a median over the replaying CTAs from the CTA's start (csrc/diag/
+cta_timeline.cuh): thread 0 has the slot / thread 0 has the cursor / warp 1 has the token (q, k, gates)
+/ thread 0 has its window keys' dots / thread 0 has summed its window terms.
 
 Each case is timed the benchmark's way (replayssm_cuda.bench: a CUDA graph of one launch per slot group
 of a rotating pool, cold L2, behind the GPU hold), and the records of the graph's launches are read after
@@ -53,6 +56,8 @@ from replayssm_cuda.bench.timing import replay_times as _replay_times  # noqa: E
 
 WORDS = 64  # kCtaTimelineWords
 START, CONSUMER_END, OTHER_END, CURSOR, SET_UP, ITEM0 = 1, 2, 3, 4, 5, 6  # csrc/diag/cta_timeline.cuh
+# gdn_step / kda_step: one tile (word 6), then the set-up's chain (kCtaTimelineGdnSlot ..).
+CHAIN = {"slot": 7, "cursor read": 8, "token": 9, "keys": 10, "window": 11}
 MAX_CTAS = 16384
 COPIES = {"step-none": None, "step-bf16": torch.bfloat16, "step-fp8": torch.float8_e4m3fn,
           "fold-none": None, "fold-bf16": torch.bfloat16, "fold-fp8": torch.float8_e4m3fn,
@@ -64,23 +69,26 @@ def median(v):
     return statistics.median(v) if v else float("nan")
 
 
-def launch_records(buf: torch.Tensor):
-    """[(cta, sm, start, end, [item times], cursor, set_up)] of the CTAs one launch's record set holds
-    (cursor, set_up: 0 where the kernel does not mark them)."""
+def launch_records(records, one_tile: bool = False):
+    """[(cta, sm, start, end, [item times], cursor, set_up, chain)] of the CTAs one launch's record set
+    holds (a tensor or lists of WORDS ints; cursor, set_up: 0 where the kernel does not mark them).
+    one_tile (gdn_step, kda_step): word 6 is the one item, and chain the set-up's marks {name: ns or 0}."""
     rows = []
-    for cta, r in enumerate(buf.tolist()):
+    for cta, r in enumerate(records.tolist() if hasattr(records, "tolist") else records):
         if r[START] == 0:
             continue
         end = max(r[CONSUMER_END], r[OTHER_END])
-        items = [t for t in r[ITEM0:] if t != 0]
-        rows.append((cta, r[0], r[START], end if end else r[START], items, r[CURSOR], r[SET_UP]))
+        items = [t for t in (r[ITEM0:ITEM0 + 1] if one_tile else r[ITEM0:]) if t != 0]
+        chain = {name: r[word] for name, word in CHAIN.items()} if one_tile else {}
+        rows.append((cta, r[0], r[START], end if end else r[START], items, r[CURSOR], r[SET_UP], chain))
     return rows
 
 
-def summarise(launches, ctas_per_sm):
-    """The module doc's figures (us) for one case, medians over launches 1.."""
+def summarise(launches, ctas_per_sm, sms):
+    """The module doc's figures (us) for one case, medians over launches 1..; sms: the GPU's SMs."""
     out = {k: [] for k in ("kernel", "gap", "ramp_med", "ramp_last", "item", "tail_med", "tail_first", "busy", "ctas",
-                           "life_p10", "life_p50", "life_p90", "to_cursor", "to_set_up", "to_item0")}
+                           "life_p10", "life_p50", "life_p90", "to_cursor", "to_set_up", "to_item0",
+                           *(f"chain_{name}" for name in CHAIN))}
     prev_end = None
     for k, rows in enumerate(launches):
         if not rows:
@@ -101,7 +109,6 @@ def summarise(launches, ctas_per_sm):
             ends = sorted(last_by_sm.values())
             out["tail_med"].append((t1 - median(ends)) / 1e3)
             out["tail_first"].append((t1 - ends[0]) / 1e3)
-            sms = torch.cuda.get_device_properties(0).multi_processor_count
             out["busy"].append(sum(r[3] - r[2] for r in rows) / (sms * ctas_per_sm * (t1 - t0)))
             out["ctas"].append(len(rows))
             # A CTA's set-up, median over the CTAs that mark it: start -> every thread has the cursor ->
@@ -109,6 +116,10 @@ def summarise(launches, ctas_per_sm):
             out["to_cursor"].append(median([(r[5] - r[2]) / 1e3 for r in rows if r[5]]))
             out["to_set_up"].append(median([(r[6] - r[5]) / 1e3 for r in rows if r[5] and r[6]]))
             out["to_item0"].append(median([(r[4][0] - (r[6] or r[5])) / 1e3 for r in rows if r[5] and r[4]]))
+            # The set-up's chain (gdn_step, kda_step), from the start of the CTAs that replay (set-up mark).
+            for name in CHAIN:
+                out[f"chain_{name}"].append(median([(r[7][name] - r[2]) / 1e3 for r in rows
+                                                    if r[6] and r[7].get(name)]))
             lives = sorted((r[3] - r[2]) / 1e3 for r in rows)
             for q in (10, 50, 90):
                 out[f"life_p{q}"].append(lives[min(len(lives) - 1, len(lives) * q // 100)])
@@ -177,9 +188,11 @@ def main() -> int:
     print(f"# {torch.cuda.get_device_name()}; {args.family}; copy {copy_bw / 1e12:.3f} TB/s; update / step at w = "
           f"{L // 2} / fold at w = {L - 1} / staggered at w = slot % {L}, L = {L}, bf16 activations"
           f"{', z gate' if mamba2 else ''}; us, medians over a graph's launches after its first")
+    chain_head = f" set-up chain from the start: {' / '.join(CHAIN)} |" if not mamba2 else ""
     print("| dims | kernel | batch | CTAs | kernel us | ideal us | gap | ramp med / last | item | "
-          "tail med / first | CTA life p10 / p50 / p90 | busy | set-up: cursor / dots / first tile |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          f"tail med / first | CTA life p10 / p50 / p90 | busy | set-up: cursor / dots / first tile |{chain_head}")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if not mamba2 else ""))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
     csv_rows = [CSV_HEADER]
     for name in args.dims:
         dims = dims_table.parse(name)
@@ -203,14 +216,16 @@ def main() -> int:
                 buf[k:].zero_()
                 _replay_times(graph, 4, before)
                 torch.cuda.synchronize()
-                launches = [launch_records(buf[k + j].cpu()) for j in range(k)]
+                launches = [launch_records(buf[k + j].cpu(), one_tile=not mamba2) for j in range(k)]
                 occupancy = max_concurrent(launches)
-                f = summarise(launches, occupancy)
+                f = summarise(launches, occupancy, sms)
+                links = [f["chain_" + name] for name in CHAIN]
+                chain = " " + " / ".join(f"{t:.2f}" for t in links) + " |" if not mamba2 else ""
                 print(f"| {name} | {kind} | {batch} | {f['ctas']:.0f} ({occupancy}/SM) | {f['kernel']:.1f} | "
                       f"{nbytes / copy_bw * 1e6:.1f} | {f['gap']:.1f} | {f['ramp_med']:.1f} / {f['ramp_last']:.1f} | "
                       f"{f['item']:.2f} | {f['tail_med']:.1f} / {f['tail_first']:.1f} | "
                       f"{f['life_p10']:.1f} / {f['life_p50']:.1f} / {f['life_p90']:.1f} | {100 * f['busy']:.0f}% | "
-                      f"{f['to_cursor']:.2f} / {f['to_set_up']:.2f} / {f['to_item0']:.2f} |",
+                      f"{f['to_cursor']:.2f} / {f['to_set_up']:.2f} / {f['to_item0']:.2f} |{chain}",
                       flush=True)
                 if args.csv:
                     csv_rows.extend(csv_lines(f"{name},{kind},{batch}", launches))
@@ -251,7 +266,7 @@ def csv_lines(case, launches):
 
     return [",".join([case, *(str(v) for v in [j, cta, sm, start - t_base, end - t_base]), mark(cursor), mark(set_up),
                       *[str(t - t_base) for t in items]])
-            for j, rows in enumerate(launches) for cta, sm, start, end, items, cursor, set_up in rows]
+            for j, rows in enumerate(launches) for cta, sm, start, end, items, cursor, set_up, _ in rows]
 
 
 if __name__ == "__main__":

@@ -19,7 +19,12 @@
 // the fold's end (before its cursor ticket).
 // gdn_step / kda_step (GdnParams::cta_timeline) mark, from thread 0: word 1 the start (after the PDL
 // wait), word 4 the slot and cursor known to every thread, word 5 the window terms done, word 6 the
-// tile landed, word 2 the end (after the stores are issued); a folding CTA words 1, 4 and 2.
+// tile landed, word 2 the end (after the stores are issued); a folding CTA words 1, 4 and 2. A step CTA
+// has one tile, so the item words after it take the set-up's chain (the links between words 1, 4 and
+// 5), each marked once the value it names is in a register: word 7 thread 0 had the slot (its tile's
+// copy issued), 8 thread 0 had the cursor (its ticket asked for), 9 warp 1 had the token's q, k and
+// gates (lane 0, after their shared-memory stores), 10 thread 0 had its window keys' dots, 11 thread 0
+// had summed its window terms (its u loads landed). A folding CTA marks 7 and 8 too.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +36,11 @@ constexpr int kCtaTimelineWords = 6 + kCtaTimelineItems;
 
 #if REPLAYSSM_CTA_TIMELINE && defined(__CUDACC__)  // the host API layer takes the constants only
 
+// The clock, read after every memory access before it in program order has issued (the "memory"
+// clobber), so a mark placed after a store or a copy of a loaded value dates that value's arrival.
 __device__ __forceinline__ int64_t global_timer_ns() {
   uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
   return static_cast<int64_t>(t);
 }
 
@@ -65,5 +72,11 @@ constexpr int kCtaTimelineOtherEnd = 3;
 constexpr int kCtaTimelineCursor = 4;
 constexpr int kCtaTimelineSetUp = 5;
 constexpr int kCtaTimelineItem0 = 6;
+// gdn_step / kda_step: the set-up's chain (above).
+constexpr int kCtaTimelineGdnSlot = 7;
+constexpr int kCtaTimelineGdnCursorRead = 8;
+constexpr int kCtaTimelineGdnToken = 9;
+constexpr int kCtaTimelineGdnKeys = 10;
+constexpr int kCtaTimelineGdnWindow = 11;
 
 }  // namespace replayssm

@@ -387,11 +387,13 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
         bulk_copy_rows_to_shared<Traits::kRowBytes>(dyn, src + tile * dtype_size(kSrc), copy_rows, row_stride * dtype_size(kSrc),
                                                     &sh.tile_full);
       }
+      REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineGdnSlot);
       // Only this thread reads the cursor, so the CTA may take its ticket at once; the atomic's answer
       // is needed only at the end. A cursor with no room (w >= L, whatever its high bits) takes no
       // ticket and is left as it is.
       w = __ldcg(c.num_committed + slot) & kCursorMask;
       if (w < L) ticket = atomicAdd(c.num_committed + slot, kTicket);
+      REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineGdnCursorRead);
       replay_asks_early = tile_in_chunks && w < L && !folds_after_append(w, c.max_draft_tokens, L);
       staged_asks = tile_staged && w < L && !folds_after_append(w, c.max_draft_tokens, L);
       // A folding or full CTA reads no tile: the chunks not asked for are settled on the barrier, which
@@ -484,6 +486,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       sh.beta = beta_gate(b);
       sh.kq = kq * rk * rq;
     }
+    if (lane == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineGdnToken);
   }
   for (int t = tid; t < kV; t += kStepThreads) sh.v[t] = load_act<kAct>(tk.v, row * tk.v_row_stride + hv * tk.v_head_stride + t);
   // A replaying CTA's next chunks where its first have landed already (a folding or full one asks for no
@@ -651,6 +654,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
       }
     }
   }
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineGdnKeys);
   if (tid == 0 && in_chunks) ask_landed_chunks();
   if (staged_asks) ask_staged_through(2);
   __syncthreads();
@@ -676,6 +680,7 @@ __global__ void __launch_bounds__(kStepThreads, (StepTraits<kK, kV, kCkpt, kCopy
     sh.wk[slice][vc] = wk;
     sh.wq[slice][vc] = wq;
   }
+  if (tid == 0) REPLAYSSM_CTA_TIMELINE_MARK(p, kCtaTimelineGdnWindow);
   if (tid == 0 && in_chunks) ask_landed_chunks();
   if (staged_asks) ask_staged_through(Traits::kMaxTileChunks - 1);  // the rest, before the rows
   __syncthreads();
