@@ -63,8 +63,9 @@ def test_timeline_csv_carries_the_marks_and_reads_back(tmp_path):
     # none) and the item times, in ns from the first launch's start; cta_timeline_gaps reads the first
     # eight columns of the same lines.
     timeline = load_tool("cta_timeline")
-    launches = [[(0, 5, 1_000, 9_000, [4_000, 6_000], 2_000, 3_000)],   # (cta, sm, start, end, items, cursor, set_up)
-                [(1, 7, 10_000, 20_000, [], 0, 0)]]
+    # (cta, sm, start, end, items, cursor, set_up, the GDN set-up chain: not in the file)
+    launches = [[(0, 5, 1_000, 9_000, [4_000, 6_000], 2_000, 3_000, {"slot": 1_500})],
+                [(1, 7, 10_000, 20_000, [], 0, 0, {})]]
     lines = timeline.csv_lines("qwen4b,step-fp8,64", launches)
     assert lines == ["qwen4b,step-fp8,64,0,0,5,0,8000,1000,2000,3000,5000",
                      "qwen4b,step-fp8,64,1,1,7,9000,19000,,"]
